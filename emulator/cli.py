@@ -1,0 +1,74 @@
+"""The `emulate` command line: a registry of subcommands, each a module in emulator.commands.
+
+A subcommand module provides HELP (one line), `add_arguments(parser)` and `main(args) -> int`.
+Modules import their heavy dependencies inside `main`, so `emulate --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from emulator import __version__
+from emulator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EmulatorError
+
+# Name -> module, in the order `emulate --help` lists them.
+COMMANDS: dict[str, str] = {
+    "run": "emulator.commands.run",
+    "validate": "emulator.commands.validate",
+    "plan": "emulator.commands.plan",
+    "generate": "emulator.commands.generate",
+    "report": "emulator.commands.report",
+    "compare": "emulator.commands.compare",
+    "fabric": "emulator.commands.fabric",
+    "clean": "emulator.commands.clean",
+}
+
+
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(COMMANDS[name])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="emulate",
+        description="Replay Chakra execution traces as RoCEv2 traffic with DCQCN over an "
+        "emulated Clos fabric or real NIC ports toward a switch under test.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for name in COMMANDS:
+        module = _load(name)
+        cmd = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(cmd)
+        cmd.set_defaults(_main=module.main)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        code: int = args._main(args)
+        return code
+    except EmulatorError as exc:
+        print(f"emulate {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"emulate {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Output piped into `head` and closed early: not an error worth a traceback.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

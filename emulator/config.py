@@ -1,0 +1,57 @@
+"""How configuration dataclasses declare their fields: default, unit, range and source in one place.
+
+Every scenario parameter is one frozen-dataclass field declared with `param(...)`. The scenario
+loader reads the metadata to check ranges and to name the key in errors, and the scenario
+reference in the README is generated from the same metadata, so a default is written once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamInfo:
+    doc: str
+    unit: str | None = None
+    source: str | None = None
+    min: float | None = None
+    max: float | None = None
+    # min/max exclusive instead of inclusive
+    min_exclusive: bool = False
+
+
+def param(
+    default: Any = dataclasses.MISSING,
+    *,
+    doc: str,
+    unit: str | None = None,
+    source: str | None = None,
+    min: float | None = None,
+    max: float | None = None,
+    min_exclusive: bool = False,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
+    """A dataclass field with its documentation, unit, valid range and the source of its default."""
+    info = ParamInfo(doc, unit, source, min, max, min_exclusive)
+    if default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata={"param": info})
+    return dataclasses.field(default=default, metadata={"param": info})
+
+
+def param_info(field: dataclasses.Field[Any]) -> ParamInfo | None:
+    info = field.metadata.get("param")
+    return info if isinstance(info, ParamInfo) else None
+
+
+def check_range(info: ParamInfo, value: float) -> str | None:
+    """Return why `value` is out of the declared range, or None when it is inside."""
+    if info.min is not None:
+        if info.min_exclusive and not value > info.min:
+            return f"must be greater than {info.min:g}"
+        if not info.min_exclusive and value < info.min:
+            return f"must be at least {info.min:g}"
+    if info.max is not None and value > info.max:
+        return f"must be at most {info.max:g}"
+    return None

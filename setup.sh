@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# One-command set-up for a fresh Debian machine, as root; idempotent.
+#   ./setup.sh            install what is missing (Debian packages, .venv with the project)
+#   ./setup.sh run ARGS   ... then `emulate run ARGS` (default: scenarios/moe_mix.yaml)
+#   ./setup.sh test       ... then the checks and the whole test suite (what CI runs)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+APT_PACKAGES=(
+  python3 python3-venv python3-dev gcc
+  mininet iproute2 iputils-ping ethtool procps psmisc
+  iperf3 clang llvm libbpf-dev bpftool tcpdump tshark prometheus
+)
+VENV=.venv
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+install_debian_packages() {
+  local missing=()
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    if [[ $(id -u) -ne 0 ]]; then
+      log "need root to install: ${missing[*]}"; exit 2
+    fi
+    log "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    # tshark asks whether non-root users may capture: answer no, without a prompt.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  # Debian starts a prometheus service on install; the tests start their own on loopback.
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
+    systemctl stop prometheus || true
+  fi
+}
+
+install_venv() {
+  local stamp="$VENV/.installed"
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating $VENV"
+    python3 -m venv "$VENV"
+  fi
+  if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
+    log "installing the project and its Python dependencies into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e '.[dev]'
+    touch "$stamp"
+  fi
+}
+
+run_checks_and_tests() {
+  local py="$VENV/bin/python"
+  log "ruff (lint, format)"
+  "$py" -m ruff check .
+  "$py" -m ruff format --check .
+  log "mypy"
+  "$py" -m mypy
+  log "pytest"
+  local rc=0
+  "$py" -m pytest "$@" || rc=$?
+  if [[ $rc -eq 5 ]]; then
+    log "pytest collected no tests: that is a failure, not a pass"; exit 1
+  fi
+  return $rc
+}
+
+install_debian_packages
+install_venv
+case "${1:-}" in
+  "") log "ready: activate with 'source $VENV/bin/activate'" ;;
+  run) shift; if (($#)); then exec "$VENV/bin/emulate" run "$@"; else exec "$VENV/bin/emulate" run scenarios/moe_mix.yaml; fi ;;
+  test) shift; run_checks_and_tests "$@" ;;
+  *) log "usage: $0 [run [ARGS]|test [PYTEST ARGS]]"; exit 2 ;;
+esac
