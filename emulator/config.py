@@ -8,6 +8,7 @@ reference in the README is generated from the same metadata, so a default is wri
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -20,6 +21,8 @@ class ParamInfo:
     max: float | None = None
     # min/max exclusive instead of inclusive
     min_exclusive: bool = False
+    # For a field holding one of several dataclasses: YAML `{kind: NAME, ...}` picks kinds[NAME].
+    kinds: Mapping[str, type] | None = None
 
 
 def param(
@@ -32,9 +35,10 @@ def param(
     max: float | None = None,
     min_exclusive: bool = False,
     default_factory: Any = dataclasses.MISSING,
+    kinds: Mapping[str, type] | None = None,
 ) -> Any:
     """A dataclass field with its documentation, unit, valid range and the source of its default."""
-    info = ParamInfo(doc, unit, source, min, max, min_exclusive)
+    info = ParamInfo(doc, unit, source, min, max, min_exclusive, kinds)
     if default_factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=default_factory, metadata={"param": info})
     return dataclasses.field(default=default, metadata={"param": info})

@@ -1,0 +1,112 @@
+"""The scenario: what to replay, on which fabric, with which transport, measured how.
+
+Each section is a frozen dataclass whose fields are the YAML keys. Sections owned by other layers
+(fabric, transport, collectives, compute, generators) are defined next to the code that uses them
+and only composed here, so the default of every parameter is written exactly once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from emulator.config import param
+from emulator.schedule.params import CollectivesParams, ComputeParams
+from emulator.transport.params import TransportParams
+from emulator.workloads.params import GENERATORS_PARAMS
+from fabrics.spec import FABRIC_SPECS, ClosSpec
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The work to replay: a Chakra trace set on disk, or one generated for the run."""
+
+    trace: str | None = param(
+        None,
+        doc="Chakra trace prefix (dir/name for dir/name.<rank>.et) or file, relative to the "
+        "scenario file; exclusive with `generate`",
+    )
+    comm_groups: str | None = param(
+        None, doc="comm-group JSON ({pg id: [ranks]}); default: found next to the traces"
+    )
+    generate: Any = param(
+        None,
+        doc="synthesize a trace instead: {kind: moe_mix|allreduce|alltoall|allgather|"
+        "reducescatter, ...options}",
+        kinds=GENERATORS_PARAMS,
+    )
+    iterations: int = param(1, doc="times the trace is replayed back to back", min=1, max=100_000)
+
+    def __post_init__(self) -> None:
+        if self.trace is None and self.generate is None:
+            raise ValueError("trace: a workload needs either `trace` or `generate`")
+        if self.trace is not None and self.generate is not None:
+            raise ValueError("generate: give either `trace` or `generate`, not both")
+
+
+@dataclass(frozen=True)
+class PrometheusSpec:
+    enabled: bool = param(True, doc="serve live metrics during `emulate run`")
+    bind_address: str = param("127.0.0.1", doc="address the exporter listens on")
+    port: int = param(9464, doc="exporter TCP port (0 picks a free one)", min=0, max=65535)
+    pushgateway_url: str | None = param(
+        None, doc="also push the final metrics to this Pushgateway (runs shorter than a scrape)"
+    )
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    sample_interval_s: float = param(
+        0.1,
+        doc="NIC and switch-port sampling period, in wall-clock seconds",
+        unit="s",
+        min=0.001,
+        max=60.0,
+    )
+    prometheus: PrometheusSpec = field(default_factory=PrometheusSpec)
+    results_dir: str = param("results", doc="parent folder of results/<scenario>-<timestamp>/")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    time_dilation: float | Literal["auto"] = param(
+        "auto",
+        doc="time dilation factor: link rates divided by it, timers multiplied by it, measured "
+        "durations divided by it; `auto` calibrates this machine",
+        min=1.0,
+        max=1_000_000.0,
+    )
+    deadline_s: float | None = param(
+        None,
+        doc="wall-clock limit of the replay; default: computed from the ideal time with a margin",
+        unit="s",
+        min=0.0,
+        min_exclusive=True,
+    )
+    seed: int = param(1, doc="seed of every random choice (ECN marking, source ports)", min=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """A whole scenario file. `source` is where it was read from (paths resolve against it)."""
+
+    name: str = param("scenario", doc="short name, used for the results folder")
+    description: str = param("", doc="free text shown in reports")
+    workload: WorkloadSpec = param(doc="what to replay")
+    fabric: Any = param(
+        default_factory=ClosSpec, doc="the network: {kind: clos|dut, ...}", kinds=FABRIC_SPECS
+    )
+    transport: TransportParams = field(default_factory=TransportParams)
+    collectives: CollectivesParams = field(default_factory=CollectivesParams)
+    compute: ComputeParams = field(default_factory=ComputeParams)
+    metrics: MetricsSpec = field(default_factory=MetricsSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+    source: Path | None = field(default=None, compare=False, metadata={"internal": True})
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the scenario, resolved against the scenario file's folder."""
+        path = Path(relative).expanduser()
+        if path.is_absolute() or self.source is None:
+            return path
+        return self.source.parent / path
