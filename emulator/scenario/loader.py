@@ -125,6 +125,10 @@ def _convert_dataclass(cls: type[Any], node: yaml.Node, key_path: str) -> Any:
                 raise _Invalid(
                     key_node, _join(key_path, key), message.split(":", 1)[1].strip()
                 ) from None
+        if field_name in fields:
+            # The field the check names was not written: point at the section that lacks it.
+            why = message.split(":", 1)[1].strip()
+            raise _Invalid(node, _join(key_path, field_name), why) from None
         raise _Invalid(node, key_path, message) from None
 
 

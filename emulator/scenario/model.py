@@ -47,6 +47,8 @@ class WorkloadSpec:
 
 @dataclass(frozen=True)
 class PrometheusSpec:
+    """Live Prometheus exporter of `emulate run`."""
+
     enabled: bool = param(True, doc="serve live metrics during `emulate run`")
     bind_address: str = param("127.0.0.1", doc="address the exporter listens on")
     port: int = param(9464, doc="exporter TCP port (0 picks a free one)", min=0, max=65535)
@@ -57,6 +59,8 @@ class PrometheusSpec:
 
 @dataclass(frozen=True)
 class MetricsSpec:
+    """What is measured during a run and where results go."""
+
     sample_interval_s: float = param(
         0.1,
         doc="NIC and switch-port sampling period, in wall-clock seconds",
@@ -70,6 +74,8 @@ class MetricsSpec:
 
 @dataclass(frozen=True)
 class RunSpec:
+    """How the replay is run: time dilation, deadline, seed."""
+
     time_dilation: float | Literal["auto"] = param(
         "auto",
         doc="time dilation factor: link rates divided by it, timers multiplied by it, measured "
