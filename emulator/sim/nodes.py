@@ -1,0 +1,225 @@
+"""Hosts that run the transport core, and switches that forward by destination with ECMP."""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from collections import Counter
+
+from emulator.sim.engine import Simulator
+from emulator.sim.port import Frame, Port
+from emulator.transport.events import TransportEvent
+from emulator.transport.packets import IPV4_HEADER_BYTES, UDP_HEADER_BYTES, DataPacket, Packet
+from emulator.transport.receiver import ReceiveQueuePair
+from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
+from emulator.transport.wire import (
+    ECN_CE,
+    ECN_ECT0,
+    ECN_NOT_ECT,
+    FlowAddress,
+    MalformedPacket,
+    ipv4_packet,
+    parse_ipv4_packet,
+)
+
+_FLOW_KEY = struct.Struct("!16s16sHI")
+
+
+class Switch:
+    """Forwards frames to the output port toward their destination host; with several equal-cost
+    ports, picks one by a hash of (source, destination, UDP source port) so a flow stays on one
+    path and different source ports spread (as fib_multipath_hash_policy=1 does in Linux)."""
+
+    def __init__(self, name: str, *, seed: int = 0) -> None:
+        self.name = name
+        self.routes: dict[str, list[Port]] = {}
+        self._seed = seed & 0xFFFFFFFF
+
+    def receive(self, frame: Frame, port: Port) -> None:
+        ports = self.routes[frame.dst]
+        if len(ports) == 1:
+            ports[0].send(frame)
+            return
+        key = _FLOW_KEY.pack(frame.src.encode(), frame.dst.encode(), frame.sport, self._seed)
+        ports[zlib.crc32(key) % len(ports)].send(frame)
+
+
+class Host:
+    """A NIC running the transport: pulls paced packets from its send QPs whenever its link is
+    idle (round robin among QPs whose pacing time has come), answers data with ACK/NAK/CNP, and
+    runs each QP's timers. With `wire_bytes` every packet is encoded to real IPv4/RoCEv2 bytes
+    (ICRC for the IP id it carries) and parsed and ICRC-checked on arrival."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        name: str,
+        address: str,
+        *,
+        wire_bytes: bool = False,
+        events: list[TransportEvent] | None = None,
+        dscp: int = 26,
+        cnp_dscp: int = 48,
+    ) -> None:
+        from emulator.transport.endpoint import RoceEndpoint
+
+        self.sim = sim
+        self.name = name
+        self.address = address
+        self.wire_bytes = wire_bytes
+        self._dscp = (dscp, cnp_dscp)  # data, control
+        self.events: list[TransportEvent] = events if events is not None else []
+        self.endpoint = RoceEndpoint(self.events)
+        self.nic: Port | None = None
+        self._tx_qps: list[SendQueuePair] = []
+        self._qp_route: dict[int, tuple[str, str, int]] = {}  # qpn -> (dst host, dst addr, sport)
+        self._rx_route: dict[int, tuple[str, str, int]] = {}
+        self._rr = 0
+        self._wakeup_at = math.inf
+        self._timer_at: dict[int, float] = {}
+        self._ip_id = 0
+        self.bad_icrc = 0
+        self.peers: dict[str, Host] = {}
+
+    def attach(self, nic: Port) -> None:
+        self.nic = nic
+        nic.on_idle = self._pull
+
+    # -- set-up --------------------------------------------------------------------------
+    def add_sender(self, qp: SendQueuePair, *, dst: Host, sport: int) -> None:
+        self.endpoint.add_sender(qp)
+        self._tx_qps.append(qp)
+        self._qp_route[qp.qpn] = (dst.name, dst.address, sport)
+        self.peers[dst.name] = dst
+
+    def add_receiver(self, qp: ReceiveQueuePair, *, src: Host, sport: int) -> None:
+        self.endpoint.add_receiver(qp)
+        self._rx_route[qp.qpn] = (src.name, src.address, sport)
+
+    def post(
+        self, qp: SendQueuePair, *, message_id: int, size_bytes: int, payload: bytes | None = None
+    ) -> None:
+        qp.post_send(
+            now=self.sim.now, message_id=message_id, size_bytes=size_bytes, payload=payload
+        )
+        self._kick()
+
+    # -- transmit ------------------------------------------------------------------------
+    def _kick(self) -> None:
+        nic = self.nic
+        if nic is not None and not nic.busy:
+            self._pull()
+
+    def _pull(self) -> None:
+        """The NIC is idle: send the next eligible data packet, or sleep until one is due."""
+        now = self.sim.now
+        qps = self._tx_qps
+        n = len(qps)
+        earliest = math.inf
+        for i in range(n):
+            qp = qps[(self._rr + i) % n]
+            due = qp.next_transmit_s()
+            if due is None:
+                continue
+            if due <= now + 1e-12:
+                packet = qp.poll_transmit(now=now)
+                if packet is not None:
+                    self._rr = (self._rr + i + 1) % n
+                    self._transmit_data(qp, packet)
+                    self._arm_timer(qp)
+                    return
+                due = qp.next_transmit_s()
+                if due is None:
+                    continue
+            earliest = min(earliest, due)
+        if earliest < self._wakeup_at:
+            self._wakeup_at = earliest
+            self.sim.at(earliest, self._wakeup)
+
+    def _wakeup(self) -> None:
+        if self.sim.now + 1e-12 < self._wakeup_at:
+            return  # superseded by an earlier wake-up that already ran
+        self._wakeup_at = math.inf
+        self._kick()
+
+    def _frame(self, packet: Packet, dst: str, dst_addr: str, sport: int, *, data: bool) -> Frame:
+        size = packet.udp_payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
+        ecn = ECN_ECT0 if data else ECN_NOT_ECT
+        body: Packet | bytes = packet
+        if self.wire_bytes:
+            self._ip_id = (self._ip_id + 1) & 0xFFFF
+            dscp = self._dscp[0] if data else self._dscp[1]
+            address = FlowAddress(self.address, dst_addr, sport, dscp=dscp, ecn=ecn)
+            body = ipv4_packet(packet, address, ip_id=self._ip_id)
+        return Frame(self.name, dst, sport, size, ecn, body, not data)
+
+    def _transmit_data(self, qp: SendQueuePair, packet: DataPacket) -> None:
+        dst, dst_addr, sport = self._qp_route[qp.qpn]
+        assert self.nic is not None
+        self.nic.send(self._frame(packet, dst, dst_addr, sport, data=True))
+
+    # -- receive -------------------------------------------------------------------------
+    def receive(self, frame: Frame, port: Port) -> None:
+        now = self.sim.now
+        endpoint = self.endpoint
+        body = frame.packet
+        if isinstance(body, bytes):
+            try:
+                datagram = parse_ipv4_packet(body)
+            except MalformedPacket:
+                endpoint.drops["malformed"] += 1
+                return
+            if not datagram.icrc_ok:
+                self.bad_icrc += 1
+                endpoint.drops["bad_icrc"] += 1
+                return
+            replies = endpoint.on_datagram(
+                now=now, data=datagram.udp_payload, ce=datagram.ecn == ECN_CE
+            )
+        else:
+            replies = endpoint.on_packet(now=now, packet=body, ce=frame.ecn == ECN_CE)
+        local_qpn = _dest_qp(body)
+        if replies:
+            assert self.nic is not None
+            route = self._rx_route.get(local_qpn)
+            dst, dst_addr, sport = route if route else (frame.src, "0.0.0.0", frame.sport)
+            for reply in replies:
+                self.nic.send(self._frame(reply, dst, dst_addr, sport, data=False))
+        sender = endpoint.senders.get(local_qpn)
+        if sender is not None:
+            self._arm_timer(sender)
+            self._kick()
+
+    # -- timers --------------------------------------------------------------------------
+    def _arm_timer(self, qp: SendQueuePair) -> None:
+        deadline = qp.next_timer_s()
+        if deadline is None:
+            return
+        scheduled = self._timer_at.get(qp.qpn, math.inf)
+        if deadline < scheduled - 1e-12:
+            self._timer_at[qp.qpn] = deadline
+            self.sim.at(deadline, self._timer, qp)
+
+    def _timer(self, qp: SendQueuePair) -> None:
+        now = self.sim.now
+        scheduled = self._timer_at.get(qp.qpn, math.inf)
+        if now + 1e-12 < scheduled:
+            return  # a stale timer: an earlier one replaced it
+        self._timer_at[qp.qpn] = math.inf
+        deadline = qp.next_timer_s()
+        if deadline is not None and deadline <= now + 1e-12:
+            qp.on_timer(now=now)
+            self._kick()
+        self._arm_timer(qp)
+
+    def drop_counts(self) -> Counter[str]:
+        return self.endpoint.drop_counts()
+
+
+def _dest_qp(body: Packet | bytes) -> int:
+    """The destination QP a frame's BTH names (-1 when too short to say)."""
+    if isinstance(body, bytes):
+        at = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + 5  # BTH bytes 5..7
+        return int.from_bytes(body[at : at + 3], "big") if len(body) >= at + 3 else -1
+    return body.dest_qp

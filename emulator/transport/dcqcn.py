@@ -1,0 +1,177 @@
+"""DCQCN (Zhu et al., SIGCOMM 2015) as NVIDIA NICs implement it: reaction point and notification point.
+
+Reaction point (sender, one per QP), inactive at line rate until the first CNP:
+- alpha is updated every dce_tcp_rtt: alpha = (1-g) alpha + g if a CNP arrived in the period,
+  else (1-g) alpha, with g = (1024 - dce_tcp_g)/1024 (NVIDIA DOCA "DCQCN CC Parameters").
+  Between CNPs nothing but time changes alpha, so periods are applied when alpha is needed
+  instead of on a 1 us timer; period boundaries stay at first_cnp + k * dce_tcp_rtt.
+- on a CNP, at most once per rate_reduce_monitor_period: target = current (only at the first
+  decrease after line rate or after an increase event, unless clamp_tgt_rate; timer increases
+  count when clamp_tgt_rate_after_time_inc), current = current (1 - alpha/2) (not below rpg_min_dec_fac % of itself nor rpg_min_rate), and
+  the increase timer, byte counter and their event counts restart.
+- increase events come from a timer (every rpg_time_reset) and a byte counter (every
+  rpg_byte_reset bytes sent). After counting the event (T timer events, BC byte events since the
+  last decrease, F = rpg_threshold): max(T, BC) <= F fast recovery (current = (target+current)/2);
+  min(T, BC) > F hyper increase (target += rpg_hai_rate); otherwise additive increase
+  (target += rpg_ai_rate); both then set current = (target+current)/2. Rates are capped at line
+  rate; within rpg_min_rate of line rate the QP returns to inactive.
+Notification point (receiver, one per QP): a CNP for a CE-marked packet, at most one per
+min_time_between_cnps.
+All methods take keyword-only `now` (seconds) and return what changed; deadlines are returned by
+`next_deadline_s`, never scheduled.
+"""
+
+from __future__ import annotations
+
+import math
+
+from emulator.transport.params import ALPHA_SCALE, DcqcnParams
+
+_EPS = 1e-9  # float slack when counting whole periods
+
+RP_INCREASE_REASONS = ("fast_recovery", "additive_increase", "hyper_increase")
+
+
+class ReactionPoint:
+    """Per-QP DCQCN rate state of a sender."""
+
+    def __init__(self, params: DcqcnParams, *, line_rate_bps: float) -> None:
+        self.params = params
+        self.line_rate_bps = float(line_rate_bps)
+        self.current_rate_bps = self.line_rate_bps
+        self.target_rate_bps = self.line_rate_bps
+        self.alpha = params.initial_alpha_value / ALPHA_SCALE
+        self.active = False
+        self.last_reason = ""
+        self._g = params.g
+        self._alpha_period_s = params.dce_tcp_rtt_us * 1e-6
+        self._alpha_epoch_s = 0.0
+        self._cnp_in_period = False
+        self._last_decrease_s = -math.inf
+        self._timer_events = 0
+        self._byte_events = 0
+        self._bytes_since_reset = 0
+        self._next_increase_s = math.inf
+        self._increased_since_cut = False
+        self._min_rate_bps = params.rpg_min_rate_mbps * 1e6
+
+    # -- alpha ---------------------------------------------------------------------------
+    def _advance_alpha(self, now: float) -> None:
+        periods = int((now - self._alpha_epoch_s) / self._alpha_period_s + _EPS)
+        if periods <= 0:
+            return
+        g = self._g
+        alpha = self.alpha
+        if self._cnp_in_period:
+            alpha = (1 - g) * alpha + g
+            self._cnp_in_period = False
+            periods_left = periods - 1
+        else:
+            periods_left = periods
+        if periods_left:
+            alpha *= (1 - g) ** periods_left
+        self.alpha = alpha
+        self._alpha_epoch_s += periods * self._alpha_period_s
+
+    def alpha_at(self, *, now: float) -> float:
+        """Alpha as of `now` (applies the update periods that ended)."""
+        if self.active:
+            self._advance_alpha(now)
+        return self.alpha
+
+    # -- inputs --------------------------------------------------------------------------
+    def on_cnp(self, *, now: float) -> bool:
+        """A CNP arrived; True when the rate was cut."""
+        p = self.params
+        clamp = p.clamp_tgt_rate or self._increased_since_cut
+        if not self.active:
+            clamp = True
+            self.active = True
+            self.alpha = p.initial_alpha_value / ALPHA_SCALE
+            self._alpha_epoch_s = now
+            self._cnp_in_period = False
+        else:
+            self._advance_alpha(now)
+        self._cnp_in_period = True
+        if now - self._last_decrease_s + _EPS * 1e-3 < p.rate_reduce_monitor_period_us * 1e-6:
+            return False
+        current = self.current_rate_bps
+        if clamp:
+            self.target_rate_bps = current
+        self._increased_since_cut = False
+        floor = max(current * p.rpg_min_dec_fac / 100.0, self._min_rate_bps)
+        self.current_rate_bps = max(current * (1 - self.alpha / 2), floor)
+        self._last_decrease_s = now
+        self._timer_events = 0
+        self._byte_events = 0
+        self._bytes_since_reset = 0
+        self._next_increase_s = now + p.rpg_time_reset_us * 1e-6
+        self.last_reason = "cnp"
+        return True
+
+    def on_bytes_sent(self, *, now: float, size_bytes: int) -> bool:
+        """Count bytes for the byte-counter increase; True when the rate changed."""
+        if not self.active:
+            return False
+        self._bytes_since_reset += size_bytes
+        reset = self.params.rpg_byte_reset_bytes
+        changed = False
+        while self.active and self._bytes_since_reset >= reset:
+            self._bytes_since_reset -= reset
+            self._byte_events += 1
+            self._increased_since_cut = True
+            self._increase()
+            changed = True
+        return changed
+
+    def on_timer(self, *, now: float) -> bool:
+        """Run the increase timer up to `now`; True when the rate changed."""
+        changed = False
+        period = self.params.rpg_time_reset_us * 1e-6
+        while self.active and now + _EPS * 1e-3 >= self._next_increase_s:
+            self._next_increase_s += period
+            self._timer_events += 1
+            if self.params.clamp_tgt_rate_after_time_inc:
+                self._increased_since_cut = True
+            self._increase()
+            changed = True
+        return changed
+
+    def next_deadline_s(self) -> float | None:
+        return self._next_increase_s if self.active else None
+
+    # -- increase ------------------------------------------------------------------------
+    def _increase(self) -> None:
+        p = self.params
+        t, bc, f = self._timer_events, self._byte_events, p.rpg_threshold
+        if max(t, bc) <= f:
+            self.last_reason = "fast_recovery"
+        elif min(t, bc) > f:
+            self.target_rate_bps += p.rpg_hai_rate_mbps * 1e6
+            self.last_reason = "hyper_increase"
+        else:
+            self.target_rate_bps += p.rpg_ai_rate_mbps * 1e6
+            self.last_reason = "additive_increase"
+        line = self.line_rate_bps
+        self.target_rate_bps = min(self.target_rate_bps, line)
+        self.current_rate_bps = min((self.target_rate_bps + self.current_rate_bps) / 2, line)
+        if line - self.current_rate_bps < max(self._min_rate_bps, 1.0):
+            # Back at line rate: the NIC releases the rate limiter.
+            self.current_rate_bps = self.target_rate_bps = line
+            self.active = False
+            self._next_increase_s = math.inf
+
+
+class NotificationPoint:
+    """Per-QP CNP pacing of a receiver."""
+
+    def __init__(self, params: DcqcnParams) -> None:
+        self._interval_s = params.min_time_between_cnps_us * 1e-6
+        self._last_cnp_s = -math.inf
+
+    def on_ce(self, *, now: float) -> bool:
+        """A CE-marked packet arrived; True when a CNP must be sent now."""
+        if now - self._last_cnp_s + 1e-12 < self._interval_s:
+            return False
+        self._last_cnp_s = now
+        return True
