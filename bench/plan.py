@@ -1,0 +1,183 @@
+"""Bench: plan a synthetic 1,000,000-node 16-rank trace; nodes/s and peak memory against loading it.
+
+Run from the repository root: `python -m bench.plan [--nodes N] [--ranks R] [--every K]`.
+The trace: per rank a dependency chain of 10 us compute nodes (each also waits for the node
+three back), every K-th node a 1 MiB collective (ALL_REDUCE and ALL_TO_ALL alternating) over all
+ranks. Planning (stream, match, decompose into flows, ideal fluid model on the default Clos) and
+loading with emulator.chakra.load_trace_set (the foundation's whole-set reader) each run in a
+fresh process so their peak resident memory is their own. Prints one JSON object per figure:
+  plan_nodes_per_s   (peer: load_trace_set nodes/s; ratio = plan/load, higher is better)
+  plan_peak_memory   (peer: load_trace_set peak; ratio = load/plan, higher is better)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ALL_REDUCE, ALL_TO_ALL = 0, 6
+
+
+def write_trace(prefix: Path, nodes_total: int, ranks: int, every: int) -> int:
+    from emulator.chakra import pb, write_trace_set
+    from emulator.workloads.nodes import metadata
+
+    per_rank = nodes_total // ranks
+    rank_sets = []
+    for _rank in range(ranks):
+        nodes = []
+        for i in range(per_rank):
+            node = pb.Node(id=i + 1, name=f"n{i}")
+            node.data_deps.extend(d + 1 for d in (i - 1, i - 3) if d >= 0)
+            if i % every == every - 1:
+                node.type = pb.COMM_COLL_NODE
+                for name, kind, value in (
+                    ("comm_type", "int64_val", ALL_REDUCE if (i // every) % 2 else ALL_TO_ALL),
+                    ("comm_size", "int64_val", 1 << 20),
+                    ("is_cpu_op", "bool_val", False),
+                ):
+                    attr = node.attr.add()
+                    attr.name = name
+                    setattr(attr, kind, value)
+            else:
+                node.type = pb.COMP_NODE
+                node.duration_micros = 10
+            nodes.append(node)
+        rank_sets.append((metadata("bench"), nodes))
+    write_trace_set(prefix, rank_sets)
+    return per_rank * ranks
+
+
+def _status_mib(field: str) -> float:
+    """VmRSS / VmHWM of this process image from /proc (ru_maxrss survives execve and would
+    report the parent's peak)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _current_rss_mib() -> float:
+    return _status_mib("VmRSS")
+
+
+def _rss_mib() -> float:
+    return _status_mib("VmHWM")
+
+
+def _plan_child(prefix: str, queue: Any) -> None:
+    from emulator.schedule.planner import plan_trace
+
+    base = _current_rss_mib()
+    start = time.perf_counter()
+    outcome = plan_trace(prefix)
+    elapsed = time.perf_counter() - start
+    result = outcome.result
+    queue.put(
+        {
+            "seconds": elapsed,
+            "peak_mib": _rss_mib() - base,
+            "nodes": result.nodes_completed,
+            "flows": result.flows_total,
+            "instances": len(result.instances),
+            "job_time_s": result.job_time_s,
+        }
+    )
+
+
+def _load_child(prefix: str, queue: Any) -> None:
+    from emulator.chakra import load_trace_set
+
+    base = _current_rss_mib()
+    start = time.perf_counter()
+    trace_set = load_trace_set(prefix)
+    elapsed = time.perf_counter() - start
+    nodes = sum(len(r.nodes) for r in trace_set.ranks)
+    queue.put({"seconds": elapsed, "peak_mib": _rss_mib() - base, "nodes": nodes})
+
+
+def _write_child(prefix: str, nodes: int, ranks: int, every: int, queue: Any) -> None:
+    queue.put(write_trace(Path(prefix), nodes, ranks, every))
+
+
+def _run_writer(prefix: Path, nodes: int, ranks: int, every: int) -> int:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_write_child, args=(str(prefix), nodes, ranks, every, queue))
+    process.start()
+    written: int = queue.get(timeout=3600)
+    process.join(timeout=60)
+    return written
+
+
+def _run(target: Any, prefix: str) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=target, args=(prefix, queue))
+    process.start()
+    out: dict[str, Any] = queue.get(timeout=3600)
+    process.join(timeout=60)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=1_000_000)
+    parser.add_argument("--ranks", type=int, default=16)
+    parser.add_argument("--every", type=int, default=125, help="one collective every K nodes")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-plan-") as folder:
+        prefix = Path(folder) / "synthetic"
+        start = time.perf_counter()
+        nodes = _run_writer(prefix, args.nodes, args.ranks, args.every)
+        print(f"wrote {nodes} nodes in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        load = _run(_load_child, str(prefix))
+        plan = _run(_plan_child, str(prefix))
+    assert plan["nodes"] == nodes == load["nodes"], (plan, load, nodes)
+    plan_rate = nodes / plan["seconds"]
+    load_rate = nodes / load["seconds"]
+    print(
+        f"planned {nodes} nodes, {plan['instances']} collectives, {plan['flows']} flows, "
+        f"ideal job time {plan['job_time_s']:.4g} s",
+        file=sys.stderr,
+    )
+    figures = [
+        {
+            "bench": "plan",
+            "metric": "plan_nodes_per_s (ratio: plan rate / load rate, higher is better)",
+            "value": round(plan_rate, 1),
+            "unit": "nodes/s",
+            "peer": "emulator.chakra.load_trace_set",
+            "peer_value": round(load_rate, 1),
+            "ratio": round(plan_rate / load_rate, 4),
+        },
+        {
+            "bench": "plan",
+            "metric": "plan_peak_memory (ratio: load peak / plan peak, higher is better)",
+            "value": round(plan["peak_mib"], 1),
+            "unit": "MiB",
+            "peer": "emulator.chakra.load_trace_set",
+            "peer_value": round(load["peak_mib"], 1),
+            "ratio": round(load["peak_mib"] / max(plan["peak_mib"], 0.1), 3),
+        },
+        {
+            "bench": "plan",
+            "metric": "plan_flows_per_s",
+            "value": round(plan["flows"] / plan["seconds"], 1),
+            "unit": "flows/s",
+        },
+    ]
+    for figure in figures:
+        print(json.dumps(figure))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Path functions for the ideal model: ranks -> links of the scenario's fabric.
+
+A Clos comes from fabrics.topology (same ECMP model as the fabric backends; rank r is host r);
+a DUT fabric is modelled as a non-blocking switch with each rank's link capped at max_rate_gbps.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from emulator.errors import PlanError
+from emulator.schedule.fluid import PathFn
+
+DEFAULT_LINK_GBPS = 100.0
+_MAX_HOSTS_PER_LEAF = 8
+
+
+def default_clos_spec(ranks: int, link_gbps: float = DEFAULT_LINK_GBPS) -> Any:
+    """A non-blocking two-tier Clos with at least `ranks` hosts: up to 8 hosts per leaf (at least
+    two leaves when ranks > 1) and as many spines as hosts per leaf, every link link_gbps."""
+    from fabrics.spec import ClosSpec
+
+    hosts_per_leaf = max(1, min(_MAX_HOSTS_PER_LEAF, math.ceil(ranks / 2)))
+    leaves = max(1, math.ceil(ranks / hosts_per_leaf))
+    return ClosSpec(
+        hosts_per_leaf=hosts_per_leaf,
+        leaves=leaves,
+        spines=hosts_per_leaf,
+        host_link_gbps=link_gbps,
+        fabric_link_gbps=link_gbps,
+    )
+
+
+def clos_path(spec: Any, ranks: int) -> PathFn:
+    from fabrics.topology import build_clos
+
+    topology = build_clos(spec)
+    hosts = topology.hosts
+    if len(hosts) < ranks:
+        raise PlanError(
+            f"fabric: the Clos has {len(hosts)} hosts but the trace has {ranks} ranks "
+            "(raise hosts_per_leaf, leaves or pods)"
+        )
+
+    def path(src: int, dst: int, sport: int) -> Sequence[tuple[Hashable, float]]:
+        return [(link.name, link.rate_bps) for link in topology.path(hosts[src], hosts[dst], sport)]
+
+    return path
+
+
+def star_path(rate_gbps: float) -> PathFn:
+    """Each rank's uplink and downlink at rate_gbps through an ideal switch."""
+    rate_bps = rate_gbps * 1e9
+
+    def path(src: int, dst: int, sport: int) -> Sequence[tuple[Hashable, float]]:
+        del sport
+        if src == dst:
+            return []
+        return [(("up", src), rate_bps), (("down", dst), rate_bps)]
+
+    return path
+
+
+def path_for_fabric(fabric: Any, ranks: int) -> PathFn:
+    from fabrics.spec import ClosSpec, DutSpec
+
+    if isinstance(fabric, ClosSpec):
+        return clos_path(fabric, ranks)
+    if isinstance(fabric, DutSpec):
+        if len(fabric.interfaces) < ranks:
+            raise PlanError(f"fabric: {len(fabric.interfaces)} DUT interfaces for {ranks} ranks")
+        return star_path(fabric.max_rate_gbps)
+    raise PlanError(f"fabric: no ideal-time model for {type(fabric).__name__}")
+
+
+def describe_fabric(fabric: Any) -> str:
+    """One line naming the fabric the ideal times were computed on."""
+    from fabrics.spec import ClosSpec, DutSpec
+
+    if isinstance(fabric, ClosSpec):
+        tiers = (
+            f"{fabric.pods} pods, {fabric.super_spines} super spines, " if fabric.pods > 1 else ""
+        )
+        return (
+            f"Clos: {tiers}{fabric.leaves} leaves x {fabric.hosts_per_leaf} hosts, "
+            f"{fabric.spines} spines, host links {fabric.host_link_gbps:g} Gb/s, fabric links "
+            f"{fabric.fabric_link_gbps:g} Gb/s"
+        )
+    if isinstance(fabric, DutSpec):
+        return f"DUT: ideal switch, {len(fabric.interfaces)} ports at {fabric.max_rate_gbps:g} Gb/s"
+    return type(fabric).__name__

@@ -1,0 +1,75 @@
+"""moe_mix: an MoE training step per iteration on every rank.
+
+attention compute -> All-to-All dispatch (expert-parallel group) -> expert compute -> All-to-All
+combine -> post compute -> All-Reduce of the gradients (data-parallel group). With overlap the
+next step starts right after the post compute, so step i's All-Reduce runs under step i+1's
+compute, dispatch and combine; step i+1's post compute (which needs the reduced gradients) waits
+for it, so at most one gradient All-Reduce is in flight, as in a real MoE step (and as in the
+Chakra paper's mixed study, section 5.3). Without overlap step i+1 starts after the All-Reduce.
+"""
+
+from __future__ import annotations
+
+from emulator.chakra import pb
+from emulator.workloads.nodes import NodeWriter, metadata
+from emulator.workloads.params import MoeMixParams
+
+ALL_REDUCE, ALL_TO_ALL = 0, 6  # CollectiveCommType
+
+
+def groups(params: MoeMixParams) -> tuple[dict[str, list[int]], list[str], list[str]]:
+    """Comm groups, and per rank its expert-parallel and data-parallel group ids."""
+    ep = params.expert_parallel_size
+    ep_count = params.ranks // ep
+    comm: dict[str, list[int]] = {}
+    ep_of, dp_of = [""] * params.ranks, [""] * params.ranks
+    for g in range(ep_count):
+        name = str(len(comm) + 1)
+        comm[name] = list(range(g * ep, (g + 1) * ep))
+        for r in comm[name]:
+            ep_of[r] = name
+    for position in range(ep):
+        name = str(len(comm) + 1)
+        comm[name] = list(range(position, params.ranks, ep))
+        for r in comm[name]:
+            dp_of[r] = name
+    return comm, ep_of, dp_of
+
+
+def build(
+    params: MoeMixParams,
+) -> tuple[list[tuple[pb.GlobalMetadata, list[pb.Node]]], dict[str, list[int]]]:
+    comm, ep_of, dp_of = groups(params)
+    ranks = []
+    for rank in range(params.ranks):
+        w = NodeWriter()
+        previous_post = previous_ar = 0
+        for i in range(params.iterations):
+            start_deps = [previous_post] if params.overlap else [previous_post, previous_ar]
+            attention = w.compute(f"attention_{i}", params.attention_compute_us, start_deps)
+            dispatch = w.collective(
+                f"alltoall_dispatch_{i}",
+                ALL_TO_ALL,
+                params.dispatch_bytes,
+                ep_of[rank],
+                [attention],
+            )
+            expert = w.compute(f"expert_{i}", params.expert_compute_us, [dispatch])
+            combine = w.collective(
+                f"alltoall_combine_{i}",
+                ALL_TO_ALL,
+                params.combine_size_bytes,
+                ep_of[rank],
+                [expert],
+            )
+            post_deps = [combine, previous_ar] if params.overlap else [combine]
+            previous_post = w.compute(f"post_{i}", params.post_compute_us, post_deps)
+            previous_ar = w.collective(
+                f"allreduce_grad_{i}",
+                ALL_REDUCE,
+                params.allreduce_bytes,
+                dp_of[rank],
+                [previous_post],
+            )
+        ranks.append((metadata("moe_mix"), w.nodes))
+    return ranks, comm
