@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 
-from emulator.errors import NotImplementedYet
+from emulator.errors import EXIT_OK, EnvironmentProblem
 
 HELP = (
     "Release what a killed run left behind (namespaces, links, qdiscs, BPF), from its state file."
@@ -12,8 +14,41 @@ HELP = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    del parser
+    parser.add_argument("--json", action="store_true", help="print what was removed as JSON")
 
 
 def main(args: argparse.Namespace) -> int:
-    raise NotImplementedYet("`emulate clean` is not yet implemented (tracked in issue #5)")
+    from fabrics.ownership import load_state, owner_alive, release_resources, state_path
+
+    path = state_path()
+    state = load_state(path)
+    if state is None:
+        _report(args, [], f"nothing to clean: no state file at {path}")
+        return EXIT_OK
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("`emulate clean` needs root (it deletes namespaces and qdiscs)")
+    pid = int(state.get("pid", 0))
+    if pid != os.getpid() and owner_alive(state):
+        raise EnvironmentProblem(
+            f"the {state.get('owner', '?')} fabric in {path} belongs to running pid {pid}; "
+            "stop that run (Ctrl-C) and it releases its own resources"
+        )
+    removed, remaining = release_resources(list(state.get("resources", [])))
+    if remaining:
+        state["resources"] = remaining
+        path.write_text(json.dumps(state))
+        raise EnvironmentProblem(
+            f"removed {len(removed)} resources but {len(remaining)} remain (listed in {path})"
+        )
+    path.unlink(missing_ok=True)
+    _report(args, removed, f"removed {len(removed)} resources left by pid {pid} ({path})")
+    return EXIT_OK
+
+
+def _report(args: argparse.Namespace, removed: list[str], summary: str) -> None:
+    if args.json:
+        print(json.dumps({"removed": removed, "summary": summary}))
+        return
+    for item in removed:
+        print(f"removed {item}")
+    print(summary)

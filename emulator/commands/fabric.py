@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
+import signal
+import sys
+import types
+from typing import TYPE_CHECKING
 
-from emulator.errors import NotImplementedYet
+from emulator.errors import EXIT_OK, ScenarioError
+
+if TYPE_CHECKING:
+    from fabrics.spec import ClosSpec, DutSpec
 
 HELP = "Bring a scenario's fabric up and hold it (Mininet CLI) for poking at by hand."
 
@@ -15,7 +23,116 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-cli", action="store_true", help="hold until Ctrl-C instead of the Mininet CLI"
     )
+    parser.add_argument(
+        "--time-dilation",
+        type=float,
+        metavar="TDF",
+        help="link rates divided by TDF, delays multiplied (default: the scenario's run."
+        "time_dilation, or 1 when that is auto)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the fabric's layout as JSON")
+
+
+def _interrupt(signum: int, frame: types.FrameType | None) -> None:
+    del signum, frame
+    raise KeyboardInterrupt
 
 
 def main(args: argparse.Namespace) -> int:
-    raise NotImplementedYet("`emulate fabric` is not yet implemented (tracked in issue #5)")
+    from emulator.scenario import load_scenario
+    from fabrics.netns import check_root
+
+    scenario = load_scenario(args.scenario)
+    check_root()
+    tdf = args.time_dilation
+    if tdf is None:
+        value = scenario.run.time_dilation
+        tdf = float(value) if isinstance(value, int | float) else 1.0
+    if tdf < 1:
+        raise ScenarioError(f"--time-dilation: {tdf:g} must be at least 1")
+    # SIGTERM tears down like Ctrl-C: the finally blocks below release every resource.
+    signal.signal(signal.SIGTERM, _interrupt)
+    from fabrics.spec import ClosSpec, DutSpec
+
+    spec = scenario.fabric
+    if isinstance(spec, DutSpec):
+        return _hold_dut(args, spec)
+    if isinstance(spec, ClosSpec):
+        return _hold_clos(args, spec, tdf)
+    raise ScenarioError(f"{args.scenario}: fabric: {type(spec).__name__} cannot be brought up")
+
+
+def _say(msg: str) -> None:
+    print(f"emulate fabric: {msg}", file=sys.stderr, flush=True)
+
+
+def _hold_clos(args: argparse.Namespace, spec: ClosSpec, tdf: float) -> int:
+    from fabrics.netns import bring_up
+    from fabrics.shell import FabricShell
+    from fabrics.topology import build_clos
+
+    try:
+        topo = build_clos(spec)
+    except ValueError as exc:
+        raise ScenarioError(f"{args.scenario}: fabric: {exc}") from None
+    _say(f"bringing up {len(topo.hosts)} hosts, {len(topo.routers)} routers, TDF {tdf:g}")
+    live = bring_up(
+        topo,
+        rate_scale=1 / tdf,
+        delay_scale=tdf,
+        marker=spec.marker,
+        progress=_say,
+    )
+    try:
+        layout = {
+            **live.metadata(),
+            "ranks": [
+                {
+                    "rank": r,
+                    "host": h,
+                    "netns": live.netns_of(h),
+                    "address": str(topo.host_address(h)),
+                }
+                for r, h in enumerate(topo.hosts)
+            ],
+        }
+        if args.json:
+            print(json.dumps(layout), flush=True)
+        else:
+            for rank in layout["ranks"]:
+                print(
+                    f"rank {rank['rank']:4} {rank['host']:6} {rank['netns']:20} {rank['address']}"
+                )
+        if args.no_cli:
+            _say("up; Ctrl-C tears it down")
+            while True:
+                signal.pause()
+        else:
+            FabricShell(live).cmdloop()
+    finally:
+        removed = live.close()
+        _say(f"torn down ({len(removed)} resources released)")
+    return EXIT_OK
+
+
+def _hold_dut(args: argparse.Namespace, spec: DutSpec) -> int:
+    from fabrics.dut import bring_up_dut
+
+    live = bring_up_dut(spec)
+    try:
+        ranks = [
+            {"rank": r, "netns": live.rank_netns(r), "address": live.rank_address(r)}
+            for r in range(live.ranks)
+        ]
+        if args.json:
+            print(json.dumps({**live.metadata(), "ranks": ranks}), flush=True)
+        else:
+            for rank in ranks:
+                print(f"rank {rank['rank']:4} {rank['netns'] or '(root)':20} {rank['address']}")
+        _say("ranks bound; Ctrl-C releases them")
+        while True:
+            signal.pause()
+    finally:
+        removed = live.close()
+        _say(f"released ({len(removed)} resources)")
+    return EXIT_OK

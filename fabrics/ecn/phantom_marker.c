@@ -23,7 +23,7 @@ struct marker_params {
 	__u64 kmax_bytes;
 	__u64 buffer_bytes;           /* phantom queue capacity; arrivals beyond it count as overflows */
 	__u32 pmax_u32;               /* Pmax scaled so that 2^32 - 1 is 1.0 */
-	__u32 enabled;                /* 0: count only, never mark */
+	__u32 enabled;                /* 0: not configured yet, count only */
 };
 
 struct marker_state {
@@ -82,13 +82,21 @@ int phantom_marker(struct __sk_buff *skb)
 	int mark = 0;
 
 	bpf_spin_lock(&s->lock);
+	s->bytes += len;
+	s->packets++;
+	s->ect_packets += ect;
+	if (!p->enabled) {
+		/* Not configured yet (params are written right after attach): count only. */
+		bpf_spin_unlock(&s->lock);
+		return TC_ACT_OK;
+	}
 	__u64 elapsed = now - s->last_ns;
 	if (elapsed > MAX_ELAPSED_NS)
 		elapsed = MAX_ELAPSED_NS;
 	__u64 drained = (elapsed * p->drain_bytes_per_ns_q24) >> 24;
 	__u64 q = s->queue_bytes > drained ? s->queue_bytes - drained : 0;
 	s->last_ns = now;
-	if (ect && p->enabled) {
+	if (ect) {
 		if (q >= p->kmax_bytes) {
 			mark = 1;
 		} else if (q > p->kmin_bytes) {
@@ -104,9 +112,6 @@ int phantom_marker(struct __sk_buff *skb)
 	s->queue_bytes = q;
 	if (q > s->peak_queue_bytes)
 		s->peak_queue_bytes = q;
-	s->bytes += len;
-	s->packets++;
-	s->ect_packets += ect;
 	s->marks += mark;
 	bpf_spin_unlock(&s->lock);
 

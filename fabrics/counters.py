@@ -1,0 +1,75 @@
+"""Per switch-port counters, readable at any time during a run (collectors sample them).
+
+Bytes, packets, drops and the real queue backlog come from the port's root HTB qdisc (`tc -s -j`,
+one process per namespace); ECN marks and the current and peak phantom queue come from the
+marker (eBPF maps read through bpf(2), or RED's `marked`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from fabrics.iproute import run, tc
+from fabrics.netns import LiveFabric
+from fabrics.queues import LEAF_HANDLE, ROOT_HANDLE
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    node: str
+    dev: str
+    tx_bytes: int
+    tx_packets: int
+    drops: int
+    backlog_bytes: int
+    ecn_marks: int
+    phantom_queue_bytes: int | None
+    peak_phantom_queue_bytes: int | None
+    phantom_overflows: int | None
+
+
+def _qdisc_stats(netns: str) -> dict[str, dict[str, Any]]:
+    """dev -> {"root": root qdisc stats, "leaf": leaf qdisc stats}."""
+    out: dict[str, dict[str, Any]] = {}
+    for q in json.loads(run(tc("-s", "-j", "qdisc", "show", netns=netns)) or "[]"):
+        dev = q.get("dev")
+        if dev is None:
+            continue
+        if q.get("root") and q.get("handle") == ROOT_HANDLE:
+            out.setdefault(dev, {})["root"] = q
+        elif q.get("handle") == LEAF_HANDLE:
+            out.setdefault(dev, {})["leaf"] = q
+    return out
+
+
+def read_port_counters(
+    live: LiveFabric, nodes: Iterable[str] | None = None
+) -> dict[tuple[str, str], PortCounters]:
+    """Counters of every egress port of `nodes` (default: every switch), keyed by (node, dev)."""
+    wanted = set(nodes) if nodes is not None else set(live.topology.routers)
+    by_ns: dict[str, dict[str, dict[str, Any]]] = {}
+    out: dict[tuple[str, str], PortCounters] = {}
+    for port in live.ports:
+        if port.node not in wanted:
+            continue
+        if port.netns not in by_ns:
+            by_ns[port.netns] = _qdisc_stats(port.netns)
+        stats = by_ns[port.netns].get(port.dev, {})
+        root = stats.get("root", {})
+        marks = live.marker.read(port, stats)
+        out[(port.node, port.dev)] = PortCounters(
+            node=port.node,
+            dev=port.dev,
+            tx_bytes=int(root.get("bytes", 0)),
+            tx_packets=int(root.get("packets", 0)),
+            drops=int(root.get("drops", 0)),
+            backlog_bytes=int(root.get("backlog", 0)),
+            ecn_marks=marks.marks if marks else 0,
+            phantom_queue_bytes=marks.queue_bytes if marks else None,
+            peak_phantom_queue_bytes=marks.peak_queue_bytes if marks else None,
+            phantom_overflows=marks.overflows if marks else None,
+        )
+    return out

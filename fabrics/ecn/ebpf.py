@@ -1,0 +1,208 @@
+"""The eBPF phantom-queue marker: compile (cached), attach at tc clsact egress, parameters, counters.
+
+Used where the kernel has no tc RED (DESIGN.md, "Fabric on this kind of kernel"). Each port gets
+its own program instance and maps (tc loads the object once per filter), so a port's parameters
+and counters live in that port's `params` and `state` maps; struct layouts mirror
+phantom_marker.c.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from emulator.errors import EnvironmentProblem
+from fabrics.ecn.bpf_syscall import BpfMap
+from fabrics.iproute import Cmd, run, tc
+
+SOURCE = Path(__file__).with_name("phantom_marker.c")
+SECTION = "tc"
+PROG_NAME = "phantom_marker"
+# struct marker_params: u64 drain_bytes_per_ns_q24, kmin, kmax, buffer; u32 pmax_u32, enabled
+PARAMS = struct.Struct("=QQQQII")
+# struct marker_state: spin lock u32, pad u32, then 8 x u64 (see phantom_marker.c)
+STATE = struct.Struct("=II8Q")
+KEY0 = struct.pack("=I", 0)
+
+
+@dataclass(frozen=True)
+class MarkerParams:
+    rate_bps: float
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax: float
+    buffer_bytes: int
+    enabled: bool = True
+
+    def pack(self) -> bytes:
+        drain_q24 = round(self.rate_bps / 8 / 1e9 * (1 << 24))
+        pmax_u32 = min(round(self.pmax * 0xFFFFFFFF), 0xFFFFFFFF)
+        return PARAMS.pack(
+            max(drain_q24, 1),
+            self.kmin_bytes,
+            self.kmax_bytes,
+            self.buffer_bytes,
+            pmax_u32,
+            int(self.enabled),
+        )
+
+
+@dataclass(frozen=True)
+class MarkerState:
+    """Counters of one port's marker since attach (queue values are the phantom queue's).
+    `queue_bytes` is the queue as the last packet left it; `queue_bytes_at` drains it to now."""
+
+    last_ns: int
+    queue_bytes: int
+    peak_queue_bytes: int
+    tx_bytes: int
+    packets: int
+    ect_packets: int
+    marks: int
+    overflows: int
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> MarkerState:
+        _, _, _last_ns, queue, peak, nbytes, packets, ect, marks, overflows = STATE.unpack(raw)
+        return cls(_last_ns, queue, peak, nbytes, packets, ect, marks, overflows)
+
+    def queue_bytes_at(self, now_ns: int, rate_bps: float) -> int:
+        """The phantom queue drained to `now_ns` (bpf_ktime_get_ns is CLOCK_MONOTONIC, which
+        time.monotonic_ns() reads too)."""
+        drained = max(0, now_ns - self.last_ns) * rate_bps / 8e9
+        return max(0, int(self.queue_bytes - drained))
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "chakra-emulator" / "bpf"
+
+
+def _multiarch_include() -> list[str]:
+    # Debian keeps asm/types.h under the multiarch triplet; -target bpf does not add it.
+    triplet = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}.get(platform.machine())
+    path = Path("/usr/include") / triplet if triplet else None
+    return [f"-I{path}"] if path and path.is_dir() else []
+
+
+def compiled_object() -> Path:
+    """The marker object, compiled with clang at first use and cached by source hash."""
+    source = SOURCE.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    target = cache_dir() / f"phantom_marker-{digest}.o"
+    if target.exists():
+        return target
+    clang = shutil.which("clang")
+    if clang is None:
+        raise EnvironmentProblem("the eBPF ECN marker needs clang (Debian package clang)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    argv = [
+        clang,
+        "-O2",
+        "-g",
+        "-target",
+        "bpf",
+        *_multiarch_include(),
+        "-c",
+        str(SOURCE),
+        "-o",
+        str(tmp),
+    ]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise EnvironmentProblem(f"compiling {SOURCE} failed: {proc.stderr.strip()}")
+    tmp.replace(target)
+    return target
+
+
+def attach_commands(netns: str, dev: str, obj: Path) -> list[Cmd]:
+    return [
+        tc("qdisc", "add", "dev", dev, "clsact", netns=netns),
+        tc(
+            "filter",
+            "add",
+            "dev",
+            dev,
+            "egress",
+            "bpf",
+            "da",
+            "obj",
+            str(obj),
+            "sec",
+            SECTION,
+            netns=netns,
+        ),
+    ]
+
+
+@dataclass(frozen=True)
+class PortMaps:
+    prog_id: int
+    params_map_id: int
+    state_map_id: int
+
+
+def discover(netns: str) -> dict[str, int]:
+    """Interface name -> id of the marker program attached at its egress, in one namespace."""
+    out = run(Cmd("bpftool", ("-j", "net", "show"), netns))
+    found: dict[str, int] = {}
+    for section in json.loads(out or "[]"):
+        for entry in section.get("tc", []):
+            if entry.get("kind") == "clsact/egress":
+                found[entry["devname"]] = int(entry["id"])
+    return found
+
+
+def maps_of(prog_ids: list[int]) -> dict[int, PortMaps]:
+    """Program id -> its params/state map ids (one bpftool call for all programs)."""
+    progs = json.loads(run(Cmd("bpftool", ("-j", "prog", "show"))) or "[]")
+    maps = json.loads(run(Cmd("bpftool", ("-j", "map", "show"))) or "[]")
+    name_of = {m["id"]: m.get("name", "") for m in maps}
+    wanted = set(prog_ids)
+    out: dict[int, PortMaps] = {}
+    for prog in progs:
+        if prog["id"] in wanted:
+            ids = {name_of.get(i): i for i in prog.get("map_ids", [])}
+            if "params" not in ids or "state" not in ids:
+                raise EnvironmentProblem(f"marker program {prog['id']} lacks its params/state maps")
+            out[prog["id"]] = PortMaps(prog["id"], ids["params"], ids["state"])
+    missing = wanted - set(out)
+    if missing:
+        raise EnvironmentProblem(f"marker programs {sorted(missing)} vanished after attach")
+    return out
+
+
+def write_params(maps: PortMaps, params: MarkerParams) -> None:
+    m = BpfMap(maps.params_map_id)
+    try:
+        m.update(KEY0, params.pack())
+    finally:
+        m.close()
+
+
+def read_state(maps: PortMaps) -> MarkerState:
+    m = BpfMap(maps.state_map_id)
+    try:
+        return MarkerState.unpack(m.lookup(KEY0, STATE.size, lock=True))
+    finally:
+        m.close()
+
+
+def loaded_prog_ids() -> set[int]:
+    progs = json.loads(run(Cmd("bpftool", ("-j", "prog", "show"))) or "[]")
+    return {int(p["id"]) for p in progs}
+
+
+def prog_tags(prog_ids: list[int]) -> dict[int, str]:
+    progs = json.loads(run(Cmd("bpftool", ("-j", "prog", "show"))) or "[]")
+    wanted = set(prog_ids)
+    return {int(p["id"]): str(p.get("tag")) for p in progs if p["id"] in wanted}

@@ -1,0 +1,220 @@
+"""Switch ECN markers, a registry: tc RED where the kernel has it, the eBPF phantom queue, or none.
+
+`auto` picks RED when a probe shows the kernel has it, else eBPF; the chosen name is reported in
+the live fabric (and so in the run's metadata).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from emulator.errors import EnvironmentProblem, ScenarioError
+from fabrics.ecn import ebpf
+from fabrics.iproute import Cmd, run, tc
+from fabrics.queues import EgressPort, drop_tail
+
+Resource = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MarkCounters:
+    marks: int
+    queue_bytes: int | None = None
+    peak_queue_bytes: int | None = None
+    overflows: int | None = None
+
+
+class Marker(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def leaf_qdisc(self, port: EgressPort) -> tuple[str, ...]:
+        """The qdisc under the port's HTB class."""
+
+    def attach(self, port: EgressPort) -> tuple[list[Cmd], list[Resource]]:
+        """Extra commands on a marking port, and the resources they create."""
+        del port
+        return [], []
+
+    def configure(
+        self, ports: list[EgressPort], record: Callable[[list[Resource]], None] | None = None
+    ) -> list[Resource]:
+        """After attach: find what was loaded (passed to `record` as soon as known, so the
+        ledger has it before anything else can fail), then write parameters. Returns the
+        resources found (BPF programs)."""
+        del ports, record
+        return []
+
+    def read(self, port: EgressPort, tc_stats: dict[str, Any]) -> MarkCounters | None:
+        del port, tc_stats
+        return None
+
+
+class NoMarker(Marker):
+    name = "none"
+
+    def leaf_qdisc(self, port: EgressPort) -> tuple[str, ...]:
+        return drop_tail(port)
+
+
+class RedMarker(Marker):
+    """tc RED with ecn: marks with probability rising to Pmax between min and max (Kmin, Kmax) and
+    marks every ECT packet above max (sch_red.c, red_use_ecn without harddrop)."""
+
+    name = "red"
+    AVPKT_BYTES = 1000
+
+    def leaf_qdisc(self, port: EgressPort) -> tuple[str, ...]:
+        if port.ecn is None:
+            return drop_tail(port)
+        e = port.ecn
+        # burst (in avpkt) sets RED's averaging weight; Kmin/avpkt + 1 is tc-red(8)'s rule of thumb.
+        burst = e.kmin_bytes // self.AVPKT_BYTES + 1
+        return (
+            "red",
+            "limit",
+            str(port.buffer_bytes),
+            "min",
+            str(e.kmin_bytes),
+            "max",
+            str(e.kmax_bytes),
+            "avpkt",
+            str(self.AVPKT_BYTES),
+            "burst",
+            str(burst),
+            "probability",
+            f"{e.pmax:g}",
+            "bandwidth",
+            f"{round(port.rate_bps)}bit",
+            "ecn",
+        )
+
+    def read(self, port: EgressPort, tc_stats: dict[str, Any]) -> MarkCounters | None:
+        leaf = tc_stats.get("leaf", {})
+        if leaf.get("kind") != "red":
+            return None
+        return MarkCounters(
+            marks=int(leaf.get("marked", 0)), queue_bytes=int(leaf.get("backlog", 0))
+        )
+
+
+class EbpfMarker(Marker):
+    name = "ebpf"
+
+    def __init__(self) -> None:
+        self.obj = ebpf.compiled_object()
+        self.maps: dict[tuple[str, str], ebpf.PortMaps] = {}
+
+    def leaf_qdisc(self, port: EgressPort) -> tuple[str, ...]:
+        return drop_tail(port)
+
+    def attach(self, port: EgressPort) -> tuple[list[Cmd], list[Resource]]:
+        if port.ecn is None:
+            return [], []
+        res = {"kind": "qdisc", "netns": port.netns, "dev": port.dev, "parent": "clsact"}
+        return ebpf.attach_commands(port.netns, port.dev, self.obj), [res]
+
+    def configure(
+        self, ports: list[EgressPort], record: Callable[[list[Resource]], None] | None = None
+    ) -> list[Resource]:
+        marking = [p for p in ports if p.ecn is not None]
+        by_ns: dict[str, list[EgressPort]] = {}
+        for p in marking:
+            by_ns.setdefault(p.netns, []).append(p)
+        prog_of: dict[tuple[str, str], int] = {}
+        for ns, group in by_ns.items():
+            found = ebpf.discover(ns)
+            for p in group:
+                if p.dev not in found:
+                    raise EnvironmentProblem(f"no marker program on {p.dev} in {ns} after attach")
+                prog_of[(ns, p.dev)] = found[p.dev]
+        maps = ebpf.maps_of(list(prog_of.values()))
+        tags = ebpf.prog_tags(list(prog_of.values()))
+        resources: list[Resource] = []
+        for p in marking:
+            m = maps[prog_of[(p.netns, p.dev)]]
+            self.maps[(p.netns, p.dev)] = m
+            resources.append(
+                {
+                    "kind": "bpf_prog",
+                    "netns": p.netns,
+                    "dev": p.dev,
+                    "id": m.prog_id,
+                    "tag": tags[m.prog_id],
+                }
+            )
+        if record is not None:
+            record(resources)
+        for p in marking:
+            assert p.ecn is not None
+            params = ebpf.MarkerParams(
+                p.rate_bps, p.ecn.kmin_bytes, p.ecn.kmax_bytes, p.ecn.pmax, p.buffer_bytes
+            )
+            ebpf.write_params(self.maps[(p.netns, p.dev)], params)
+        return resources
+
+    def read(self, port: EgressPort, tc_stats: dict[str, Any]) -> MarkCounters | None:
+        del tc_stats
+        maps = self.maps.get((port.netns, port.dev))
+        if maps is None:
+            return None
+        s = ebpf.read_state(maps)
+        now_queue = s.queue_bytes_at(time.monotonic_ns(), port.rate_bps)
+        return MarkCounters(s.marks, now_queue, s.peak_queue_bytes, s.overflows)
+
+
+MARKERS: dict[str, Callable[[], Marker]] = {"red": RedMarker, "ebpf": EbpfMarker, "none": NoMarker}
+
+
+def qdisc_kind_available(kind_args: tuple[str, ...], probe_netns: str) -> bool:
+    """Try the qdisc on the probe namespace's loopback: the only reliable test (it may be a
+    module, built in, or absent, and tc's error for absent is 'Specified qdisc kind is unknown')."""
+    try:
+        run(tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", *kind_args, netns=probe_netns))
+    except EnvironmentProblem:
+        return False
+    run(tc("qdisc", "del", "dev", "lo", "root", netns=probe_netns))
+    return True
+
+
+RED_PROBE = (
+    "red",
+    "limit",
+    "400000",
+    "min",
+    "30000",
+    "max",
+    "90000",
+    "avpkt",
+    "1000",
+    "burst",
+    "55",
+    "probability",
+    "0.1",
+    "bandwidth",
+    "10mbit",
+    "ecn",
+)
+NETEM_PROBE = ("netem", "delay", "1ms")
+
+
+def choose_marker(requested: str, probe_netns: str) -> Marker:
+    """The marker for a `marker:` value; refuses `red` on a kernel without RED."""
+    if requested not in ("auto", *MARKERS):
+        raise ScenarioError(
+            f"fabric.marker: unknown marker {requested!r} (known: auto, {', '.join(MARKERS)})"
+        )
+    if requested in ("auto", "red"):
+        if qdisc_kind_available(RED_PROBE, probe_netns):
+            return RedMarker()
+        if requested == "red":
+            raise EnvironmentProblem(
+                "fabric.marker: red asked but this kernel has no RED qdisc (sch_red); "
+                "use marker: ebpf (or auto)"
+            )
+        return EbpfMarker()
+    return MARKERS[requested]()

@@ -1,0 +1,100 @@
+"""Egress queues as data: HTB at the (time-dilated) link rate with a drop-tail leaf on every port.
+
+Mininet's TCLink ignores rates above 1000 Mb/s and hard-codes RED, so tc is configured here
+directly (DESIGN.md pitfalls). A marker may replace the leaf qdisc (tc RED) or add a clsact
+program (eBPF); link delay, when asked, is a netem leaf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fabrics.iproute import Cmd, tc
+
+ETH_HEADER_BYTES = 14
+ROOT_HANDLE = "1:"
+CLASS_ID = "1:1"
+LEAF_HANDLE = "10:"
+# HTB needs a burst of at least the bytes the link sends between two timer runs, or it falls
+# short of its rate; 100 us of line rate covers the timer slack measured on small VMs.
+HTB_BURST_S = 100e-6
+
+
+@dataclass(frozen=True)
+class EcnThresholds:
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax: float
+
+
+@dataclass(frozen=True)
+class EgressPort:
+    """One interface's egress queue, with the rate and delay already scaled by the TDF."""
+
+    node: str
+    netns: str
+    dev: str
+    rate_bps: float
+    buffer_bytes: int
+    mtu_bytes: int
+    delay_s: float
+    ecn: EcnThresholds | None  # None: host NIC, or marking disabled on this tier
+
+    @property
+    def burst_bytes(self) -> int:
+        return max(2 * (self.mtu_bytes + ETH_HEADER_BYTES), int(self.rate_bps / 8 * HTB_BURST_S))
+
+
+def htb_commands(port: EgressPort, leaf: tuple[str, ...]) -> list[Cmd]:
+    """Root HTB, one class at the link rate, and `leaf` (qdisc kind and args) under it."""
+    rate = f"{round(port.rate_bps)}bit"
+    quantum = str(port.mtu_bytes + ETH_HEADER_BYTES)
+    burst = f"{port.burst_bytes}b"
+    ns, dev = port.netns, port.dev
+    return [
+        tc(
+            "qdisc",
+            "add",
+            "dev",
+            dev,
+            "root",
+            "handle",
+            ROOT_HANDLE,
+            "htb",
+            "default",
+            "1",
+            netns=ns,
+        ),
+        tc(
+            "class",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            ROOT_HANDLE,
+            "classid",
+            CLASS_ID,
+            "htb",
+            "rate",
+            rate,
+            "ceil",
+            rate,
+            "burst",
+            burst,
+            "cburst",
+            burst,
+            "quantum",
+            quantum,
+            netns=ns,
+        ),
+        tc("qdisc", "add", "dev", dev, "parent", CLASS_ID, "handle", LEAF_HANDLE, *leaf, netns=ns),
+    ]
+
+
+def drop_tail(port: EgressPort) -> tuple[str, ...]:
+    return ("bfifo", "limit", str(port.buffer_bytes))
+
+
+def netem_delay(port: EgressPort) -> tuple[str, ...]:
+    packets = max(1, port.buffer_bytes // (port.mtu_bytes + ETH_HEADER_BYTES))
+    return ("netem", "delay", f"{round(port.delay_s * 1e6)}us", "limit", str(packets))

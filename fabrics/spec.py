@@ -1,0 +1,255 @@
+"""The `fabric:` scenario section: a Clos of Linux routers (`clos`) or real NICs toward a DUT (`dut`).
+
+YAML `fabric: {kind: clos, ...}` picks the class from FABRIC_SPECS by `kind`. Rates and delays are
+the TARGET fabric's; the backend divides rates and multiplies delays by the run's time dilation
+factor. Queue sizes and ECN thresholds are bytes and are not scaled (DESIGN.md, "Time dilation").
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from emulator.config import param
+
+HPCC_SOURCE = (
+    "HPCC simulator configs (alibaba-edu/High-Precision-Congestion-Control, mix/config.txt "
+    "KMIN_MAP/KMAX_MAP/PMAX_MAP): 100/400 KB at 25G, 400/1600 KB at 100G, 800/3200 KB at 400G, "
+    "Pmax 0.2"
+)
+
+# (link Gb/s, Kmin bytes, Kmax bytes) from the HPCC production thresholds.
+HPCC_ECN_THRESHOLDS: tuple[tuple[float, int, int], ...] = (
+    (25.0, 100_000, 400_000),
+    (100.0, 400_000, 1_600_000),
+    (400.0, 800_000, 3_200_000),
+)
+
+MarkerName = Literal["auto", "red", "ebpf", "none"]
+
+
+def hpcc_thresholds_bytes(link_gbps: float) -> tuple[int, int]:
+    """Kmin/Kmax for a link speed: the HPCC row whose speed is nearest on a log scale."""
+    row = min(HPCC_ECN_THRESHOLDS, key=lambda r: abs(math.log(r[0] / link_gbps)))
+    return row[1], row[2]
+
+
+@dataclass(frozen=True)
+class EcnSpec:
+    """DCQCN switch marking (CP): 0 below Kmin, linear to Pmax at Kmax, 1 above Kmax."""
+
+    kmin_bytes: int | None = param(
+        None,
+        doc="queue length where marking starts; default: HPCC threshold for the port's speed",
+        unit="bytes",
+        source=HPCC_SOURCE,
+        min=0,
+    )
+    kmax_bytes: int | None = param(
+        None,
+        doc="queue length where marking reaches Pmax; default: HPCC threshold for the port's speed",
+        unit="bytes",
+        source=HPCC_SOURCE,
+        min=1,
+    )
+    pmax: float = param(0.2, doc="marking probability at Kmax", source=HPCC_SOURCE, min=0, max=1)
+    enabled: bool = param(True, doc="mark at all on this tier")
+
+    def __post_init__(self) -> None:
+        if (
+            self.kmin_bytes is not None
+            and self.kmax_bytes is not None
+            and self.kmin_bytes >= self.kmax_bytes
+        ):
+            raise ValueError(
+                f"kmin_bytes: {self.kmin_bytes} must be below kmax_bytes {self.kmax_bytes}"
+            )
+
+    def thresholds_bytes(self, link_gbps: float) -> tuple[int, int]:
+        """(Kmin, Kmax) for a port of this speed, filling defaults from the HPCC table."""
+        kmin, kmax = hpcc_thresholds_bytes(link_gbps)
+        kmin = self.kmin_bytes if self.kmin_bytes is not None else kmin
+        kmax = self.kmax_bytes if self.kmax_bytes is not None else kmax
+        if kmin >= kmax:
+            # Only one of the two was given and it crosses the default of the other.
+            raise ValueError(f"kmin_bytes: {kmin} must be below kmax_bytes {kmax}")
+        return kmin, kmax
+
+
+@dataclass(frozen=True)
+class TierSpec:
+    """Per switch tier (leaf, spine, super spine): egress buffer and ECN marking."""
+
+    buffer_bytes: int | None = param(
+        None,
+        doc="egress queue limit per port (drop tail); default: twice the port's Kmax, so the "
+        "marking ramp fits before the first drop",
+        unit="bytes",
+        min=1500,
+    )
+    ecn: EcnSpec = field(default_factory=EcnSpec)
+
+    def buffer_for(self, link_gbps: float) -> int:
+        if self.buffer_bytes is not None:
+            return self.buffer_bytes
+        return 2 * self.ecn.thresholds_bytes(link_gbps)[1]
+
+
+@dataclass(frozen=True)
+class ClosSpec:
+    """A two-tier leaf/spine Clos (or three tiers: pods joined by super spines) of Linux routers."""
+
+    hosts_per_leaf: int = param(4, doc="hosts (ranks) under each leaf", min=1, max=127)
+    leaves: int = param(4, doc="leaves per pod", min=1, max=1024)
+    spines: int = param(
+        2, doc="spines per pod, each linked to every leaf of its pod", min=1, max=256
+    )
+    pods: int = param(1, doc="pods; more than one needs super_spines (third tier)", min=1, max=256)
+    super_spines: int = param(
+        0, doc="third-tier switches, each linked to every spine of every pod", min=0, max=256
+    )
+    host_link_gbps: float = param(
+        400.0,
+        doc="host NIC link rate of the target fabric",
+        unit="Gb/s",
+        source="Chakra paper section 5.3: 400G Clos",
+        min=0.0,
+        min_exclusive=True,
+    )
+    fabric_link_gbps: float = param(
+        400.0,
+        doc="leaf-spine (and spine-super spine) link rate of the target fabric",
+        unit="Gb/s",
+        min=0.0,
+        min_exclusive=True,
+    )
+    oversubscription: float | None = param(
+        None,
+        doc="leaf downlink/uplink capacity ratio; derived when omitted, checked when given",
+        min=0.0,
+        min_exclusive=True,
+    )
+    parallel_links: int = param(1, doc="links between each connected switch pair", min=1, max=16)
+    mtu_bytes: int = param(
+        9000,
+        doc="interface MTU; a 4096-byte RoCE path MTU needs more than 1500",
+        unit="bytes",
+        source="DESIGN.md: path MTU 4096 needs the fabric's interface MTU raised (use 9000)",
+        min=576,
+        max=9000,
+    )
+    host_buffer_bytes: int = param(
+        4_194_304, doc="host NIC egress queue limit (drop tail)", unit="bytes", min=1500
+    )
+    link_delay_us: float = param(
+        0.0,
+        doc="one-way propagation delay per link (needs netem in the kernel)",
+        unit="us",
+        min=0.0,
+    )
+    ecmp_hash_seed: int = param(
+        1,
+        doc="net.ipv4.fib_multipath_hash_seed on every router: a fixed seed makes ECMP paths "
+        "repeatable and predictable (fabrics/ecmp.py); 0 lets the kernel pick a random one",
+        min=0,
+        max=0xFFFFFFFF,
+    )
+    marker: MarkerName = param(
+        "auto",
+        doc="switch ECN marker: red (tc RED), ebpf (phantom queue), none; auto: red, else ebpf",
+    )
+    leaf: TierSpec = field(default_factory=TierSpec)
+    spine: TierSpec = field(default_factory=TierSpec)
+    super_spine: TierSpec = field(default_factory=TierSpec)
+
+    def __post_init__(self) -> None:
+        if self.pods > 1 and self.super_spines == 0:
+            raise ValueError(f"super_spines: {self.pods} pods need at least one super spine")
+        if self.pods == 1 and self.super_spines > 0:
+            raise ValueError("super_spines: a third tier needs pods > 1")
+        if self.oversubscription is not None:
+            derived = self.derived_oversubscription
+            if not math.isclose(self.oversubscription, derived, rel_tol=0.01):
+                raise ValueError(
+                    f"oversubscription: {self.oversubscription:g} does not match the topology "
+                    f"({self.hosts_per_leaf} x {self.host_link_gbps:g} Gb/s down, "
+                    f"{self.spines * self.parallel_links} x {self.fabric_link_gbps:g} Gb/s up "
+                    f"= {derived:g})"
+                )
+
+    @property
+    def host_count(self) -> int:
+        return self.hosts_per_leaf * self.leaves * self.pods
+
+    @property
+    def derived_oversubscription(self) -> float:
+        down = self.hosts_per_leaf * self.host_link_gbps
+        up = self.spines * self.parallel_links * self.fabric_link_gbps
+        return down / up
+
+
+@dataclass(frozen=True)
+class DutSpec:
+    """Ranks on existing interfaces cabled to a device under test that switches and marks ECN."""
+
+    interfaces: tuple[str, ...] = param(
+        (), doc="existing interface per rank (physical port, VLAN or macvlan), rank order"
+    )
+    addresses: tuple[str, ...] = param((), doc="IPv4 address/prefix per rank, rank order")
+    gateways: tuple[str, ...] = param(
+        (), doc="next hop per rank toward the DUT (empty: all ranks on one subnet)"
+    )
+    routes: tuple[str, ...] = param(
+        (), doc="prefixes each rank reaches through its gateway, e.g. 10.0.0.0/8"
+    )
+    namespaces: bool = param(True, doc="move each rank's interface into its own network namespace")
+    allowlist: tuple[str, ...] = param(
+        (), doc="REQUIRED: prefixes traffic may go to; anything else is refused before sending"
+    )
+    max_rate_gbps: float = param(
+        10.0, doc="cap on any rank's sending rate", unit="Gb/s", min=0.0, min_exclusive=True
+    )
+    mtu_bytes: int | None = param(
+        None, doc="MTU to set on the rank interfaces; default: leave as is", unit="bytes", min=576
+    )
+
+    def __post_init__(self) -> None:
+        if not self.allowlist:
+            raise ValueError(
+                "allowlist: a dut fabric needs an allowlist of destination prefixes "
+                "(traffic to anything else is refused)"
+            )
+        if not self.interfaces:
+            raise ValueError("interfaces: give one existing interface per rank")
+        if len(self.addresses) != len(self.interfaces):
+            raise ValueError(
+                f"addresses: {len(self.addresses)} given for {len(self.interfaces)} interfaces"
+            )
+        if self.gateways and len(self.gateways) != len(self.interfaces):
+            raise ValueError(
+                f"gateways: {len(self.gateways)} given for {len(self.interfaces)} interfaces"
+            )
+        if len(set(self.interfaces)) != len(self.interfaces) and self.namespaces:
+            raise ValueError("interfaces: an interface can carry one rank when namespaces is on")
+        for key, values in (("allowlist", self.allowlist), ("routes", self.routes)):
+            for value in values:
+                _check(key, value, lambda v: ipaddress.ip_network(v, strict=False))
+        for value in self.addresses:
+            _check("addresses", value, ipaddress.ip_interface)
+        for value in self.gateways:
+            _check("gateways", value, ipaddress.ip_address)
+        for name in self.interfaces:
+            if not 0 < len(name) <= 15 or "/" in name or " " in name:
+                raise ValueError(f"interfaces: {name!r} is not a Linux interface name")
+
+
+def _check(key: str, value: str, parse: object) -> None:
+    try:
+        parse(value)  # type: ignore[operator]
+    except ValueError as exc:
+        raise ValueError(f"{key}: {value!r} is not valid ({exc})") from None
+
+
+FABRIC_SPECS: dict[str, type] = {"clos": ClosSpec, "dut": DutSpec}

@@ -1,0 +1,318 @@
+"""A ClosSpec turned into plain data: nodes, cables, interface names, addresses, ECMP routes.
+
+Nothing here touches the machine, so tests check addressing, reachability and next-hop sets
+without root. Hosts are h0, h1, ... in rank order; leaves l<i>, spines s<i>, super spines c<i>.
+Addressing: the hosts of global leaf i live in 10.<i // 256>.<i % 256>.0/24 (one /31 per host
+cable, leaf side even, host odd); switch-to-switch cables get /31s from 10.128.0.0/9.
+
+`Topology.path` gives the links a UDP flow crosses. With a fixed ECMP hash seed (the default; the
+backend writes it to net.ipv4.fib_multipath_hash_seed on every router) it reproduces the kernel's
+own next-hop choice (fabrics/ecmp.py), provided the sender uses unconnected UDP sockets; with seed
+0 the kernel picks a random key and `path` is a model with the same spreading statistics only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections import deque
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+from fabrics.ecmp import hash_threshold_index, l4_multipath_hash
+from fabrics.spec import ClosSpec, TierSpec
+
+Role = Literal["host", "leaf", "spine", "super_spine"]
+IFNAME_MAX = 15  # IFNAMSIZ - 1 (include/uapi/linux/if.h)
+HOST_IFNAME = "eth0"
+HOST_NET = ipaddress.IPv4Network("10.0.0.0/9")
+FABRIC_NET = ipaddress.IPv4Network("10.128.0.0/9")
+ROCE_UDP_DPORT = 4791  # IANA "roce" (RoCEv2)
+UDP_PROTO = 17
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    role: Role
+    pod: int
+
+
+@dataclass(frozen=True)
+class Port:
+    """One end of a cable: an interface on a node with its address."""
+
+    node: str
+    ifname: str
+    address: ipaddress.IPv4Interface
+
+
+@dataclass(frozen=True)
+class Cable:
+    """A full-duplex link between two ports (a veth pair), with its rate in each direction."""
+
+    a: Port
+    b: Port
+    rate_bps: float
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a cable: what a flow crosses and what the ideal-time model charges."""
+
+    name: str
+    src: str
+    dst: str
+    rate_bps: float
+    src_ifname: str
+    dst_ifname: str
+
+
+@dataclass(frozen=True)
+class NextHop:
+    gateway: ipaddress.IPv4Address
+    ifname: str
+    peer: str
+
+
+@dataclass(frozen=True)
+class Route:
+    """A static route; more than one next hop makes it an ECMP route."""
+
+    prefix: ipaddress.IPv4Network
+    nexthops: tuple[NextHop, ...]
+
+
+@dataclass(frozen=True)
+class Topology:
+    nodes: tuple[Node, ...]
+    cables: tuple[Cable, ...]
+    routes: dict[str, tuple[Route, ...]]
+    tiers: dict[str, TierSpec]
+    mtu_bytes: int
+    host_buffer_bytes: int = 4_194_304
+    link_delay_s: float = 0.0
+    ecmp_hash_seed: int = 1
+
+    @cached_property
+    def hosts(self) -> tuple[str, ...]:
+        """Host names in rank order (rank r is hosts[r])."""
+        return tuple(n.name for n in self.nodes if n.role == "host")
+
+    @cached_property
+    def routers(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.nodes if n.role != "host")
+
+    @cached_property
+    def node_by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    @cached_property
+    def ports(self) -> dict[str, tuple[Port, ...]]:
+        """Every node's ports, in cable order."""
+        out: dict[str, list[Port]] = {n.name: [] for n in self.nodes}
+        for cable in self.cables:
+            out[cable.a.node].append(cable.a)
+            out[cable.b.node].append(cable.b)
+        return {k: tuple(v) for k, v in out.items()}
+
+    @cached_property
+    def links(self) -> dict[tuple[str, str], Link]:
+        """Directed links keyed by (node, egress interface)."""
+        out: dict[tuple[str, str], Link] = {}
+        for cable in self.cables:
+            for s, d in ((cable.a, cable.b), (cable.b, cable.a)):
+                name = f"{s.node}:{s.ifname}->{d.node}"
+                out[(s.node, s.ifname)] = Link(
+                    name, s.node, d.node, cable.rate_bps, s.ifname, d.ifname
+                )
+        return out
+
+    def host_address(self, host: str) -> ipaddress.IPv4Address:
+        return self.ports[host][0].address.ip
+
+    @cached_property
+    def _host_by_address(self) -> dict[ipaddress.IPv4Address, str]:
+        return {self.host_address(h): h for h in self.hosts}
+
+    def path(self, src: str, dst: str, sport: int, dport: int = ROCE_UDP_DPORT) -> tuple[Link, ...]:
+        """Directed links a UDP flow from host `src` to host `dst` crosses: the kernel's own
+        ECMP choice when the seed is fixed, else an ideal uniform hash."""
+        if src == dst:
+            return ()
+        src_ip, dst_ip = self.host_address(src), self.host_address(dst)
+        mhash = l4_multipath_hash(src_ip, dst_ip, UDP_PROTO, sport, dport, self.ecmp_hash_seed)
+        flow = f"{src_ip},{dst_ip},{UDP_PROTO},{sport},{dport}".encode()
+        hops: list[Link] = []
+        node, ifname = src, HOST_IFNAME
+        for _ in range(len(self.nodes)):
+            link = self.links[(node, ifname)]
+            hops.append(link)
+            node = link.dst
+            if node == dst:
+                return tuple(hops)
+            route = self.lookup(node, dst_ip)
+            if route is None:
+                break
+            choices = route.nexthops
+            if self.ecmp_hash_seed:
+                ifname = choices[hash_threshold_index(mhash, len(choices))].ifname
+            else:
+                ifname = _ecmp_choice(node, flow, choices).ifname
+        raise ValueError(f"no route from {src} to {dst} at {node}")
+
+    def lookup(self, node: str, dst: ipaddress.IPv4Address) -> Route | None:
+        """Longest-prefix match in a node's routes, counting directly attached /31s first."""
+        for port in self.ports[node]:
+            if dst in port.address.network and dst != port.address.ip:
+                peer = self.links[(node, port.ifname)].dst
+                return Route(port.address.network, (NextHop(dst, port.ifname, peer),))
+        best: Route | None = None
+        for route in self.routes.get(node, ()):
+            if dst in route.prefix and (
+                best is None or route.prefix.prefixlen > best.prefix.prefixlen
+            ):
+                best = route
+        return best
+
+
+def _ecmp_choice(node: str, flow: bytes, nexthops: tuple[NextHop, ...]) -> NextHop:
+    """Seed 0 (kernel-random key): an ideal uniform hash per router."""
+    if len(nexthops) == 1:
+        return nexthops[0]
+    digest = hashlib.blake2b(flow, digest_size=8, key=node.encode()[:64]).digest()
+    return nexthops[int.from_bytes(digest, "big") % len(nexthops)]
+
+
+def leaf_prefix(leaf_index: int) -> ipaddress.IPv4Network:
+    base = int(HOST_NET.network_address) + leaf_index * 256
+    return ipaddress.IPv4Network((base, 24))
+
+
+def build_clos(spec: ClosSpec) -> Topology:
+    """The Topology of a ClosSpec (names, addresses and ECMP routes; no side effects)."""
+    if spec.leaves * spec.pods * 256 > HOST_NET.num_addresses:
+        raise ValueError(f"leaves: {spec.leaves * spec.pods} leaves exceed the 10.0.0.0/9 plan")
+    host_bps = spec.host_link_gbps * 1e9
+    fabric_bps = spec.fabric_link_gbps * 1e9
+    nodes: list[Node] = []
+    cables: list[Cable] = []
+    leaf_of_host: dict[str, int] = {}
+    fabric_pool = iter(range(int(FABRIC_NET.network_address), int(FABRIC_NET.broadcast_address), 2))
+
+    def port(node: str, ifname: str, ip: int) -> Port:
+        if len(ifname) > IFNAME_MAX:
+            raise ValueError(f"interface name {ifname!r} exceeds {IFNAME_MAX} characters")
+        return Port(node, ifname, ipaddress.IPv4Interface((ip, 31)))
+
+    def switch_cable(a: str, b: str, k: int) -> Cable:
+        suffix = f"-{k}" if spec.parallel_links > 1 else ""
+        try:
+            base = next(fabric_pool)
+        except StopIteration:
+            raise ValueError("parallel_links: too many fabric links for 10.128.0.0/9") from None
+        return Cable(
+            port(a, f"{a}-{b}{suffix}", base), port(b, f"{b}-{a}{suffix}", base + 1), fabric_bps
+        )
+
+    rank = 0
+    leaves_by_pod: list[list[str]] = []
+    spines_by_pod: list[list[str]] = []
+    for pod in range(spec.pods):
+        leaves_by_pod.append([])
+        for li in range(spec.leaves):
+            g = pod * spec.leaves + li
+            leaf = f"l{g}"
+            leaves_by_pod[pod].append(leaf)
+            base = int(leaf_prefix(g).network_address)
+            for k in range(spec.hosts_per_leaf):
+                host = f"h{rank}"
+                nodes.append(Node(host, "host", pod))
+                leaf_of_host[host] = g
+                cables.append(
+                    Cable(
+                        port(leaf, f"{leaf}-{host}", base + 2 * k),
+                        port(host, HOST_IFNAME, base + 2 * k + 1),
+                        host_bps,
+                    )
+                )
+                rank += 1
+    for pod in range(spec.pods):
+        for leaf in leaves_by_pod[pod]:
+            nodes.append(Node(leaf, "leaf", pod))
+        spines_by_pod.append([])
+        for si in range(spec.spines):
+            spine = f"s{pod * spec.spines + si}"
+            spines_by_pod[pod].append(spine)
+            nodes.append(Node(spine, "spine", pod))
+            for leaf in leaves_by_pod[pod]:
+                for k in range(spec.parallel_links):
+                    cables.append(switch_cable(leaf, spine, k))
+    for ci in range(spec.super_spines):
+        core = f"c{ci}"
+        nodes.append(Node(core, "super_spine", -1))
+        for pod in range(spec.pods):
+            for spine in spines_by_pod[pod]:
+                for k in range(spec.parallel_links):
+                    cables.append(switch_cable(spine, core, k))
+
+    bare = Topology(tuple(nodes), tuple(cables), {}, _tiers(spec), spec.mtu_bytes)
+    return Topology(
+        tuple(nodes),
+        tuple(cables),
+        _ecmp_routes(bare, spec.leaves * spec.pods),
+        _tiers(spec),
+        spec.mtu_bytes,
+        spec.host_buffer_bytes,
+        spec.link_delay_us * 1e-6,
+        spec.ecmp_hash_seed,
+    )
+
+
+def _tiers(spec: ClosSpec) -> dict[str, TierSpec]:
+    return {"leaf": spec.leaf, "spine": spec.spine, "super_spine": spec.super_spine}
+
+
+def _ecmp_routes(topo: Topology, leaf_count: int) -> dict[str, tuple[Route, ...]]:
+    """Per node: a default route for hosts; for routers, one ECMP route per remote leaf prefix
+    over every neighbor on a shortest path (parallel cables are separate next hops)."""
+    neighbors: dict[str, list[tuple[Port, Port]]] = {n: [] for n in topo.routers}
+    for cable in topo.cables:
+        if cable.a.node in neighbors and cable.b.node in neighbors:
+            neighbors[cable.a.node].append((cable.a, cable.b))
+            neighbors[cable.b.node].append((cable.b, cable.a))
+    routes: dict[str, list[Route]] = {n: [] for n in topo.routers}
+    for g in range(leaf_count):
+        leaf = f"l{g}"
+        dist = {leaf: 0}
+        queue = deque([leaf])
+        while queue:
+            n = queue.popleft()
+            for _, far in neighbors[n]:
+                if far.node not in dist:
+                    dist[far.node] = dist[n] + 1
+                    queue.append(far.node)
+        for node in topo.routers:
+            if node == leaf or node not in dist:
+                continue
+            hops = tuple(
+                sorted(
+                    (
+                        NextHop(far.address.ip, near.ifname, far.node)
+                        for near, far in neighbors[node]
+                        if dist.get(far.node) == dist[node] - 1
+                    ),
+                    key=lambda h: int(h.gateway),
+                )
+            )
+            routes[node].append(Route(leaf_prefix(g), hops))
+    out: dict[str, tuple[Route, ...]] = {k: tuple(v) for k, v in routes.items()}
+    for host in topo.hosts:
+        port = topo.ports[host][0]
+        leaf_side = topo.links[(host, port.ifname)].dst
+        gw = ipaddress.IPv4Address(int(port.address.ip) - 1)
+        out[host] = (
+            Route(ipaddress.IPv4Network("0.0.0.0/0"), (NextHop(gw, port.ifname, leaf_side),)),
+        )
+    return out

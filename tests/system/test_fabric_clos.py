@@ -1,0 +1,122 @@
+"""A 16-host leaf/spine Clos of namespace routers: reachability, ECMP spreading, ECN marking."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from emulator.errors import ScenarioError
+from fabrics.counters import read_port_counters
+from fabrics.netns import bring_up
+from fabrics.spec import ClosSpec, EcnSpec, TierSpec
+from fabrics.topology import build_clos
+from tests.system.conftest import Receiver, paced_send, ping_all_pairs, udp_socket
+
+pytestmark = pytest.mark.system
+
+
+def test_16_hosts_all_pairs_ping_and_udp_sports_spread_over_both_spines(fabric_env: str) -> None:
+    spec = ClosSpec(hosts_per_leaf=4, leaves=4, spines=2, host_link_gbps=10, fabric_link_gbps=10)
+    topo = build_clos(spec)
+    with bring_up(topo, rate_scale=0.1, prefix=fabric_env) as live:
+        assert live.marker_name in ("red", "ebpf")  # auto: RED where the kernel has it
+        assert live.ranks == 16 and live.rank_netns(5) == live.netns_of("h5")
+        assert live.rank_rate_bps(0) == pytest.approx(1e9)  # 10 Gb/s target at rate_scale 0.1
+        live.check_destination(0, live.rank_address(15))
+        with pytest.raises(ScenarioError, match="not a host of this fabric"):
+            live.check_destination(0, "8.8.8.8")
+        hosts = {h: live.netns_of(h) for h in topo.hosts}
+        addresses = {h: str(topo.host_address(h)) for h in topo.hosts}
+        answered = ping_all_pairs(hosts, addresses)
+        missing = {(a, b) for a in hosts for b in hosts if a != b} - answered
+        assert not missing, f"{len(missing)} pairs unanswered, e.g. {sorted(missing)[:5]}"
+
+        # h0 (leaf l0) -> h4 (leaf l1): 64 source ports, 3 datagrams each, one flow at a time,
+        # so each flow's uplink is seen in l0's counters and compared with Topology.path.
+        src, dst = "h0", "h4"
+        uplinks = [("l0", "l0-s0"), ("l0", "l0-s1")]
+        before_spines = read_port_counters(live, ["s0", "s1"])
+        per_flow = 3
+        mismatched: list[int] = []
+        with Receiver(live.netns_of(dst), port=4791) as rx:
+            for sport in range(49152, 49152 + 64):
+                before = read_port_counters(live, ["l0"])
+                s = udp_socket(live.netns_of(src))  # unconnected: no per-socket txhash
+                s.bind((addresses[src], sport))
+                for _ in range(per_flow):
+                    s.sendto(b"x" * 200, (addresses[dst], 4791))
+                s.close()
+                deadline = time.monotonic() + 2
+                while True:
+                    after = read_port_counters(live, ["l0"])
+                    delta = {p: after[p].tx_packets - before[p].tx_packets for p in uplinks}
+                    if sum(delta.values()) >= per_flow or time.monotonic() > deadline:
+                        break
+                taken = [p[1] for p in uplinks if delta[p] >= per_flow]
+                predicted = topo.path(src, dst, sport)[1]
+                if taken != [predicted.src_ifname]:
+                    mismatched.append(sport)
+            rx.wait_for(64 * per_flow, timeout_s=5)
+        assert rx.packets == 64 * per_flow
+        assert not mismatched, f"kernel ECMP differed from Topology.path for sports {mismatched}"
+        after_spines = read_port_counters(live, ["s0", "s1"])
+        spine_ports = [("s0", "s0-l1"), ("s1", "s1-l1")]
+        carried = {p: after_spines[p].tx_packets - before_spines[p].tx_packets for p in spine_ports}
+        total = sum(carried.values())
+        assert total >= 64 * per_flow  # every datagram crossed one of the two spines
+        for port, n in carried.items():
+            assert n >= 0.25 * total, f"spine port {port} carried {n} of {total} packets"
+
+
+def test_ecn_marks_only_above_link_rate_and_port_counters_match_receiver(fabric_env: str) -> None:
+    ecn = EcnSpec(kmin_bytes=20_000, kmax_bytes=80_000, pmax=0.2)
+    tier = TierSpec(buffer_bytes=8_000_000, ecn=ecn)
+    spec = ClosSpec(
+        hosts_per_leaf=2,
+        leaves=2,
+        spines=1,
+        host_link_gbps=1,
+        fabric_link_gbps=1,
+        leaf=tier,
+        spine=tier,
+        mtu_bytes=1500,
+    )
+    topo = build_clos(spec)
+    link_bps = 1e9 * 0.05
+    payload = 1000
+    with bring_up(topo, rate_scale=0.05, marker="ebpf", prefix=fabric_env) as live:
+        addr = {h: str(topo.host_address(h)) for h in topo.hosts}
+        # Below the link rate: one sender at half the bottleneck's rate.
+        with Receiver(live.netns_of("h3"), port=5000) as rx:
+            s = udp_socket(live.netns_of("h0"))
+            sent = paced_send([(s, (addr["h3"], 5000))], link_bps / 2, payload, 1.0)
+            rx.wait_for(sent, timeout_s=5)
+            s.close()
+        assert rx.packets == sent
+        assert rx.ce <= 0.01 * sent, f"{rx.ce} CE marks of {sent} packets below the link rate"
+        marks_below = sum(c.ecn_marks for c in read_port_counters(live).values())
+        assert marks_below == rx.ce
+
+        # Above: h0 (via the spine) and h2 (same leaf) both send to h3 at 0.8 x its link rate.
+        with Receiver(live.netns_of("h3"), port=5001) as rx:
+            a, b = udp_socket(live.netns_of("h0")), udp_socket(live.netns_of("h2"))
+            dst = (addr["h3"], 5001)
+            sent = paced_send([(a, dst), (b, dst)], 0.8 * link_bps, payload, 1.0)
+            mid = read_port_counters(live, ["l1"])[("l1", "l1-h3")]
+            rx.wait_for(2 * sent, timeout_s=10)
+            a.close()
+            b.close()
+        counters = read_port_counters(live)
+        assert rx.packets == 2 * sent, "no drops expected: the buffer holds the whole excess"
+        assert sum(c.drops for c in counters.values()) == 0
+        assert rx.ce >= 0.1 * rx.packets, f"only {rx.ce} CE marks of {rx.packets} above the rate"
+        marks = sum(c.ecn_marks for c in counters.values())
+        assert marks - marks_below == rx.ce  # every mark a port counted reached the receiver
+        bottleneck = counters[("l1", "l1-h3")]
+        assert bottleneck.ecn_marks - marks_below == rx.ce
+        assert bottleneck.peak_phantom_queue_bytes is not None
+        # The phantom queue drains at the HTB rate, so it tracks the real queue behind the port.
+        assert mid.backlog_bytes > (ecn.kmax_bytes or 0) and mid.phantom_queue_bytes is not None
+        assert abs(mid.phantom_queue_bytes - mid.backlog_bytes) <= 0.05 * mid.backlog_bytes
+        assert bottleneck.peak_phantom_queue_bytes > (ecn.kmax_bytes or 0)
