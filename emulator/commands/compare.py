@@ -1,17 +1,53 @@
-"""`emulate compare`: compare results folders side by side (busbw, FCT percentiles, CNPs) with overlaid plots."""
+"""`emulate compare`: compare results folders side by side (busbw, FCT percentiles, CNPs) with overlaid plots.
+
+The comparison plots go to --out, by default a new folder `compare-<UTC timestamp>` beside the
+first results folder, so no run's own folder is modified.
+"""
 
 from __future__ import annotations
 
 import argparse
-
-from emulator.errors import NotImplementedYet
+import json
+from datetime import UTC, datetime
+from pathlib import Path
 
 HELP = "Compare results folders side by side (busbw, FCT percentiles, CNPs) with overlaid plots."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results_dirs", metavar="DIR", nargs="+", help="results folders to compare")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="folder for the comparison plots (default: compare-<UTC timestamp> beside the "
+        "first DIR)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the runs' summaries as one JSON object"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    raise NotImplementedYet("`emulate compare` is not yet implemented (tracked in issue #7)")
+    from collectors.report import compare_table, load_run, unique_labels, write_compare_plots
+    from collectors.summary import RunMeta, build_summary
+
+    runs = [load_run(Path(d)) for d in args.results_dirs]
+    first = Path(args.results_dirs[0])
+    out = (
+        Path(args.out)
+        if args.out
+        else first.resolve().parent / f"compare-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    )
+    paths = write_compare_plots(runs, out)
+    if args.json:
+        summaries = {
+            label: build_summary(
+                RunMeta.from_summary(r.summary), r.tables, bool(r.summary.get("partial"))
+            )
+            for label, r in zip(unique_labels(runs), runs, strict=True)
+        }
+        print(json.dumps({"runs": summaries, "plots": [str(p) for p in paths]}, indent=2))
+        return 0
+    print(compare_table(runs))
+    print(f"\nplots: {out}")
+    return 0

@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 import argparse
-
-from emulator.errors import NotImplementedYet
+import json
+from pathlib import Path
 
 HELP = "Re-render a results folder's summary and plots and print its table."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results_dir", metavar="DIR", help="results folder of a run")
-    parser.add_argument("--csv", action="store_true", help="also write CSV copies of the tables")
+    parser.add_argument(
+        "--csv", action="store_true", help="also write CSV copies of the tables into DIR/csv/"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the recomputed summary.json instead of a table"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    raise NotImplementedYet("`emulate report` is not yet implemented (tracked in issue #7)")
+    from collectors.report import rerender, summary_table
+
+    folder = Path(args.results_dir)
+    summary = rerender(folder, write_csv=args.csv)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(summary_table(summary))
+    print(f"\nplots: {folder / 'plots'}")
+    if args.csv:
+        print(f"csv: {folder / 'csv'}")
+    return 0

@@ -1,0 +1,136 @@
+"""What the engine and the samplers report to the collectors: frozen event dataclasses.
+
+Every time is in the TARGET timescale: seconds since the run's start, already divided by the time
+dilation factor, so a collector never needs to know the TDF to compute a duration or a rate. Byte
+counts are unchanged by time dilation. Counters in samples are cumulative readings (the collector
+takes differences); per-flow counts in FlowProgress/FlowFinished are cumulative since the flow
+started, so a progress event repeated or lost never double-counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["tx", "rx"]
+
+
+@dataclass(frozen=True, slots=True)
+class FlowStarted:
+    """The flow's first byte was handed to its queue pair (all its dependencies were met)."""
+
+    flow_id: int
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FlowProgress:
+    """A live snapshot of an unfinished flow, cumulative since it started (optional; lets the live
+    counters move during long flows instead of jumping when they finish)."""
+
+    flow_id: int
+    time_s: float
+    packets: int = 0
+    retransmitted_packets: int = 0
+    ce_marks: int = 0
+    cnps_sent: int = 0
+    cnps_received: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FlowFinished:
+    """The receiver has every byte of the flow and the sender saw it acknowledged.
+
+    packets: data packets sent (first transmissions and retransmissions); ce_marks: CE-marked data
+    packets the receiver got; cnps_sent: CNPs the receiver (notification point) sent for this flow's
+    QP; cnps_received: CNPs the sender (reaction point) got.
+    """
+
+    flow_id: int
+    time_s: float
+    packets: int = 0
+    retransmitted_packets: int = 0
+    ce_marks: int = 0
+    cnps_sent: int = 0
+    cnps_received: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveMemberStarted:
+    """A rank reached a collective in its trace (optional: without it a collective starts with
+    its first flow)."""
+
+    collective_id: int
+    rank: int
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveMemberFinished:
+    """A rank completed its part of a collective (optional: without it a collective ends with its
+    last flow)."""
+
+    collective_id: int
+    rank: int
+    time_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RateSample:
+    """The DCQCN current rate of one queue pair, in target bits per second."""
+
+    time_s: float
+    rank: int
+    qp: int
+    rate_bps: float
+
+
+@dataclass(frozen=True, slots=True)
+class NicSample:
+    """A cumulative byte-counter reading of one rank's interface in one direction."""
+
+    time_s: float
+    rank: int
+    direction: Direction
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PortSample:
+    """Cumulative counters and the instantaneous queue of one switch egress port.
+
+    line_rate_bps (target timescale) is the port's rate for the utilization; None uses the
+    recorder's default line rate.
+    """
+
+    time_s: float
+    switch: str
+    port: str
+    tx_bytes: int
+    tx_packets: int
+    ecn_marks: int
+    drops: int
+    queue_bytes: int
+    line_rate_bps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSample:
+    """Share of the machine's CPU time that was busy (not idle or waiting for I/O) over the
+    interval ending at time_s, across all cores: 0..1."""
+
+    time_s: float
+    busy_ratio: float
+
+
+RunEvent = (
+    FlowStarted
+    | FlowProgress
+    | FlowFinished
+    | CollectiveMemberStarted
+    | CollectiveMemberFinished
+    | RateSample
+    | NicSample
+    | PortSample
+    | CpuSample
+)

@@ -1,0 +1,98 @@
+"""NIC byte counters: where they are read from (injectable) and the sampler that reads them.
+
+Sources: sysfs (/sys/class/net/IF/statistics/{tx,rx}_bytes, for an interface visible in the
+caller's namespace), netlink through pyroute2 (any named network namespace, IFLA_STATS64), and a
+fixture for tests. The sampler turns readings into NicSample events stamped with the target time
+the caller passes in (the collectors never read a clock themselves).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from collectors.events import NicSample
+from emulator.errors import EnvironmentProblem
+
+
+class CounterSource(Protocol):
+    """Cumulative (tx_bytes, rx_bytes) of one interface."""
+
+    def read(self) -> tuple[int, int]: ...
+
+
+class SysfsCounters:
+    """Reads /sys/class/net/IF/statistics; sysfs shows the namespace it was mounted in."""
+
+    def __init__(self, ifname: str, sys_class_net: Path = Path("/sys/class/net")) -> None:
+        self.ifname = ifname
+        self._dir = sys_class_net / ifname / "statistics"
+
+    def read(self) -> tuple[int, int]:
+        try:
+            tx = int((self._dir / "tx_bytes").read_text())
+            rx = int((self._dir / "rx_bytes").read_text())
+        except (OSError, ValueError) as exc:
+            raise EnvironmentProblem(
+                f"cannot read the byte counters of interface {self.ifname} in {self._dir}: {exc}"
+            ) from exc
+        return tx, rx
+
+
+class NetlinkCounters:
+    """Reads IFLA_STATS64 over rtnetlink, in the named network namespace (None: the current one).
+
+    Holds one netlink socket; close() releases it.
+    """
+
+    def __init__(self, ifname: str, netns: str | None = None) -> None:
+        from pyroute2 import IPRoute
+
+        self.ifname = ifname
+        self.netns = netns
+        self._ipr: Any = IPRoute(netns=netns) if netns else IPRoute()
+        indexes = self._ipr.link_lookup(ifname=ifname)
+        if not indexes:
+            self._ipr.close()
+            where = f"namespace {netns}" if netns else "this namespace"
+            raise EnvironmentProblem(f"no interface {ifname} in {where}")
+        self._index = int(indexes[0])
+
+    def read(self) -> tuple[int, int]:
+        (link,) = self._ipr.get_links(self._index)
+        stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS")
+        if stats is None:
+            raise EnvironmentProblem(f"interface {self.ifname} reports no statistics")
+        return int(stats["tx_bytes"]), int(stats["rx_bytes"])
+
+    def close(self) -> None:
+        self._ipr.close()
+
+
+class FixtureCounters:
+    """Replays given (tx_bytes, rx_bytes) readings, one per read(); for tests."""
+
+    def __init__(self, readings: Iterable[tuple[int, int]]) -> None:
+        self._readings: Iterator[tuple[int, int]] = iter(readings)
+
+    def read(self) -> tuple[int, int]:
+        try:
+            return next(self._readings)
+        except StopIteration:
+            raise EnvironmentProblem("fixture counters exhausted") from None
+
+
+class NicSampler:
+    """Reads every rank's counters once per sample() call."""
+
+    def __init__(self, sources: Mapping[int, CounterSource]) -> None:
+        self.sources = dict(sources)
+
+    def sample(self, time_s: float) -> list[NicSample]:
+        samples: list[NicSample] = []
+        for rank in sorted(self.sources):
+            tx, rx = self.sources[rank].read()
+            samples.append(NicSample(time_s, rank, "tx", tx))
+            samples.append(NicSample(time_s, rank, "rx", rx))
+        return samples

@@ -1,0 +1,305 @@
+"""The results folder's figures, rendered headless (matplotlib Agg) as PNG.
+
+One run: busbw per iteration per collective type, FCT CDF per collective type (log x), NIC
+utilization heatmap (rank x time), switch queue over time. Several runs (`emulate compare`):
+busbw per iteration overlaid and FCT CDFs overlaid, one panel per collective type, and CNPs
+per collective type side by side. Every figure
+has a title, axis labels with units and a legend; an empty table gives a figure saying so rather
+than no file. Times are in the target timescale.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from collectors.tables import RunTables, rows
+
+GB = 1e9
+DPI = 110
+MAX_PORT_LINES = 8
+
+
+def _figure(width_in: float, height_in: float) -> Figure:
+    # The object API with an Agg canvas: no pyplot global state, no display needed.
+    fig = Figure(figsize=(width_in, height_in))
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: Path, tight: bool = True) -> Path:
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def _from_zero(ax: Any) -> None:
+    """Y axis from 0 with headroom, so the highest point is not drawn on the frame."""
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
+
+
+def _empty(ax: Any, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} recorded", ha="center", va="center", transform=ax.transAxes)
+
+
+def _busbw_by_type(collectives: pa.Table) -> dict[str, dict[int, list[float]]]:
+    out: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for ctype, iteration, busbw, complete in rows(
+        collectives, ("collective_type", "iteration", "busbw_bytes_per_s", "complete")
+    ):
+        if complete and busbw is not None:
+            out[ctype][iteration].append(busbw)
+    return out
+
+
+def _fcts_by_type(flows: pa.Table) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = defaultdict(list)
+    for ctype, fct in rows(flows, ("collective_type", "fct_s")):
+        if fct is not None and fct > 0:
+            out[ctype].append(fct)
+    return out
+
+
+def _cdf(values: Sequence[float]) -> tuple[Any, Any]:
+    x = np.sort(np.asarray(values, dtype=float))
+    y = np.arange(1, len(x) + 1) / len(x)
+    return x, y
+
+
+def plot_busbw_per_iteration(tables: RunTables, path: Path, title: str) -> Path:
+    fig = _figure(8, 4.5)
+    ax = fig.subplots()
+    data = _busbw_by_type(tables.collectives)
+    ideal: dict[str, list[float]] = defaultdict(list)
+    for ctype, value in rows(tables.collectives, ("collective_type", "ideal_busbw_bytes_per_s")):
+        if value is not None:
+            ideal[ctype].append(value)
+    for ctype in sorted(data):
+        per_iter = data[ctype]
+        its = sorted(per_iter)
+        xs = [it for it in its for _ in per_iter[it]]
+        ys = [v / GB for it in its for v in per_iter[it]]
+        (line,) = ax.plot(
+            its, [np.mean(per_iter[it]) / GB for it in its], marker="o", label=f"{ctype} (mean)"
+        )
+        ax.scatter(xs, ys, s=10, alpha=0.35, color=line.get_color())
+        if ideal.get(ctype):
+            ax.axhline(
+                float(np.mean(ideal[ctype])) / GB,
+                ls="--",
+                lw=1,
+                color=line.get_color(),
+                label=f"{ctype} ideal",
+            )
+    if not data:
+        _empty(ax, "completed collectives")
+    else:
+        ax.legend(fontsize="small")
+        _from_zero(ax)
+    ax.set_title(f"Bus bandwidth per iteration — {title}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("busbw (GB/s, nccl-tests)")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_fct_cdf(tables: RunTables, path: Path, title: str) -> Path:
+    fig = _figure(8, 4.5)
+    ax = fig.subplots()
+    data = _fcts_by_type(tables.flows)
+    for ctype in sorted(data):
+        x, y = _cdf(data[ctype])
+        ax.step(x, y, where="post", label=f"{ctype} ({len(x)} flows)")
+    if data:
+        ax.set_xscale("log")
+        ax.legend(fontsize="small")
+    else:
+        _empty(ax, "finished flows")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"Flow completion time CDF — {title}")
+    ax.set_xlabel("flow completion time (s, target timescale, log)")
+    ax.set_ylabel("fraction of flows")
+    ax.grid(alpha=0.3, which="both")
+    return _save(fig, path)
+
+
+def plot_nic_heatmap(tables: RunTables, path: Path, title: str) -> Path:
+    fig = _figure(9, 6)
+    axes = fig.subplots(2, 1, sharex=True)
+    nic = rows(tables.nic, ("time_s", "interval_s", "rank", "direction", "utilization"))
+    image = None
+    for ax, direction in zip(axes, ("tx", "rx"), strict=True):
+        per_rank: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
+        for t, interval, rank, d, u in nic:
+            if d == direction:
+                per_rank[rank].append((t, interval, u))
+        ax.set_title(f"NIC {direction} utilization — {title}")
+        ax.set_ylabel("rank")
+        if not per_rank:
+            _empty(ax, f"{direction} samples")
+            continue
+        ranks = sorted(per_rank)
+        # One strip per rank with its own sample times: ranks served by different engine
+        # workers are sampled at different instants. A cell spans the interval it measured.
+        for i, rank in enumerate(ranks):
+            cells = sorted(per_rank[rank])
+            edges = np.array([cells[0][0] - cells[0][1], *(c[0] for c in cells)])
+            values = np.array([[c[2] for c in cells]])
+            image = ax.pcolormesh(
+                edges, [i - 0.5, i + 0.5], values, vmin=0.0, vmax=1.0, cmap="viridis"
+            )
+        ax.set_ylim(-0.5, len(ranks) - 0.5)
+        ax.set_yticks(range(len(ranks)), [str(r) for r in ranks])
+    axes[-1].set_xlabel("time (s, target timescale)")
+    if image is not None:
+        fig.colorbar(image, ax=list(axes), label="utilization (share of line rate)")
+        # A colorbar spanning several axes and tight_layout do not mix.
+        return _save(fig, path, tight=False)
+    return _save(fig, path)
+
+
+def plot_switch_queue(tables: RunTables, path: Path, title: str) -> Path:
+    fig = _figure(9, 4.5)
+    ax = fig.subplots()
+    series: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for time_s, switch, port, queue in rows(
+        tables.ports, ("time_s", "switch", "port", "queue_bytes")
+    ):
+        series[f"{switch}:{port}"].append((time_s, queue))
+    ranked = sorted(series, key=lambda k: max(q for _, q in series[k]), reverse=True)
+    shown = sorted(ranked[:MAX_PORT_LINES])
+    for name in shown:
+        points = sorted(series[name])
+        ax.plot([t for t, _ in points], [q / 1e3 for _, q in points], label=name)
+    if shown:
+        more = f" (deepest {len(shown)} of {len(series)} ports)" if len(series) > len(shown) else ""
+        ax.legend(
+            fontsize="small", title=f"switch:port{more}", loc="upper left", bbox_to_anchor=(1.01, 1)
+        )
+        _from_zero(ax)
+    else:
+        _empty(ax, "switch port samples")
+    ax.set_title(f"Switch egress queue — {title}")
+    ax.set_xlabel("time (s, target timescale)")
+    ax.set_ylabel("queue (KB)")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+# File name -> renderer of one run's figure.
+RUN_PLOTS: dict[str, Callable[[RunTables, Path, str], Path]] = {
+    "busbw_per_iteration.png": plot_busbw_per_iteration,
+    "fct_cdf.png": plot_fct_cdf,
+    "nic_utilization_heatmap.png": plot_nic_heatmap,
+    "switch_queue.png": plot_switch_queue,
+}
+
+
+def render_run_plots(tables: RunTables, folder: Path, title: str) -> list[Path]:
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return [render(tables, folder / name, title) for name, render in RUN_PLOTS.items()]
+
+
+def _grid(n: int) -> tuple[Figure, list[Any]]:
+    cols = min(n, 2)
+    nrows = (n + cols - 1) // cols
+    fig = _figure(6.5 * cols, 4.2 * nrows)
+    axes = fig.subplots(nrows, cols, squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def plot_compare_busbw(runs: Sequence[tuple[str, RunTables]], path: Path) -> Path:
+    per_run = [(label, _busbw_by_type(t.collectives)) for label, t in runs]
+    types = sorted({ctype for _, data in per_run for ctype in data}) or ["(none)"]
+    fig, axes = _grid(len(types))
+    for ax, ctype in zip(axes, types, strict=True):
+        drawn = False
+        for label, data in per_run:
+            per_iter = data.get(ctype)
+            if not per_iter:
+                continue
+            its = sorted(per_iter)
+            ax.plot(its, [np.mean(per_iter[i]) / GB for i in its], marker="o", label=label)
+            drawn = True
+        if drawn:
+            ax.legend(fontsize="small", title="run")
+            _from_zero(ax)
+        else:
+            _empty(ax, "completed collectives")
+        ax.set_title(f"{ctype}: busbw per iteration")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("mean busbw (GB/s, nccl-tests)")
+        ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_compare_fct_cdf(runs: Sequence[tuple[str, RunTables]], path: Path) -> Path:
+    per_run = [(label, _fcts_by_type(t.flows)) for label, t in runs]
+    types = sorted({ctype for _, data in per_run for ctype in data}) or ["(none)"]
+    fig, axes = _grid(len(types))
+    for ax, ctype in zip(axes, types, strict=True):
+        drawn = False
+        for label, data in per_run:
+            if data.get(ctype):
+                x, y = _cdf(data[ctype])
+                ax.step(x, y, where="post", label=f"{label} ({len(x)} flows)")
+                drawn = True
+        if drawn:
+            ax.set_xscale("log")
+            ax.legend(fontsize="small", title="run")
+        else:
+            _empty(ax, "finished flows")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{ctype}: flow completion time CDF")
+        ax.set_xlabel("flow completion time (s, target timescale, log)")
+        ax.set_ylabel("fraction of flows")
+        ax.grid(alpha=0.3, which="both")
+    return _save(fig, path)
+
+
+def plot_compare_cnps(runs: Sequence[tuple[str, RunTables]], path: Path) -> Path:
+    """CNPs sent by receivers, per collective type, one bar per run."""
+    per_run: list[tuple[str, dict[str, int]]] = []
+    for label, tables in runs:
+        counts: dict[str, int] = defaultdict(int)
+        for ctype, cnps in rows(tables.flows, ("collective_type", "cnps_sent")):
+            counts[ctype] += cnps
+        per_run.append((label, counts))
+    types = sorted({ctype for _, counts in per_run for ctype in counts})
+    fig = _figure(max(6.5, 1.6 * len(types) * max(1, len(runs))), 4.5)
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(per_run))
+    for i, (label, counts) in enumerate(per_run):
+        xs = [j + (i - (len(per_run) - 1) / 2) * width for j in range(len(types))]
+        ax.bar(xs, [counts.get(t, 0) for t in types], width=width, label=label)
+    if types:
+        ax.set_xticks(range(len(types)), types)
+        ax.legend(fontsize="small", title="run")
+    else:
+        _empty(ax, "flows")
+    ax.set_title("CNPs per collective type")
+    ax.set_xlabel("collective type")
+    ax.set_ylabel("CNPs sent (count)")
+    ax.grid(alpha=0.3, axis="y")
+    return _save(fig, path)
+
+
+COMPARE_PLOTS: dict[str, Callable[[Sequence[tuple[str, RunTables]], Path], Path]] = {
+    "compare_busbw_per_iteration.png": plot_compare_busbw,
+    "compare_fct_cdf.png": plot_compare_fct_cdf,
+    "compare_cnps.png": plot_compare_cnps,
+}

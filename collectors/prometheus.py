@@ -1,0 +1,327 @@
+"""The live Prometheus exporter: a custom collector computing every metric at scrape time from
+collectors.live.LiveMetrics, served on an explicit registry.
+
+Names: prefix `emulator_`, base units (seconds, bytes, ratios 0..1), counters end in `_total`;
+labels are bounded (rank, collective_type, iteration, direction, switch, port, stat), never a
+flow id. Times are in the target timescale (divided by the TDF); counters count real packets
+and bytes, so a PromQL rate() is per wall-clock second. The Grafana dashboard may only query
+what this exporter emits (tests/unit/test_collectors_grafana.py checks it):
+
+    emulator_run_info{scenario,tdf,marker,fabric}              emulator_run_time_dilation_factor
+    emulator_run_target_time_seconds                            emulator_machine_cpu_busy_ratio
+    emulator_flows_started_total{collective_type}               emulator_flows_completed_total{..}
+    emulator_flow_completed_bytes_total{collective_type}
+    emulator_flow_completion_time_seconds{collective_type}     (histogram: _bucket, _sum, _count)
+    emulator_collectives_completed_total{collective_type}
+    emulator_collective_completion_time_seconds{collective_type,iteration}
+    emulator_collective_busbw_bytes_per_second{collective_type,iteration}
+    emulator_collective_ideal_busbw_bytes_per_second{collective_type}
+    emulator_{data_packets,retransmitted_packets,ce_marked_packets,cnps_sent,cnps_received}_total
+        {rank,collective_type}
+    emulator_nic_{transmit,receive}_bytes_total{rank}          emulator_nic_utilization_ratio{rank,direction}
+    emulator_dcqcn_current_rate_bytes_per_second{rank,stat=min|mean|max}
+    emulator_switch_port_{transmit_bytes,transmit_packets,ecn_marked_packets,dropped_packets}_total
+        {switch,port}
+    emulator_switch_port_queue_bytes{switch,port}               emulator_switch_port_utilization_ratio{..}
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, push_to_gateway, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from collectors.live import CONGESTION_COUNTERS, LiveMetrics
+from emulator.errors import EnvironmentProblem
+
+PREFIX = "emulator_"
+
+# Congestion counter (collectors.live.CONGESTION_COUNTERS) -> (metric name, help).
+_CONGESTION_METRICS = {
+    "packets": ("data_packets", "RoCEv2 data packets sent (incl. retransmissions), by sender"),
+    "retransmitted_packets": ("retransmitted_packets", "Data packets sent again, by sender"),
+    "ce_marks": ("ce_marked_packets", "CE-marked data packets received, by receiver"),
+    "cnps_sent": ("cnps_sent", "CNPs sent by the notification point (receiver)"),
+    "cnps_received": ("cnps_received", "CNPs received by the reaction point (sender)"),
+}
+
+_PORT_COUNTERS = (
+    ("switch_port_transmit_bytes", "Bytes transmitted by a switch egress port"),
+    ("switch_port_transmit_packets", "Packets transmitted by a switch egress port"),
+    ("switch_port_ecn_marked_packets", "Packets CE-marked at a switch egress port"),
+    ("switch_port_dropped_packets", "Packets dropped at a switch egress port"),
+)
+
+
+class LiveCollector(Collector):
+    """Reads a LiveMetrics snapshot under its lock and yields metric families."""
+
+    def __init__(self, live: LiveMetrics) -> None:
+        self.live = live
+
+    def describe(self) -> list[Metric]:
+        # No describe-time families: registration must not scrape a half-built run.
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        with self.live.lock:
+            families = list(self._families())
+        yield from families
+
+    def _families(self) -> Iterator[Metric]:
+        live = self.live
+        p = PREFIX
+        info = live.info
+        run_info = InfoMetricFamily(
+            p + "run", "The run: scenario, time dilation factor, ECN marker, fabric"
+        )
+        run_info.add_metric(
+            [],
+            {
+                "scenario": info.scenario,
+                "tdf": f"{info.tdf:g}",
+                "marker": info.marker,
+                "fabric": info.fabric,
+            },
+        )
+        yield run_info
+        yield GaugeMetricFamily(
+            p + "run_time_dilation_factor",
+            "Time dilation factor: wall-clock durations are this many times the target's",
+            value=info.tdf,
+        )
+        yield GaugeMetricFamily(
+            p + "run_target_time_seconds",
+            "Latest event time of the run, target timescale (wall-clock / TDF)",
+            value=live.target_time_s,
+        )
+
+        by_type = ["collective_type"]
+        started = CounterMetricFamily(p + "flows_started", "Flows started", labels=by_type)
+        completed = CounterMetricFamily(p + "flows_completed", "Flows completed", labels=by_type)
+        fbytes = CounterMetricFamily(
+            p + "flow_completed_bytes", "Payload bytes of completed flows", labels=by_type
+        )
+        for ctype, n in sorted(live.flows_started.items()):
+            started.add_metric([ctype], n)
+        for ctype, n in sorted(live.flows_completed.items()):
+            completed.add_metric([ctype], n)
+        for ctype, n in sorted(live.flow_bytes_completed.items()):
+            fbytes.add_metric([ctype], n)
+        yield from (started, completed, fbytes)
+
+        fct = HistogramMetricFamily(
+            p + "flow_completion_time_seconds",
+            "Flow completion time, target timescale",
+            labels=by_type,
+        )
+        for ctype, hist in sorted(live.fct.items()):
+            fct.add_metric([ctype], hist.cumulative(), sum_value=hist.sum_s)
+        yield fct
+
+        ccount = CounterMetricFamily(
+            p + "collectives_completed", "Collective instances completed", labels=by_type
+        )
+        for ctype, n in sorted(live.collectives_completed.items()):
+            ccount.add_metric([ctype], n)
+        yield ccount
+        by_iter = ["collective_type", "iteration"]
+        ctime = GaugeMetricFamily(
+            p + "collective_completion_time_seconds",
+            "Mean completion time of the iteration's completed instances, target timescale",
+            labels=by_iter,
+        )
+        cbusbw = GaugeMetricFamily(
+            p + "collective_busbw_bytes_per_second",
+            "Mean nccl-tests bus bandwidth of the iteration's completed instances",
+            labels=by_iter,
+        )
+        for (ctype, iteration), stats in sorted(live.iterations.items()):
+            labels = [ctype, str(iteration)]
+            ctime.add_metric(labels, stats.completion_time_sum_s / stats.instances)
+            if stats.busbw_instances:
+                cbusbw.add_metric(labels, stats.busbw_sum_bytes_per_s / stats.busbw_instances)
+        yield from (ctime, cbusbw)
+        ideal = GaugeMetricFamily(
+            p + "collective_ideal_busbw_bytes_per_second",
+            "Bus bandwidth of the collective type in the plan's congestion-free model",
+            labels=by_type,
+        )
+        for ctype, value in sorted(live.ideal_busbw_bytes_per_s.items()):
+            ideal.add_metric([ctype], value)
+        yield ideal
+
+        congestion = {
+            name: CounterMetricFamily(p + metric, doc, labels=["rank", "collective_type"])
+            for name, (metric, doc) in _CONGESTION_METRICS.items()
+        }
+        for (rank, ctype), counts in sorted(live.congestion.items()):
+            for name, value in zip(CONGESTION_COUNTERS, counts, strict=True):
+                congestion[name].add_metric([str(rank), ctype], value)
+        yield from congestion.values()
+
+        tx = CounterMetricFamily(
+            p + "nic_transmit_bytes", "Bytes sent by a rank's interface", labels=["rank"]
+        )
+        rx = CounterMetricFamily(
+            p + "nic_receive_bytes", "Bytes received by a rank's interface", labels=["rank"]
+        )
+        for (rank, direction), n in sorted(live.nic_bytes.items()):
+            (tx if direction == "tx" else rx).add_metric([str(rank)], n)
+        util = GaugeMetricFamily(
+            p + "nic_utilization_ratio",
+            "Share of the emulated line rate used over the last sample interval",
+            labels=["rank", "direction"],
+        )
+        for (rank, direction), value in sorted(live.nic_utilization.items()):
+            util.add_metric([str(rank), direction], value)
+        yield from (tx, rx, util)
+
+        rate = GaugeMetricFamily(
+            p + "dcqcn_current_rate_bytes_per_second",
+            "DCQCN current rate over a rank's queue pairs (stat: min, mean, max), target timescale",
+            labels=["rank", "stat"],
+        )
+        per_rank: dict[int, list[float]] = {}
+        for (rank, _qp), bps in live.qp_rate_bps.items():
+            per_rank.setdefault(rank, []).append(bps / 8.0)
+        for rank, rates in sorted(per_rank.items()):
+            rate.add_metric([str(rank), "min"], min(rates))
+            rate.add_metric([str(rank), "mean"], sum(rates) / len(rates))
+            rate.add_metric([str(rank), "max"], max(rates))
+        yield rate
+
+        port_labels = ["switch", "port"]
+        port_families = [
+            CounterMetricFamily(p + name, doc, labels=port_labels) for name, doc in _PORT_COUNTERS
+        ]
+        for key, totals in sorted(live.port_totals.items()):
+            for family, value in zip(port_families, totals, strict=True):
+                family.add_metric(list(key), value)
+        yield from port_families
+        queue = GaugeMetricFamily(
+            p + "switch_port_queue_bytes",
+            "Bytes queued at a switch egress port",
+            labels=port_labels,
+        )
+        for key, qbytes in sorted(live.port_queue_bytes.items()):
+            queue.add_metric(list(key), qbytes)
+        putil = GaugeMetricFamily(
+            p + "switch_port_utilization_ratio",
+            "Share of the port's line rate used over the last sample interval",
+            labels=port_labels,
+        )
+        for key, value in sorted(live.port_utilization.items()):
+            putil.add_metric(list(key), value)
+        yield from (queue, putil)
+        cpu = GaugeMetricFamily(
+            p + "machine_cpu_busy_ratio",
+            "Share of this machine's CPU time busy over the last sample interval (all cores)",
+        )
+        if live.cpu_busy_ratio is not None:
+            cpu.add_metric([], live.cpu_busy_ratio)
+        yield cpu
+
+
+def make_registry(live: LiveMetrics) -> CollectorRegistry:
+    """A fresh registry holding only this run's collector (no process/platform defaults)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LiveCollector(live))
+    return registry
+
+
+class Exporter:
+    """Serves a registry over HTTP on bind_address:port while a run lasts; start() and stop()."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        bind_address: str = "127.0.0.1",
+        port: int = 9464,
+        enabled: bool = True,
+    ) -> None:
+        self.registry = registry
+        self.bind_address = bind_address
+        self.requested_port = port
+        self.enabled = enabled
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int | None:
+        """The port actually bound (useful with port 0), or None when not serving."""
+        if self._server is None:
+            return None
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        if not self.enabled or self._server is not None:
+            return
+        try:
+            self._server, self._thread = start_http_server(
+                self.requested_port, addr=self.bind_address, registry=self.registry
+            )
+        except OSError as exc:
+            raise EnvironmentProblem(
+                f"metrics.prometheus: cannot listen on {self.bind_address}:{self.requested_port}"
+                f" ({exc.strerror or exc}); choose another port or set enabled: false"
+            ) from exc
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            if self._thread is not None:
+                self._thread.join(timeout=5.0)
+            self._server = None
+            self._thread = None
+
+    def __enter__(self) -> Exporter:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class PrometheusSettings(Protocol):
+    """The scenario's `metrics.prometheus` section (emulator.scenario.model.PrometheusSpec)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def bind_address(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def pushgateway_url(self) -> str | None: ...
+
+
+def exporter_for(settings: PrometheusSettings, live: LiveMetrics) -> Exporter:
+    """The run's exporter as the scenario configures it (not started)."""
+    return Exporter(make_registry(live), settings.bind_address, settings.port, settings.enabled)
+
+
+def push(
+    registry: CollectorRegistry, url: str, job: str = "emulator", timeout_s: float = 10.0
+) -> None:
+    """Push the registry once to a Pushgateway (for runs shorter than a scrape interval)."""
+    try:
+        push_to_gateway(url, job=job, registry=registry, timeout=timeout_s)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"metrics.prometheus.pushgateway_url {url}: push failed: {exc}"
+        ) from exc

@@ -1,0 +1,177 @@
+"""Reading results folders back: re-render one (`emulate report`) and compare several
+(`emulate compare`), with the plain-text tables both commands print.
+
+Units in tables: busbw in GB/s (10^9 bytes per second, as nccl-tests prints), FCT in
+milliseconds, both in the target timescale.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.csv as pacsv
+
+from collectors.plots import COMPARE_PLOTS, render_run_plots
+from collectors.results import (
+    DIR_MODE,
+    PLOTS,
+    SUMMARY,
+    make_private,
+    replace_file_atomically,
+)
+from collectors.summary import RunMeta, build_summary
+from collectors.tables import RunTables, read_tables
+from emulator.errors import InputError
+
+# Columns of the per-collective-type table: (header, summary key, scale, format).
+TYPE_COLUMNS: tuple[tuple[str, str, float, str], ...] = (
+    ("instances", "instances", 1.0, "{:.0f}"),
+    ("busbw mean GB/s", "busbw_mean_bytes_per_s", 1e-9, "{:.2f}"),
+    ("busbw p5 GB/s", "busbw_p5_bytes_per_s", 1e-9, "{:.2f}"),
+    ("busbw CV", "busbw_cv", 1.0, "{:.3f}"),
+    ("ideal GB/s", "ideal_busbw_bytes_per_s", 1e-9, "{:.2f}"),
+    ("FCT p50 ms", "fct_p50_s", 1e3, "{:.3f}"),
+    ("FCT p99 ms", "fct_p99_s", 1e3, "{:.3f}"),
+    ("FCT max ms", "fct_max_s", 1e3, "{:.3f}"),
+    ("CNPs", "cnps", 1.0, "{:.0f}"),
+)
+
+# Compare prints fewer columns per run, since every run adds a row.
+COMPARE_COLUMNS = ("busbw_mean_bytes_per_s", "busbw_cv", "fct_p50_s", "fct_p99_s", "cnps")
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    folder: Path
+    summary: dict[str, Any]
+    tables: RunTables
+
+    @property
+    def label(self) -> str:
+        return str(self.summary.get("scenario") or self.folder.name)
+
+
+def load_run(folder: Path) -> LoadedRun:
+    if not folder.is_dir():
+        raise InputError(f"{folder}: not a folder")
+    tables = read_tables(folder)
+    summary_path = folder / SUMMARY
+    summary: dict[str, Any] = {}
+    if summary_path.is_file():
+        try:
+            loaded = json.loads(summary_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{summary_path}: cannot read as JSON: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise InputError(f"{summary_path}: expected a JSON object")
+        summary = loaded
+    return LoadedRun(folder, summary, tables)
+
+
+def _cell(value: Any, scale: float, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt.format(value * scale)
+
+
+def _render(headers: Sequence[str], body: Sequence[Sequence[str]], left: int = 1) -> str:
+    """A plain-text table: the first `left` columns left-aligned (names), the rest right (numbers)."""
+    widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in body)])
+
+
+def summary_table(summary: Mapping[str, Any]) -> str:
+    """The run's header lines and one row per collective type."""
+    fid = summary.get("fidelity") or {}
+    reasons = "; ".join(fid.get("reasons") or [])
+    job = summary.get("job_time_s")
+    head = [
+        f"scenario {summary.get('scenario')}  fabric {summary.get('fabric')}  "
+        f"tdf {summary.get('tdf')}  marker {summary.get('marker')}",
+        f"fidelity {fid.get('verdict', '?')}{' (' + reasons + ')' if reasons else ''}  "
+        f"job time {_cell(job, 1.0, '{:.6f}')} s  partial {str(bool(summary.get('partial'))).lower()}",
+    ]
+    collectives: Mapping[str, Mapping[str, Any]] = summary.get("collectives") or {}
+    body = [
+        [ctype, *(_cell(stats.get(key), scale, fmt) for _, key, scale, fmt in TYPE_COLUMNS)]
+        for ctype, stats in collectives.items()
+    ]
+    headers = ["collective", *(h for h, *_ in TYPE_COLUMNS)]
+    return "\n".join([*head, "", _render(headers, body)])
+
+
+def rerender(folder: Path, write_csv: bool) -> dict[str, Any]:
+    """Recompute summary.json and the plots of `folder` from its parquet files."""
+    run = load_run(folder)
+    meta = RunMeta.from_summary(run.summary)
+    summary = build_summary(meta, run.tables, partial=bool(run.summary.get("partial", False)))
+    render_run_plots(run.tables, folder / PLOTS, meta.scenario)
+    if write_csv:
+        csv_dir = folder / "csv"
+        csv_dir.mkdir(mode=DIR_MODE, exist_ok=True)
+        for name, table in run.tables.by_name().items():
+            pacsv.write_csv(table, csv_dir / f"{name}.csv")
+    replace_file_atomically(folder / SUMMARY, (json.dumps(summary, indent=2) + "\n").encode())
+    make_private(folder)
+    return summary
+
+
+def _compare_value(summary: Mapping[str, Any], ctype: str, key: str) -> Any:
+    return ((summary.get("collectives") or {}).get(ctype) or {}).get(key)
+
+
+def compare_table(runs: Sequence[LoadedRun]) -> str:
+    """Per collective type, one row per run: busbw mean and CV, FCT p50/p99, CNPs."""
+    columns = {key: (head, scale, fmt) for head, key, scale, fmt in TYPE_COLUMNS}
+    summaries = [
+        build_summary(RunMeta.from_summary(r.summary), r.tables, bool(r.summary.get("partial")))
+        for r in runs
+    ]
+    types = sorted({t for s in summaries for t in (s.get("collectives") or {})})
+    headers = ["collective", "run", *(columns[k][0] for k in COMPARE_COLUMNS)]
+    body: list[list[str]] = []
+    labels = unique_labels(runs)
+    for ctype in types:
+        for label, summary in zip(labels, summaries, strict=True):
+            if ctype not in summary["collectives"]:
+                continue
+            body.append(
+                [
+                    ctype,
+                    label,
+                    *(
+                        _cell(_compare_value(summary, ctype, k), columns[k][1], columns[k][2])
+                        for k in COMPARE_COLUMNS
+                    ),
+                ]
+            )
+    return _render(headers, body, left=2)
+
+
+def unique_labels(runs: Sequence[LoadedRun]) -> list[str]:
+    """Run labels for legends: the scenario name, with the folder name where names repeat."""
+    labels = [r.label for r in runs]
+    return [
+        f"{label} ({run.folder.name})" if labels.count(label) > 1 else label
+        for label, run in zip(labels, runs, strict=True)
+    ]
+
+
+def write_compare_plots(runs: Sequence[LoadedRun], out: Path) -> list[Path]:
+    out.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    labelled = list(zip(unique_labels(runs), (r.tables for r in runs), strict=True))
+    paths = [render(labelled, out / name) for name, render in COMPARE_PLOTS.items()]
+    make_private(out)
+    return paths

@@ -1,0 +1,197 @@
+"""summary.json of a run: identity (scenario, TDF, marker, fabric), fidelity verdict, job time,
+and per collective type the busbw and FCT statistics that the interference study compares.
+
+Computed from the Arrow tables (collectors.tables), so `emulate report` recomputes the same
+summary from the parquet files. Percentiles are nearest-rank (collectors.stats); busbw statistics
+cover complete instances, FCT statistics finished flows; `instances` counts the planned
+instances of a type (`instances_complete` those that finished); `cnps` counts CNPs sent by
+receivers for the type's flows. Byte rates are bytes per second, times seconds of the target timescale.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from collectors.live import RunInfo
+from collectors.stats import coefficient_of_variation, mean, percentile_nearest_rank
+from collectors.tables import RunTables, column, rows
+
+PERCENTILE_METHOD = "nearest-rank"
+CV_METHOD = "population standard deviation / mean"
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """Whether the machine kept up with the emulated fabric; reasons say what went wrong."""
+
+    verdict: Literal["ok", "degraded"] = "ok"
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """What the summary says about the run besides the measurements."""
+
+    scenario: str
+    tdf: float
+    marker: str
+    fabric: str
+    fidelity: Fidelity = Fidelity()
+    job_time_s: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_info(
+        cls,
+        info: RunInfo,
+        fidelity: Fidelity = Fidelity(),
+        job_time_s: float | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> RunMeta:
+        return cls(
+            info.scenario, info.tdf, info.marker, info.fabric, fidelity, job_time_s, extra or {}
+        )
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> RunMeta:
+        """The meta part of an existing summary.json (keys this module computes are dropped)."""
+        fid = summary.get("fidelity") or {}
+        computed = {
+            "collectives",
+            "flows",
+            "totals",
+            "machine",
+            "partial",
+            "percentile_method",
+            "cv_method",
+        }
+        known = {"scenario", "tdf", "marker", "fabric", "fidelity", "job_time_s"}
+        return cls(
+            scenario=str(summary.get("scenario", "unknown")),
+            tdf=float(summary.get("tdf", 1.0)),
+            marker=str(summary.get("marker", "unknown")),
+            fabric=str(summary.get("fabric", "unknown")),
+            fidelity=Fidelity(fid.get("verdict", "ok"), tuple(fid.get("reasons", ()))),
+            job_time_s=summary.get("job_time_s"),
+            extra={k: v for k, v in summary.items() if k not in computed | known},
+        )
+
+
+def _type_stats(
+    busbws: list[float], ideals: list[float], fcts: list[float], planned: int
+) -> dict[str, Any]:
+    p = percentile_nearest_rank
+    ideal = mean(ideals)
+    busbw_mean = mean(busbws)
+    return {
+        "instances": planned,
+        "instances_complete": len(busbws),
+        "busbw_mean_bytes_per_s": busbw_mean,
+        "busbw_p50_bytes_per_s": p(busbws, 50),
+        "busbw_p5_bytes_per_s": p(busbws, 5),
+        "busbw_min_bytes_per_s": min(busbws) if busbws else None,
+        "busbw_max_bytes_per_s": max(busbws) if busbws else None,
+        "busbw_cv": coefficient_of_variation(busbws),
+        "ideal_busbw_bytes_per_s": ideal,
+        "busbw_ratio_mean": busbw_mean / ideal if busbw_mean is not None and ideal else None,
+        "flows": 0,
+        "flows_finished": len(fcts),
+        "fct_p50_s": p(fcts, 50),
+        "fct_p99_s": p(fcts, 99),
+        "fct_p999_s": p(fcts, 99.9),
+        "fct_max_s": max(fcts) if fcts else None,
+    }
+
+
+def collectives_summary(tables: RunTables) -> dict[str, dict[str, Any]]:
+    planned: defaultdict[str, int] = defaultdict(int)
+    busbws: defaultdict[str, list[float]] = defaultdict(list)
+    ideals: defaultdict[str, list[float]] = defaultdict(list)
+    for ctype, complete, busbw, ideal in rows(
+        tables.collectives,
+        ("collective_type", "complete", "busbw_bytes_per_s", "ideal_busbw_bytes_per_s"),
+    ):
+        planned[ctype] += 1
+        if complete and busbw is not None:
+            busbws[ctype].append(busbw)
+        if ideal is not None:
+            ideals[ctype].append(ideal)
+    fcts: defaultdict[str, list[float]] = defaultdict(list)
+    flow_counts: defaultdict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for ctype, fct, cnps, ce, retx in rows(
+        tables.flows,
+        ("collective_type", "fct_s", "cnps_sent", "ce_marks", "retransmitted_packets"),
+    ):
+        if fct is not None:
+            fcts[ctype].append(fct)
+        counts = flow_counts[ctype]
+        counts[0] += 1
+        counts[1] += cnps
+        counts[2] += ce
+        counts[3] += retx
+    out: dict[str, dict[str, Any]] = {}
+    for ctype in sorted(set(planned) | set(flow_counts)):
+        stats = _type_stats(busbws[ctype], ideals[ctype], fcts[ctype], planned[ctype])
+        n_flows, cnps, ce, retx = flow_counts[ctype]
+        stats.update(flows=n_flows, cnps=cnps, ce_marks=ce, retransmitted_packets=retx)
+        out[ctype] = stats
+    return out
+
+
+def _job_time(tables: RunTables) -> float | None:
+    starts = [s for s in rows(tables.flows, ("start_s",)) if s[0] is not None]
+    ends = [e for e in rows(tables.flows, ("end_s",)) if e[0] is not None]
+    if not starts or not ends:
+        return None
+    return float(max(e[0] for e in ends) - min(s[0] for s in starts))
+
+
+def port_counter_growth(tables: RunTables, name: str) -> int:
+    """Sum over ports of how much a cumulative counter grew between its first and last sample."""
+    first: dict[tuple[str, str], int] = {}
+    last: dict[tuple[str, str], int] = {}
+    for switch, port, value in rows(tables.ports, ("switch", "port", name)):
+        first.setdefault((switch, port), value)
+        last[(switch, port)] = value
+    return sum(max(0, last[k] - first[k]) for k in last)
+
+
+def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, Any]:
+    collectives = collectives_summary(tables)
+    totals = {
+        key: sum(c[key] for c in collectives.values())
+        for key in ("cnps", "ce_marks", "retransmitted_packets")
+    }
+    cpu_busy = column(tables.cpu, "busy_ratio")
+    summary: dict[str, Any] = {
+        "scenario": meta.scenario,
+        "tdf": meta.tdf,
+        "marker": meta.marker,
+        "fabric": meta.fabric,
+        "fidelity": {"verdict": meta.fidelity.verdict, "reasons": list(meta.fidelity.reasons)},
+        "job_time_s": meta.job_time_s if meta.job_time_s is not None else _job_time(tables),
+        "partial": partial,
+        "percentile_method": PERCENTILE_METHOD,
+        "cv_method": CV_METHOD,
+        "flows": {
+            "planned": tables.flows.num_rows,
+            "finished": sum(1 for (e,) in rows(tables.flows, ("end_s",)) if e is not None),
+        },
+        "totals": {
+            **totals,
+            "switch_drops": port_counter_growth(tables, "drops"),
+            "switch_ecn_marks": port_counter_growth(tables, "ecn_marks"),
+            "switch_queue_max_bytes": max(column(tables.ports, "queue_bytes"), default=None),
+        },
+        "machine": {
+            "cpu_busy_mean_ratio": mean(cpu_busy),
+            "cpu_busy_p95_ratio": percentile_nearest_rank(cpu_busy, 95),
+        },
+        "collectives": collectives,
+    }
+    for key, value in meta.extra.items():
+        summary.setdefault(key, value)
+    return summary

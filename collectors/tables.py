@@ -1,0 +1,120 @@
+"""Records and samples as Arrow tables with fixed schemas, and their parquet files.
+
+Schemas come from the record dataclasses, so an empty table (a run interrupted before its first
+flow finished) still has every column. File names: flows, collectives, nic, ports (.parquet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from collectors.records import CollectiveRecord, FlowRecord
+from collectors.samples import CpuRow, NicRow, PortRow
+from emulator.errors import InputError
+
+_ARROW_TYPES: dict[str, Any] = {
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "str": pa.string(),
+    "bool": pa.bool_(),
+}
+
+
+def schema_of(cls: type) -> pa.Schema:
+    """Arrow schema of a record dataclass (field annotations int/float/str/bool, `| None`)."""
+    fields = []
+    for f in dataclasses.fields(cls):
+        text = str(f.type).replace(" ", "")
+        nullable = text.endswith("|None")
+        base = text.removesuffix("|None")
+        fields.append(pa.field(f.name, _ARROW_TYPES[base], nullable=nullable))
+    return pa.schema(fields)
+
+
+# Table name -> record class; the parquet file is <name>.parquet.
+TABLES: dict[str, type] = {
+    "flows": FlowRecord,
+    "collectives": CollectiveRecord,
+    "nic": NicRow,
+    "ports": PortRow,
+    "cpu": CpuRow,
+}
+# Tables a results folder may lack (read as empty): added after the first folders were written.
+OPTIONAL_TABLES = frozenset({"cpu"})
+
+
+def to_table(rows: Sequence[Any], cls: type) -> pa.Table:
+    schema = schema_of(cls)
+    columns = {name: [getattr(r, name) for r in rows] for name in schema.names}
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+@dataclass(frozen=True)
+class RunTables:
+    flows: pa.Table
+    collectives: pa.Table
+    nic: pa.Table
+    ports: pa.Table
+    cpu: pa.Table = field(default_factory=lambda: to_table([], CpuRow))
+
+    @classmethod
+    def from_rows(
+        cls,
+        flows: Sequence[FlowRecord] = (),
+        collectives: Sequence[CollectiveRecord] = (),
+        nic: Sequence[NicRow] = (),
+        ports: Sequence[PortRow] = (),
+        cpu: Sequence[CpuRow] = (),
+    ) -> RunTables:
+        return cls(
+            flows=to_table(flows, FlowRecord),
+            collectives=to_table(collectives, CollectiveRecord),
+            nic=to_table(nic, NicRow),
+            ports=to_table(ports, PortRow),
+            cpu=to_table(cpu, CpuRow),
+        )
+
+    def by_name(self) -> Mapping[str, pa.Table]:
+        return {name: getattr(self, name) for name in TABLES}
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path)
+
+
+def read_tables(folder: Path) -> RunTables:
+    """Read the four parquet files of a results folder; InputError names a missing or bad file."""
+    tables: dict[str, pa.Table] = {}
+    for name, cls in TABLES.items():
+        path = folder / f"{name}.parquet"
+        if name in OPTIONAL_TABLES and not path.exists():
+            tables[name] = to_table([], cls)
+            continue
+        try:
+            table = pq.read_table(path)
+        except FileNotFoundError:
+            raise InputError(f"{path}: missing; is {folder} a results folder?") from None
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"{path}: cannot read as parquet: {exc}") from exc
+        missing = set(schema_of(cls).names) - set(table.column_names)
+        if missing:
+            raise InputError(f"{path}: missing columns {', '.join(sorted(missing))}")
+        tables[name] = table
+    return RunTables(**tables)
+
+
+def column(table: pa.Table, name: str) -> list[Any]:
+    return list(table.column(name).to_pylist())
+
+
+def rows(table: pa.Table, names: Iterable[str]) -> list[tuple[Any, ...]]:
+    """Rows of the named columns as tuples."""
+    cols = [column(table, n) for n in names]
+    return list(zip(*cols, strict=True))

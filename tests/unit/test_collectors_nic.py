@@ -1,0 +1,109 @@
+"""NIC utilization from fixture counters, and the real counter sources read on loopback."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from collectors.events import NicSample
+from collectors.nic import FixtureCounters, NetlinkCounters, NicSampler, SysfsCounters
+from collectors.samples import NicTable
+from emulator.errors import EnvironmentProblem
+
+
+def test_utilization_from_fixture_counters() -> None:
+    # 8 Gb/s line = 1e9 bytes/s; samples every 1 ms.
+    sampler = NicSampler(
+        {
+            0: FixtureCounters([(0, 0), (500_000, 0), (1_250_000, 100_000)]),
+            1: FixtureCounters([(10, 20), (10, 1_000_020), (10, 1_000_020)]),
+        }
+    )
+    table = NicTable(line_rate_bps=8e9)
+    for i in range(3):
+        for sample in sampler.sample(i * 1e-3):
+            table.add(sample)
+    got = {(r.time_s, r.rank, r.direction): r.utilization for r in table.rows}
+    assert got == pytest.approx(
+        {
+            (1e-3, 0, "tx"): 0.5,
+            (1e-3, 0, "rx"): 0.0,
+            (2e-3, 0, "tx"): 0.75,
+            (2e-3, 0, "rx"): 0.1,
+            (1e-3, 1, "tx"): 0.0,
+            (1e-3, 1, "rx"): 1.0,
+            (2e-3, 1, "tx"): 0.0,
+            (2e-3, 1, "rx"): 0.0,
+        }
+    )
+    # The first reading is only a baseline: 2 ranks x 2 directions x 2 intervals rows.
+    assert len(table.rows) == 8
+    assert table.rows[0].delta_bytes == 500_000 and table.rows[0].interval_s == pytest.approx(1e-3)
+
+
+def test_counter_reset_restarts_the_baseline() -> None:
+    table = NicTable(line_rate_bps=8e9)
+    assert table.add(NicSample(0.0, 0, "tx", 1_000)) is None
+    assert table.add(NicSample(1e-3, 0, "tx", 10)) is None  # went backwards: new baseline
+    row = table.add(NicSample(2e-3, 0, "tx", 100_010))
+    assert row is not None and row.delta_bytes == 100_000 and row.utilization == pytest.approx(0.1)
+
+
+def test_fixture_exhaustion_is_reported() -> None:
+    source = FixtureCounters([(1, 2)])
+    assert source.read() == (1, 2)
+    with pytest.raises(EnvironmentProblem, match="exhausted"):
+        source.read()
+
+
+def _send_loopback(datagrams: int, size: int) -> None:
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx,
+    ):
+        rx.bind(("127.0.0.1", 0))
+        for _ in range(datagrams):
+            tx.sendto(b"x" * size, rx.getsockname())
+        rx.settimeout(1.0)
+        for _ in range(datagrams):
+            rx.recv(size)
+
+
+@pytest.mark.parametrize("make", [lambda: SysfsCounters("lo"), lambda: NetlinkCounters("lo")])
+def test_real_sources_count_loopback_traffic(make: object) -> None:
+    source = make()  # type: ignore[operator]
+    try:
+        tx0, rx0 = source.read()
+        _send_loopback(20, 1000)
+        tx1, rx1 = source.read()
+    finally:
+        if isinstance(source, NetlinkCounters):
+            source.close()
+    # 20 datagrams of 1000 payload bytes (+28 bytes of headers each) crossed lo both ways.
+    assert tx1 - tx0 >= 20 * 1000
+    assert rx1 - rx0 >= 20 * 1000
+
+
+def test_missing_interfaces_are_environment_problems(tmp_path: object) -> None:
+    with pytest.raises(EnvironmentProblem, match="nosuchif0"):
+        SysfsCounters("nosuchif0").read()
+    with pytest.raises(EnvironmentProblem, match="nosuchif0"):
+        NetlinkCounters("nosuchif0")
+
+
+def test_port_samples_from_fabric_counters() -> None:
+    from collectors.samples import PortTable, port_samples
+    from fabrics.counters import PortCounters
+
+    def counters(tx: int, phantom: int | None) -> PortCounters:
+        return PortCounters("leaf0", "eth3", tx, tx // 1000, 2, 1500, 7, phantom, None, None)
+
+    table = PortTable(default_line_rate_bps=8e9)
+    for t, c in [(0.0, counters(0, 40_000)), (1e-3, counters(250_000, None))]:
+        for sample in port_samples([c], t):
+            table.add(sample)
+    first, second = table.rows
+    assert (first.switch, first.port, first.queue_bytes) == ("leaf0", "eth3", 40_000)
+    assert second.queue_bytes == 1500  # no phantom queue: the qdisc backlog
+    assert second.utilization == pytest.approx(0.25) and second.ecn_marks == 7
