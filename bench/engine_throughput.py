@@ -1,0 +1,231 @@
+"""Engine data-path speed over a veth pair, against `iperf3 -u` on the same path in the same run.
+
+Run as root from the repository root: `python -m bench.engine_throughput [--seconds S]`.
+
+Ours: one queue pair, congestion control `none` at a line rate far above what the machine can
+carry (so the sender runs flat out), RoCEv2 SEND packets of 1024 and 4096 payload bytes with
+their ICRC computed for the IP id and length the wire carries (tests/system/test_engine_wire.py
+checks them on a capture), sent as UDP GSO batches and received with UDP GRO by the engine's own
+receiver, which ACKs them (go-back-N transport, every byte delivered). Measured: data packets
+delivered per second (the flow's payload / MTU over its completion time), Gb/s of payload, and the
+sender worker's CPU seconds from the common start on (per core = per CPU-second).
+Peer: `iperf3 -u -b 0 -l <payload>` between the same namespaces, same duration; its delivered
+packets/s (sent minus lost) and its sender CPU share (iperf3's own cpu_utilization_percent).
+Ratios are ours / iperf3's (higher is better); the issue #6 target is >= 4 on packets/s.
+Also: sender CPU seconds per Gb/s, and the pacing error at 10 Mb/s, 100 Mb/s and 1 Gb/s
+(receiver-measured rate over 1 s against the configured rate, in %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from emulator.engine.coordinator import run_plan
+from emulator.engine.params import EngineParams
+from emulator.engine.plan import EngineFlow, RankEndpoint
+from emulator.engine.testbed import NetnsBed, PairInfo, link_bytes, pair
+from emulator.transport.packets import ETHERNET_OVERHEAD_BYTES
+from emulator.transport.params import TransportParams
+
+BENCH = "engine_throughput"
+
+
+def emit(metric: str, value: float, unit: str, **peer: Any) -> None:
+    print(
+        json.dumps(
+            {"bench": BENCH, "metric": metric, "value": round(value, 4), "unit": unit, **peer}
+        ),
+        flush=True,
+    )
+
+
+def ours(p: PairInfo, payload: int, seconds: float) -> dict[str, float]:
+    """Flat-out single QP: (delivered packets/s, payload Gb/s, sender run CPU s, wall s)."""
+    ranks = [
+        RankEndpoint(0, p.sender_addr, p.sender_ns, 100e9),
+        RankEndpoint(1, p.receiver_addr, p.receiver_ns, 100e9),
+    ]
+    # size the flow from a short probe so the measured run lasts about `seconds`
+    transport = TransportParams(
+        congestion_control="none",
+        path_mtu_bytes=payload,
+        retransmit_timeout_s=0.05,
+        window_packets=2048,
+    )
+    engine = EngineParams(workers=2)
+    size = payload * 20_000
+    for _ in range(2):
+        out = run_plan(
+            ranks, [EngineFlow(1, 0, 1, 0, 50500, size)], transport=transport, engine=engine
+        )
+        fct = out.fct_s(1)
+        if fct >= 0.5 * seconds:
+            break
+        size = int(size * seconds / max(fct, 1e-3)) // payload * payload
+    packets = size // payload
+    cpu = out.metadata["worker_run_cpu_s"][0]  # rank 0's worker sends
+    return {
+        "pps": packets / fct,
+        "gbps": size * 8 / fct / 1e9,
+        "cpu_s": cpu,
+        "wall_s": fct,
+        "retransmitted": out.finished[1].retransmitted_packets,
+    }
+
+
+def iperf3(p: PairInfo, payload: int, seconds: float) -> dict[str, float]:
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", p.receiver_ns, "iperf3", "-s", "-1", "-B", p.receiver_addr],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        doc: dict[str, Any] = {}
+        for _ in range(50):  # wait for the server to listen (bounded: 5 s)
+            time.sleep(0.1)
+            proc = subprocess.run(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    p.sender_ns,
+                    "iperf3",
+                    "-u",
+                    "-b",
+                    "0",
+                    "-l",
+                    str(payload),
+                    "-t",
+                    f"{seconds:g}",
+                    "-c",
+                    p.receiver_addr,
+                    "-J",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=seconds + 30,
+                check=False,
+            )
+            doc = json.loads(proc.stdout or "{}")
+            if "error" not in doc and "end" in doc:
+                break
+        end = doc["end"]["sum"]
+        delivered = end["packets"] - end["lost_packets"]
+        cpu_share = doc["end"]["cpu_utilization_percent"]["host_total"] / 100
+        return {
+            "pps": delivered / end["seconds"],
+            "gbps": delivered * payload * 8 / end["seconds"] / 1e9,
+            "cpu_s": cpu_share * end["seconds"],
+            "wall_s": end["seconds"],
+        }
+    finally:
+        server.kill()
+        server.wait(5)
+
+
+def pacing_error(p: PairInfo, rate_bps: float) -> float:
+    """Receiver-measured rate over 1 s vs the configured rate, in percent."""
+    mtu = 4096
+    ip_bytes = 20 + 8 + 12 + mtu + 4
+    counted_per_sent = (ip_bytes + 14) / (ip_bytes + ETHERNET_OVERHEAD_BYTES)
+    ranks = [
+        RankEndpoint(0, p.sender_addr, p.sender_ns, rate_bps),
+        RankEndpoint(1, p.receiver_addr, p.receiver_ns, rate_bps),
+    ]
+    size = int(rate_bps * 1.8 / 8 * mtu / ip_bytes)
+    transport = TransportParams(
+        congestion_control="none", path_mtu_bytes=mtu, retransmit_timeout_s=0.1
+    )
+    samples: list[tuple[float, int]] = []
+    thread = threading.Thread(
+        target=lambda: run_plan(
+            ranks,
+            [EngineFlow(1, 0, 1, 0, 50600, size)],
+            transport=transport,
+            engine=EngineParams(workers=2),
+        )
+    )
+    thread.start()
+    deadline = time.monotonic() + 60
+    while thread.is_alive() and time.monotonic() < deadline:
+        t0 = time.perf_counter()
+        rx, _ = link_bytes(p.receiver_ns, p.receiver_if)
+        samples.append(((t0 + time.perf_counter()) / 2, rx))
+        time.sleep(0.02)
+    thread.join(10)
+    base = samples[0][1]
+    t_first = next(t for t, b in samples if b > base + 8 * ip_bytes)
+    a = next(s for s in samples if s[0] >= t_first + 0.2)
+    b = next(s for s in samples if s[0] >= a[0] + 1.0)
+    measured = (b[1] - a[1]) * 8 / (b[0] - a[0])
+    return (measured / (rate_bps * counted_per_sent) - 1) * 100
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench.engine_throughput needs root (network namespaces)", file=sys.stderr)
+        return 2
+    with NetnsBed() as bed:
+        p = pair(bed)
+        for payload in (1024, 4096):
+            us = ours(p, payload, args.seconds)
+            peer = iperf3(p, payload, args.seconds)
+            name = f"iperf3 -u -b 0 -l {payload}"
+            emit(
+                f"rocev2_data_packets_per_s_{payload}B (higher is better)",
+                us["pps"],
+                "packets/s",
+                peer=name,
+                peer_value=round(peer["pps"], 1),
+                ratio=round(us["pps"] / peer["pps"], 3),
+            )
+            us_core = us["pps"] * us["wall_s"] / max(us["cpu_s"], 1e-9)
+            peer_core = peer["pps"] * peer["wall_s"] / max(peer["cpu_s"], 1e-9)
+            emit(
+                f"rocev2_data_packets_per_sender_cpu_s_{payload}B (higher is better)",
+                us_core,
+                "packets/cpu-s",
+                peer=name,
+                peer_value=round(peer_core, 1),
+                ratio=round(us_core / peer_core, 3),
+            )
+            emit(
+                f"payload_gbps_{payload}B (higher is better)",
+                us["gbps"],
+                "Gb/s",
+                peer=name,
+                peer_value=round(peer["gbps"], 4),
+                ratio=round(us["gbps"] / peer["gbps"], 3),
+            )
+            cpu_per_gbps = us["cpu_s"] / us["wall_s"] / us["gbps"]
+            peer_cpu_per_gbps = peer["cpu_s"] / peer["wall_s"] / peer["gbps"]
+            emit(
+                f"sender_cpu_per_gbps_{payload}B (lower is better; ratio peer/ours)",
+                cpu_per_gbps,
+                "cores per Gb/s",
+                peer=name,
+                peer_value=round(peer_cpu_per_gbps, 4),
+                ratio=round(peer_cpu_per_gbps / cpu_per_gbps, 3),
+            )
+            emit(f"retransmitted_packets_{payload}B", us["retransmitted"], "packets")
+        for rate in (10e6, 100e6, 1e9):
+            emit(
+                f"pacing_error_{rate / 1e6:g}Mbps (receiver, 1 s window)",
+                pacing_error(p, rate),
+                "%",
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,447 @@
+"""The coordinator: shards ranks over worker processes, releases them together, relays completions,
+and turns what they report into collectors events.
+
+Life of a run: check the plan; give every connection (src, dst, qp, sport) a QP number; start the
+workers (each opens its ranks' sockets in their namespaces and says "ready"); send all of them
+the same start instant (a perf_counter reading shortly in the future: CLOCK_MONOTONIC is shared by
+the machine's processes); then wait on their pipes and process sentinels. A flow's completion is
+relayed to the workers whose flows depend on it. FlowFinished is emitted once the sender's
+completion (last byte acknowledged) and the receiver's record of the message (its CE marks and
+CNPs) are both in. A worker that exits early fails the run with its message, and the others are
+stopped; Ctrl-C stops every worker within a fraction of a second and re-raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import multiprocessing
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from collectors.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
+from emulator.engine.clock import DilatedClock
+from emulator.engine.driver import DelayLike, FlowDriver
+from emulator.engine.params import EngineParams
+from emulator.engine.plan import (
+    MAX_CONNECTIONS,
+    EngineFlow,
+    FlowLike,
+    RankEndpoint,
+    check_plan,
+    from_schedule_flow,
+)
+from emulator.engine.worker import WorkerSpec, worker_main
+from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
+from emulator.transport.params import TransportParams
+
+START_MARGIN_S = 0.05  # between "go" and the common start: every worker gets the message first
+STOP_GRACE_S = 0.4  # how long a stopping worker may take before it is terminated
+
+
+class EngineFailure(EmulatorError):
+    """The engine could not complete the plan: a worker died, or the run exceeded its limit."""
+
+    exit_code = EXIT_EXPECTATION_FAILED
+
+
+@dataclass
+class RunOutcome:
+    """What a run produced: collectors events (target timescale) and the run's metadata."""
+
+    events: list[RunEvent]
+    metadata: dict[str, Any]
+    finished: dict[int, FlowFinished] = field(default_factory=dict)
+    started: dict[int, FlowStarted] = field(default_factory=dict)
+    received_bytes: dict[int, int] = field(default_factory=dict)  # by flow, at the receiver
+
+    def fct_s(self, flow_id: int) -> float:
+        return self.finished[flow_id].time_s - self.started[flow_id].time_s
+
+
+@dataclass
+class _WorkerHandle:
+    index: int
+    process: BaseProcess
+    pipe: Connection
+    ranks: tuple[int, ...]
+    info: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    ready: bool = False
+    gone: bool = False
+
+
+def shard_ranks(ranks: Sequence[RankEndpoint], workers: int) -> list[tuple[RankEndpoint, ...]]:
+    """Round-robin ranks over at most `workers` shards (0: one per core), none empty."""
+    n = workers or (os.cpu_count() or 1)
+    n = max(1, min(n, len(ranks)))
+    ordered = sorted(ranks, key=lambda r: r.rank)
+    return [tuple(ordered[i::n]) for i in range(n)]
+
+
+def assign_connections(flows: Sequence[EngineFlow]) -> dict[tuple[int, int, int, int], int]:
+    """A connection id per (src, dst, qp, sport), in plan order; QP number = id + 1 both ends."""
+    conns: dict[tuple[int, int, int, int], int] = {}
+    for f in flows:
+        conns.setdefault(f.connection_key, len(conns))
+    if len(conns) > MAX_CONNECTIONS:
+        raise PlanError(f"plan needs {len(conns)} queue pairs, more than 24-bit QP numbers allow")
+    return conns
+
+
+class Coordinator:
+    def __init__(
+        self,
+        ranks: Sequence[RankEndpoint],
+        flows: Sequence[EngineFlow],
+        *,
+        transport: TransportParams | None = None,
+        engine: EngineParams | None = None,
+        on_events: Callable[[list[RunEvent]], None] | None = None,
+        on_ready: Callable[[list[int]], None] | None = None,
+        driver: FlowDriver | None = None,
+    ) -> None:
+        """Run `flows` (a static plan), or the flows `driver` hands out as the run goes."""
+        if driver is not None and flows:
+            raise PlanError("give the engine either a static plan or a driver, not both")
+        check_plan(flows, ranks)
+        self.on_ready = on_ready
+        self.driver = driver
+        self.known_ranks = {r.rank for r in ranks}
+        self.ranks = list(ranks)
+        self.flows = {f.id: f for f in flows}
+        self.transport = transport or TransportParams()
+        self.engine = engine or EngineParams()
+        self.on_events = on_events
+        self.connections = assign_connections(flows)
+        self.shards = shard_ranks(self.ranks, self.engine.workers)
+        self.owner = {r.rank: i for i, shard in enumerate(self.shards) for r in shard}
+        self.needers: dict[int, set[int]] = {}
+        for f in flows:
+            for dep in f.deps:
+                w = self.owner[f.src]
+                if self.owner[self.flows[dep].src] != w:
+                    self.needers.setdefault(dep, set()).add(w)
+        self.workers: list[_WorkerHandle] = []
+        self.events: list[RunEvent] = []
+        self.started: dict[int, FlowStarted] = {}
+        self.finished: dict[int, FlowFinished] = {}
+        self.received_bytes: dict[int, int] = {}
+        self._done: dict[tuple[int, int], tuple[Any, ...]] = {}
+        self._rx: dict[tuple[int, int], tuple[Any, ...]] = {}
+        self._done_ids: set[int] = set()
+        self._start_wall = time.perf_counter()
+        self._completions: list[tuple[int, float]] = []
+
+    # -- public ---------------------------------------------------------------------------
+    def run(self) -> RunOutcome:
+        wall0 = time.perf_counter()
+        try:
+            self._spawn()
+            self._wait_ready()
+            if self.on_ready is not None:
+                self.on_ready(self.worker_pids)
+            start = time.perf_counter() + START_MARGIN_S
+            self._start_wall = start
+            for w in self.workers:
+                w.pipe.send(("go", start))
+            if self.driver is None:
+                self._main_loop(start)
+            else:
+                self._drive(self.driver, start)
+            self._stop_all(graceful=True)
+        except BaseException:
+            self._stop_all(graceful=False)
+            raise
+        return RunOutcome(
+            self.events,
+            self._metadata(time.perf_counter() - wall0),
+            self.finished,
+            self.started,
+            self.received_bytes,
+        )
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [w.process.pid for w in self.workers if w.process.pid is not None]
+
+    # -- start ----------------------------------------------------------------------------
+    def _spawn(self) -> None:
+        ctx: Any = multiprocessing.get_context(self.engine.start_method)
+        addresses = {r.rank: r.address for r in self.ranks}
+        for i, shard in enumerate(self.shards):
+            members = {r.rank for r in shard}
+            flows = tuple(f for f in self.flows.values() if f.src in members)
+            spec = WorkerSpec(
+                index=i,
+                ranks=shard,
+                addresses=addresses,
+                flows=flows,
+                connections={f.connection_key: self.connections[f.connection_key] for f in flows},
+                transport=self.transport,
+                engine=self.engine,
+                relay=frozenset(f.id for f in flows if f.id in self.needers),
+            )
+            parent, child = ctx.Pipe(duplex=True)
+            process = ctx.Process(
+                target=worker_main, args=(spec, child), name=f"engine-worker-{i}", daemon=True
+            )
+            process.start()
+            child.close()
+            self.workers.append(_WorkerHandle(i, process, parent, tuple(sorted(members))))
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.engine.start_timeout_s
+        while not all(w.ready for w in self.workers):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                late = [w.index for w in self.workers if not w.ready]
+                raise EngineFailure(
+                    f"engine workers {late} did not open their sockets within "
+                    f"{self.engine.start_timeout_s:g} s (engine.start_timeout_s)"
+                )
+            self._poll(min(left, 0.1))
+
+    # -- running --------------------------------------------------------------------------
+    def _main_loop(self, start_wall: float) -> None:
+        deadline = start_wall + self.engine.run_timeout_s
+        total = len(self.flows)
+        while len(self.finished) < total:
+            if time.perf_counter() > deadline:
+                left = sorted(set(self.flows) - set(self.finished))[:5]
+                raise EngineFailure(
+                    f"plan not finished after {self.engine.run_timeout_s:g} s "
+                    f"(engine.run_timeout_s); unfinished flows include {left}"
+                )
+            self._poll(0.05)
+
+    def _drive(self, driver: FlowDriver, start_wall: float) -> None:
+        """Hand out the driver's flows as it releases them; run its delays here."""
+        clock = DilatedClock(self.engine.tdf, start_wall)
+        deadline = start_wall + self.engine.run_timeout_s
+        delays: list[tuple[float, int]] = []
+        self._completions.clear()
+        now = 0.0
+        actions = list(driver.poll(now))
+        while True:
+            self._dispatch(actions, delays, now)
+            running = len(self.flows) - len(self._done_ids)
+            if driver.finished and running == 0 and len(self.finished) == len(self.flows):
+                return
+            if not delays and running == 0 and not driver.finished:
+                if driver.unstall():
+                    actions = list(driver.poll(now))
+                    continue
+                raise driver.stall_error()
+            if time.perf_counter() > deadline:
+                raise EngineFailure(
+                    f"run not finished after {self.engine.run_timeout_s:g} s (engine.run_timeout_s)"
+                )
+            wait_s = 0.05
+            if delays:
+                wait_s = min(wait_s, max(0.0, clock.wall_at(delays[0][0]) - time.perf_counter()))
+            self._poll(wait_s)
+            now = clock.now()
+            for fid, t in sorted(self._completions, key=lambda c: c[1]):
+                driver.flow_done(fid, t)
+            self._completions.clear()
+            while delays and delays[0][0] <= now:
+                due, token = heapq.heappop(delays)
+                driver.delay_done(token, due)
+            actions = list(driver.poll(now))
+
+    def _dispatch(
+        self, actions: list[FlowLike | DelayLike], delays: list[tuple[float, int]], now: float
+    ) -> None:
+        by_worker: dict[int, list[EngineFlow]] = {}
+        for action in actions:
+            if isinstance(action, DelayLike):
+                heapq.heappush(delays, (now + action.delay_s, action.token))
+                continue
+            # the driver releases a flow once its dependencies completed: none left to wait for
+            flow = from_schedule_flow(action)
+            flow = EngineFlow(flow.id, flow.src, flow.dst, flow.qp, flow.udp_sport, flow.bytes)
+            for rank in (flow.src, flow.dst):
+                if rank not in self.known_ranks:
+                    raise PlanError(f"flow {flow.id}: rank {rank} has no endpoint")
+            if flow.id in self.flows:
+                raise PlanError(f"flow {flow.id}: the driver released it twice")
+            self.flows[flow.id] = flow
+            self.connections.setdefault(flow.connection_key, len(self.connections))
+            by_worker.setdefault(self.owner[flow.src], []).append(flow)
+        for index, flows in by_worker.items():
+            conns = {f.connection_key: self.connections[f.connection_key] for f in flows}
+            self.workers[index].pipe.send(("flows", flows, conns))
+
+    def _poll(self, timeout_s: float) -> None:
+        handles: dict[Any, _WorkerHandle] = {}
+        for w in self.workers:
+            if not w.gone:
+                handles[w.pipe] = w
+                handles[w.process.sentinel] = w
+        for ready in wait(list(handles), timeout_s):
+            w = handles[ready]
+            if ready is w.pipe:
+                self._drain(w)
+            elif not w.gone:
+                self._drain(w)
+                w.process.join(0.1)
+                raise EngineFailure(
+                    f"engine worker {w.index} (pid {w.process.pid}, ranks {list(w.ranks)}) exited "
+                    f"unexpectedly with code {w.process.exitcode}"
+                )
+
+    def _drain(self, w: _WorkerHandle) -> None:
+        while not w.gone:
+            try:
+                if not w.pipe.poll():
+                    return
+                msg = w.pipe.recv()
+            except (EOFError, OSError):
+                return
+            kind = msg[0]
+            if kind == "ready":
+                w.ready = True
+                w.info = msg[1]
+            elif kind in ("events", "bye"):
+                w.stats = msg[2]
+                self._take(w, msg[1])
+                if kind == "bye":
+                    w.gone = True
+            elif kind == "error":
+                w.gone = True
+                raise EngineFailure(msg[1])
+
+    def _take(self, w: _WorkerHandle, batch: list[tuple[Any, ...]]) -> None:
+        new: list[RunEvent] = []
+        relay: dict[int, list[int]] = {}
+        for item in batch:
+            kind = item[0]
+            if kind == "started":
+                ev = FlowStarted(item[1], item[2])
+                self.started[item[1]] = ev
+                new.append(ev)
+            elif kind == "done":
+                fid = item[1]
+                self._done_ids.add(fid)
+                if self.driver is not None:
+                    self._completions.append((fid, item[2]))
+                for other in self.needers.get(fid, ()):
+                    relay.setdefault(other, []).append(fid)
+                key = (item[6], item[7])
+                self._done[key] = item
+                self._join(key, new)
+            elif kind == "rx":
+                key = (item[1], item[2])
+                self._rx[key] = item
+                self._join(key, new)
+            elif kind == "rate":
+                new.append(RateSample(item[3], item[1], item[2], item[4]))
+        for index, ids in relay.items():
+            target = self.workers[index]
+            if not target.gone:
+                target.pipe.send(("deps_done", ids))
+        stats = w.stats
+        if stats:
+            t = stats["time_s"]
+            for rank, (tx, rx) in stats["nic"].items():
+                new.append(NicSample(t, rank, "tx", tx))
+                new.append(NicSample(t, rank, "rx", rx))
+        self.events.extend(new)
+        if self.on_events is not None and new:
+            self.on_events(new)
+
+    def _join(self, key: tuple[int, int], new: list[RunEvent]) -> None:
+        done = self._done.get(key)
+        rx = self._rx.get(key)
+        if done is None or rx is None:
+            return
+        del self._done[key], self._rx[key]
+        _, fid, t, packets, retx, cnps_received, _conn, _ordinal = done
+        ev = FlowFinished(fid, t, packets, retx, rx[5], rx[6], cnps_received)
+        self.finished[fid] = ev
+        self.received_bytes[fid] = rx[4]
+        new.append(ev)
+
+    # -- stop -----------------------------------------------------------------------------
+    def _stop_all(self, *, graceful: bool) -> None:
+        for w in self.workers:
+            if w.process.is_alive():
+                with contextlib.suppress(OSError):
+                    w.pipe.send(("stop",))
+        deadline = time.monotonic() + (2.0 if graceful else STOP_GRACE_S)
+        for w in self.workers:
+            while graceful and not w.gone and time.monotonic() < deadline:
+                try:
+                    self._poll_one(w, deadline - time.monotonic())
+                except EngineFailure:
+                    break
+            w.process.join(max(0.0, deadline - time.monotonic()))
+        for w in self.workers:
+            if w.process.is_alive():
+                w.process.terminate()
+                w.process.join(0.2)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join(0.2)
+            w.pipe.close()
+
+    def _poll_one(self, w: _WorkerHandle, timeout_s: float) -> None:
+        if wait([w.pipe, w.process.sentinel], max(timeout_s, 0.0)):
+            self._drain(w)
+            if not w.process.is_alive():
+                w.gone = True
+
+    def _metadata(self, wall_s: float) -> dict[str, Any]:
+        run_wall_s = max(time.perf_counter() - self._start_wall, 1e-9)
+        drops: Counter[str] = Counter()
+        counters: Counter[str] = Counter()
+        for w in self.workers:
+            drops.update(w.stats.get("drops", {}))
+            counters.update(w.stats.get("counters", {}))
+        infos = [w.info for w in self.workers]
+        return {
+            "tdf": self.engine.tdf,
+            "workers": len(self.workers),
+            "worker_pids": [i.get("pid") for i in infos],
+            "gso": all(i.get("gso", False) for i in infos),
+            "gro": all(i.get("gro", False) for i in infos),
+            "send_path": "udp_gso" if all(i.get("gso", False) for i in infos) else "one_per_send",
+            "drops": dict(drops),
+            "counters": dict(counters),
+            "worker_cpu_s": [w.stats.get("cpu_s", 0.0) for w in self.workers],
+            # CPU seconds each worker spent from the common start on (set-up excluded)
+            "worker_run_cpu_s": [w.stats.get("run_cpu_s", 0.0) for w in self.workers],
+            # share of the run each worker was on a CPU: near 1 means it could not keep up
+            "worker_busy_ratio": [
+                round(w.stats.get("run_cpu_s", 0.0) / run_wall_s, 3) for w in self.workers
+            ],
+            # the longest wall-clock gap between two ticks of any worker: a machine too busy
+            # to keep the pacing and timers on time shows here
+            "max_tick_gap_s": max(
+                (w.stats.get("max_tick_gap_s", 0.0) for w in self.workers), default=0.0
+            ),
+            "wall_s": wall_s,
+        }
+
+
+def run_plan(
+    ranks: Sequence[RankEndpoint],
+    flows: Sequence[EngineFlow],
+    *,
+    transport: TransportParams | None = None,
+    engine: EngineParams | None = None,
+    on_events: Callable[[list[RunEvent]], None] | None = None,
+    driver: FlowDriver | None = None,
+) -> RunOutcome:
+    """Run `flows` (or what `driver` releases) between `ranks` on real sockets; blocks until
+    every flow finished."""
+    return Coordinator(
+        ranks, flows, transport=transport, engine=engine, on_events=on_events, driver=driver
+    ).run()

@@ -1,0 +1,69 @@
+"""Per-queue-pair pacing as a token bucket, and cutting what it releases into GSO batches.
+
+The sender queue pair spaces its packets at the congestion control's current rate: it says when
+its next packet is due (`next_transmit_s`) and advances that by the packet's wire time each time
+one is taken. The engine only wakes up once per tick (about 1 ms), so at each tick it takes every
+packet due by now, handing the queue pair the packet's own due time as `now`: this is the virtual
+scheduling form of a token bucket (GCRA, ITU-T I.371), refilled from the clock at every tick and
+exact at any rate change in between. `floor_s` bounds the bucket: a queue pair that was idle or
+held up never sends more than (now - floor_s) of credit in one go, so over any window of a few
+ticks the rate stays at the controller's current rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from emulator.transport.packets import DataPacket
+
+# IPv4 limits one datagram, and so one GSO buffer before segmentation, to 65535 bytes including
+# the 20-byte IP and 8-byte UDP headers (net/ipv4/ip_output.c __ip_append_data).
+GSO_MAX_BUFFER_BYTES = 65535 - 20 - 8
+
+
+class PacedSender(Protocol):
+    def next_transmit_s(self) -> float | None: ...
+    def poll_transmit(self, *, now: float) -> DataPacket | None: ...
+
+
+def take_due(
+    sender: PacedSender, *, now: float, floor_s: float, max_packets: int
+) -> list[DataPacket]:
+    """Every packet of `sender` due by `now`, each taken at its own due time (not before floor_s)."""
+    out: list[DataPacket] = []
+    nxt = sender.next_transmit_s
+    poll = sender.poll_transmit
+    while len(out) < max_packets:
+        due = nxt()
+        if due is None or due > now:
+            break
+        packet = poll(now=due if due > floor_s else floor_s)
+        if packet is None:
+            break
+        out.append(packet)
+    return out
+
+
+def gso_batches(
+    packets: Sequence[DataPacket], max_segments: int, max_bytes: int = GSO_MAX_BUFFER_BYTES
+) -> list[Sequence[DataPacket]]:
+    """Cut packets (in order) into runs one GSO send can carry: every packet of a run has the
+    size of its first except the last, which may be shorter; at most max_segments and max_bytes."""
+    batches: list[Sequence[DataPacket]] = []
+    start = 0
+    n = len(packets)
+    while start < n:
+        size = packets[start].udp_payload_bytes
+        limit = min(max_segments, max(1, max_bytes // size))
+        end = start + 1
+        while end < n and end - start < limit:
+            s = packets[end].udp_payload_bytes
+            if s > size:
+                break
+            end += 1
+            if s < size:
+                break
+        batches.append(packets[start:end])
+        start = end
+    return batches

@@ -1,0 +1,84 @@
+"""Engine settings: time dilation, workers, ticks, GSO/GRO use, socket buffers.
+
+Defaults come from what DESIGN.md measured on this class of machine: uvloop timers tick in
+about 1 ms steps (so pacing refills per millisecond tick), a 64 KB UDP GSO buffer is the unit of
+one send, and GRO needs a socket that asks for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from emulator.config import param
+
+OffloadChoice = Literal["auto", "on", "off"]
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """How the engine runs a plan on real sockets."""
+
+    tdf: float = param(
+        1.0,
+        doc="Time dilation factor: core timers run TDF times slower than the target fabric's and "
+        "reported durations are divided by it (the fabric divides link rates by it)",
+        min=1.0,
+    )
+    workers: int = param(
+        0, doc="Worker processes (0: one per core, at most one per rank)", min=0, max=1024
+    )
+    tick_s: float = param(
+        0.001,
+        doc="Wall-clock period of the pacing/timer tick (uvloop timers resolve about 1 ms)",
+        unit="s",
+        min=0.0001,
+        max=0.1,
+    )
+    burst_ticks: float = param(
+        2.0,
+        doc="Token-bucket depth of every queue pair's pacer, in ticks of its current rate",
+        min=0.1,
+        max=100.0,
+    )
+    gso: OffloadChoice = param(
+        "auto", doc="UDP GSO (one send per batch of segments): auto uses it when the kernel has it"
+    )
+    gro: OffloadChoice = param(
+        "auto", doc="UDP GRO on the receive sockets: auto uses it when the kernel has it"
+    )
+    gso_max_segments: int = param(
+        64,
+        doc="Most segments in one GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or more)",
+        source="Linux include/linux/udp.h UDP_MAX_SEGMENTS",
+        min=1,
+        max=128,
+    )
+    socket_buffer_bytes: int = param(
+        32 << 20,
+        doc="SO_SNDBUF/SO_RCVBUF of every socket (forced as root)",
+        unit="bytes",
+        min=65536,
+    )
+    event_batch_s: float = param(
+        0.02,
+        doc="Wall-clock period at which workers send their events to the coordinator",
+        unit="s",
+        min=0.001,
+        max=10.0,
+    )
+    rate_sample_s: float = param(
+        0.001,
+        doc="Least target-time between two rate samples of one queue pair (cuts are always sent)",
+        unit="s",
+        min=0.0,
+    )
+    start_timeout_s: float = param(
+        30.0, doc="Wall-clock limit for every worker to open its sockets", unit="s", min=0.1
+    )
+    run_timeout_s: float = param(
+        3600.0, doc="Wall-clock limit for the whole plan", unit="s", min=0.1
+    )
+    start_method: Literal["spawn", "fork", "forkserver"] = param(
+        "spawn", doc="multiprocessing start method of the workers"
+    )

@@ -1,0 +1,674 @@
+"""One worker process: a uvloop loop driving the transport core for a shard of ranks.
+
+Per rank: a RoceEndpoint (its queue pairs), a socket bound to ADDRESS:4791 that receives every
+RoCEv2 packet for the rank, and one socket per UDP source port its queue pairs use (RoCEv2 sends
+to port 4791 both ways; the source port is the QP's entropy, so ACKs and CNPs go back on the
+reversed 5-tuple from the receiver's socket bound to the same source port). Receive queue pairs
+are created when a QP's first packet arrives, from the packet's source address and port, so a
+receiver needs no plan. Received ICRCs are not checked: a UDP socket does not see the IP id and
+length they cover (tests/system/test_engine_wire.py checks them on a capture of the wire).
+
+Each tick (`tick_s` of wall time) runs the core's timers, starts flows whose dependencies and
+start delays are over, and sends what every queue pair's pacer released, as GSO batches. Reads
+happen whenever a receive socket is readable. Events go to the coordinator in batches as tuples
+(cheap to pickle); coordinator messages come in on the same pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import heapq
+import os
+import resource
+import signal
+import socket
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from emulator.engine.clock import DilatedClock
+from emulator.engine.gso import GsoWriter
+from emulator.engine.pacing import gso_batches, take_due
+from emulator.engine.params import EngineParams
+from emulator.engine.plan import EngineFlow, RankEndpoint
+from emulator.engine.sockets import (
+    ANCILLARY_BYTES,
+    Offloads,
+    detect_offloads,
+    gso_cmsg,
+    open_udp,
+    read_ancillary,
+    segments,
+    tos_cmsg,
+)
+from emulator.errors import EmulatorError, EnvironmentProblem
+from emulator.transport.endpoint import RoceEndpoint
+from emulator.transport.events import (
+    CnpReceived,
+    CnpSent,
+    FlowCompleted,
+    MessageReceived,
+    PacketDropped,
+    RateChanged,
+    Retransmitted,
+    TransportEvent,
+)
+from emulator.transport.events import FlowStarted as PostedToQueue
+from emulator.transport.packets import (
+    IPV4_HEADER_BYTES,
+    ROCEV2_UDP_PORT,
+    UDP_HEADER_BYTES,
+    CnpPacket,
+    DataPacket,
+    Packet,
+)
+from emulator.transport.params import TransportParams
+from emulator.transport.receiver import ReceiveQueuePair
+from emulator.transport.sender import SendQueuePair
+from emulator.transport.wire import (
+    ECN_CE,
+    ECN_ECT0,
+    ECN_NOT_ECT,
+    FlowAddress,
+    IcrcContext,
+    MalformedPacket,
+    decode,
+    encode,
+)
+
+PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
+IP_UDP_BYTES = IPV4_HEADER_BYTES + UDP_HEADER_BYTES
+READS_PER_WAKEUP = 64  # bound the work of one readable callback so ticks keep their pace
+RECV_BUFFER_BYTES = 65535 * 2
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs, picklable (it crosses into a spawned process)."""
+
+    index: int
+    ranks: tuple[RankEndpoint, ...]
+    addresses: dict[int, str]  # every rank's address (destinations)
+    flows: tuple[EngineFlow, ...]  # flows whose src rank is in this shard
+    connections: dict[tuple[int, int, int, int], int]  # EngineFlow.connection_key -> conn id
+    transport: TransportParams
+    engine: EngineParams
+    relay: frozenset[int] = frozenset()  # flow ids other workers wait for: report at once
+
+
+@dataclass(eq=False)
+class _Rank:
+    spec: RankEndpoint
+    endpoint: RoceEndpoint
+    rx_sock: socket.socket
+    sport_socks: dict[int, socket.socket] = field(default_factory=dict)
+    tx_bytes: int = 0
+    rx_bytes: int = 0
+
+
+@dataclass(eq=False)
+class _SendConn:
+    conn_id: int
+    rank: _Rank
+    qp: SendQueuePair
+    sock: socket.socket
+    dest: tuple[str, int]
+    icrc: IcrcContext
+    writer: GsoWriter
+    next_ordinal: int = 0
+    cnps_received: int = 0
+    snapshot: tuple[int, int, int] = (0, 0, 0)
+    ordinals: dict[int, int] = field(default_factory=dict)
+    last_rate_sample_s: float = float("-inf")
+
+
+@dataclass(eq=False)
+class _RecvConn:
+    conn_id: int
+    rank: _Rank
+    qp: ReceiveQueuePair
+    sock: socket.socket
+    dest: tuple[str, int]
+    icrc: IcrcContext
+    cnps_sent: int = 0
+    snapshot: tuple[int, int] = (0, 0)
+
+
+class Worker:
+    def __init__(self, spec: WorkerSpec, pipe: Connection) -> None:
+        self.spec = spec
+        self.pipe = pipe
+        p = spec.engine
+        self.params = p
+        self.transport = spec.transport
+        self.offloads: Offloads = detect_offloads(p.gso, p.gro)
+        self.events: list[TransportEvent] = []
+        self.out: list[tuple[Any, ...]] = []
+        self.drops: Counter[str] = Counter()
+        self.counters: Counter[str] = Counter()
+        self.ranks: dict[int, _Rank] = {}
+        self.send_conns: dict[int, _SendConn] = {}  # by qpn
+        self.recv_conns: dict[int, _RecvConn] = {}  # by qpn
+        self.active: dict[int, _SendConn] = {}
+        self.flows: dict[int, EngineFlow] = {}
+        self.connections: dict[tuple[int, int, int, int], int] = {}
+        self.waiting: dict[int, int] = {}
+        self.dependents: dict[int, list[int]] = {}
+        self.done_flows: set[int] = set()
+        self.delayed: list[tuple[float, int]] = []
+        self.clock = DilatedClock(p.tdf)
+        self.buf = bytearray(RECV_BUFFER_BYTES)
+        self.gso_buf = bytearray(RECV_BUFFER_BYTES)
+        self.relay = set(spec.relay)
+        self._completed: list[tuple[int, float]] = []
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            FlowCompleted: self._on_flow_completed,
+            MessageReceived: self._on_message_received,
+            RateChanged: self._on_rate_changed,
+            CnpReceived: self._on_cnp_received,
+            CnpSent: self._on_cnp_sent,
+            Retransmitted: self._on_retransmitted,
+            PacketDropped: self._on_packet_dropped,
+            PostedToQueue: _ignore,  # the engine reports the start itself, with the flow id
+        }
+        self.flush_now = False
+        self.started = False
+        self._last_tick_wall = 0.0
+        self._cpu_at_start_s = 0.0
+        self.max_tick_gap_s = 0.0
+        self._burst_s = p.burst_ticks * p.tick_s / p.tdf
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.finished: asyncio.Future[None] | None = None
+        self.tos_data = (p_dscp := spec.transport.dscp) << 2 | ECN_ECT0
+        self.tos_ack = p_dscp << 2 | ECN_NOT_ECT
+        self.tos_cnp = spec.transport.cnp_dscp << 2 | ECN_NOT_ECT
+        self._open_ranks()
+        self._add_flows(spec.flows, spec.connections)
+
+    # -- set-up ---------------------------------------------------------------------------
+    def _open_ranks(self) -> None:
+        p = self.params
+        for r in self.spec.ranks:
+            sock = open_udp(
+                r.netns,
+                r.address,
+                ROCEV2_UDP_PORT,
+                gro=self.offloads.gro,
+                buffer_bytes=p.socket_buffer_bytes,
+            )
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos_data)
+            self.ranks[r.rank] = _Rank(r, RoceEndpoint(self.events), sock)
+
+    def _sport_socket(self, rank: _Rank, sport: int) -> socket.socket:
+        if sport == ROCEV2_UDP_PORT:
+            return rank.rx_sock
+        sock = rank.sport_socks.get(sport)
+        if sock is None:
+            s = rank.spec
+            sock = open_udp(
+                s.netns, s.address, sport, gro=False, buffer_bytes=self.params.socket_buffer_bytes
+            )
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos_data)
+            rank.sport_socks[sport] = sock
+        return sock
+
+    def _add_flows(
+        self, flows: Sequence[EngineFlow], connections: dict[tuple[int, int, int, int], int]
+    ) -> None:
+        self.connections.update(connections)
+        for f in flows:
+            conn_id = connections[f.connection_key]
+            qpn = conn_id + 1
+            if qpn not in self.send_conns:
+                rank = self.ranks[f.src]
+                dst = self.spec.addresses[f.dst]
+                qp = SendQueuePair(
+                    qpn=qpn,
+                    dest_qp=qpn,
+                    params=self.transport,
+                    line_rate_bps=rank.spec.line_rate_bps,
+                    events=self.events,
+                )
+                rank.endpoint.add_sender(qp)
+                address = FlowAddress(rank.spec.address, dst, f.udp_sport, dscp=self.transport.dscp)
+                icrc = IcrcContext(address)
+                self.send_conns[qpn] = _SendConn(
+                    conn_id,
+                    rank,
+                    qp,
+                    self._sport_socket(rank, f.udp_sport),
+                    (dst, ROCEV2_UDP_PORT),
+                    icrc,
+                    GsoWriter(icrc, self.params.gso_max_segments),
+                )
+            self.flows[f.id] = f
+        for f in flows:
+            pending = [d for d in set(f.deps) if d not in self.done_flows]
+            self.waiting[f.id] = len(pending)
+            for d in pending:
+                self.dependents.setdefault(d, []).append(f.id)
+            if not pending and self.started:
+                self._ready(f, self.clock.now())
+
+    # -- flows ----------------------------------------------------------------------------
+    def _ready(self, flow: EngineFlow, now: float) -> None:
+        if flow.start_delay_s > 0:
+            heapq.heappush(self.delayed, (now + flow.start_delay_s, flow.id))
+        else:
+            self._post(flow, now)
+
+    def _post(self, flow: EngineFlow, now: float) -> None:
+        qpn = self.connections[flow.connection_key] + 1
+        conn = self.send_conns[qpn]
+        qp = conn.qp
+        if qp.idle:
+            conn.snapshot = (qp.packets_sent, qp.packets_retransmitted, conn.cnps_received)
+        qp.post_send(now=now, message_id=flow.id, size_bytes=flow.bytes)
+        conn.ordinals[flow.id] = conn.next_ordinal
+        conn.next_ordinal += 1
+        self.active[qpn] = conn
+        self.out.append(("started", flow.id, now))
+
+    def _deps_done(self, flow_ids: Sequence[int], now: float) -> None:
+        for fid in flow_ids:
+            if fid in self.done_flows:
+                continue
+            self.done_flows.add(fid)
+            for child in self.dependents.pop(fid, ()):
+                self.waiting[child] -= 1
+                if self.waiting[child] == 0:
+                    self._ready(self.flows[child], now)
+
+    # -- the tick -------------------------------------------------------------------------
+    def _start(self) -> None:
+        self.started = True
+        self._cpu_at_start_s = _cpu_s()
+        now = self.clock.now()
+        for f in self.flows.values():
+            if self.waiting.get(f.id) == 0:
+                self._ready(f, max(now, 0.0))
+        self._next_tick_wall = time.perf_counter()
+        self._next_flush_wall = self._next_tick_wall + self.params.event_batch_s
+        self._tick()
+
+    def _tick(self) -> None:
+        assert self.loop is not None
+        if self.finished is None or self.finished.done():
+            return
+        now = self.clock.now()
+        start_wall = time.perf_counter()
+        if self._last_tick_wall:
+            self.max_tick_gap_s = max(self.max_tick_gap_s, start_wall - self._last_tick_wall)
+        self._last_tick_wall = start_wall
+        delayed = self.delayed
+        while delayed and delayed[0][0] <= now:
+            _, fid = heapq.heappop(delayed)
+            self._post(self.flows[fid], now)
+        for conn in list(self.active.values()):
+            deadline = conn.qp.next_timer_s()
+            if deadline is not None and deadline <= now:
+                conn.qp.on_timer(now=now)
+        self._pump(now)
+        self._handle_events()
+        wall = time.perf_counter()
+        if self.flush_now or wall >= self._next_flush_wall:
+            self._flush(now)
+            self._next_flush_wall = wall + self.params.event_batch_s
+        tick = self.params.tick_s
+        self._next_tick_wall += tick
+        if self._next_tick_wall < wall:
+            self._next_tick_wall = wall + tick  # fell behind: do not try to catch up in a burst
+        self.loop.call_later(self._next_tick_wall - wall, self._tick)
+
+    def _pump(self, now: float) -> None:
+        """Send what every active queue pair's pacer released by `now`."""
+        # A token bucket of depth burst_s: enough for a tick that fires late (uvloop rounds to
+        # 1 ms) without losing rate, never a catch-up burst after idling or a stall.
+        floor = now - self._burst_s
+        max_segments = self.params.gso_max_segments
+        limit = max_segments * 16
+        for qpn, conn in list(self.active.items()):
+            packets = take_due(conn.qp, now=now, floor_s=floor, max_packets=limit)
+            if packets:
+                self._send_data(conn, packets, max_segments)
+            if conn.qp.idle:
+                del self.active[qpn]
+
+    def _send_data(self, conn: _SendConn, packets: list[DataPacket], max_segments: int) -> None:
+        sock = conn.sock
+        dest = conn.dest
+        icrc = conn.icrc
+        sent_bytes = 0
+        if self.offloads.gso:
+            buf = self.gso_buf
+            for batch in gso_batches(packets, max_segments):
+                if len(batch) == 1:
+                    data = encode(batch[0], icrc, 0)
+                    self._sendmsg(sock, [data], (), dest, conn.rank)
+                    sent_bytes += len(data) + IP_UDP_BYTES
+                    continue
+                used, segment = conn.writer.layout(buf, batch)
+                self._sendmsg(sock, [memoryview(buf)[:used]], (gso_cmsg(segment),), dest, conn.rank)
+                sent_bytes += used + IP_UDP_BYTES * len(batch)
+                self.counters["gso_sends"] += 1
+        else:
+            for p in packets:
+                data = encode(p, icrc, 0)
+                self._sendmsg(sock, [data], (), dest, conn.rank)
+                sent_bytes += len(data) + IP_UDP_BYTES
+        self.counters["data_packets_sent"] += len(packets)
+        conn.rank.tx_bytes += sent_bytes
+
+    def _sendmsg(
+        self,
+        sock: socket.socket,
+        buffers: list[bytes] | list[memoryview],
+        ancillary: Sequence[tuple[int, int, bytes]],
+        dest: tuple[str, int],
+        rank: _Rank,
+    ) -> None:
+        try:
+            sock.sendmsg(buffers, ancillary, 0, dest)
+        except (BlockingIOError, InterruptedError):
+            # The socket buffer is full: the packets are lost like on a congested NIC; the
+            # transport recovers them (NAK or timeout). Counted so a run can say so.
+            self.counters["send_buffer_full"] += 1
+        except OSError as e:
+            if e.errno == 90:  # EMSGSIZE
+                raise EnvironmentProblem(
+                    f"rank {rank.spec.rank}: a {sum(len(b) for b in buffers)}-byte RoCEv2 send "
+                    f"to {dest[0]} exceeds the path MTU: raise the interface MTU or lower "
+                    f"transport.path_mtu_bytes ({self.transport.path_mtu_bytes})"
+                ) from None
+            if e.errno == 105:  # ENOBUFS: qdisc or device queue full
+                self.counters["send_no_buffers"] += 1
+                return
+            raise
+
+    # -- receiving ------------------------------------------------------------------------
+    def _on_readable(self, rank: _Rank) -> None:
+        sock = rank.rx_sock
+        buf = self.buf
+        mv = memoryview(buf)
+        now = self.clock.now()
+        endpoint = rank.endpoint
+        got = False
+        for _ in range(READS_PER_WAKEUP):
+            try:
+                nbytes, anc, _flags, source = sock.recvmsg_into([buf], ANCILLARY_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
+            got = True
+            tos, gso_size = read_ancillary(anc)
+            ce = (tos & 3) == ECN_CE
+            spans = segments(nbytes, gso_size)
+            rank.rx_bytes += nbytes + IP_UDP_BYTES * len(spans)
+            self.counters["packets_received"] += len(spans)
+            for a, b in spans:
+                try:
+                    packet = decode(mv[a:b])
+                except MalformedPacket:
+                    endpoint.drops["malformed"] += 1
+                    continue
+                if type(packet) is DataPacket and packet.dest_qp not in endpoint.receivers:
+                    self._open_receiver(rank, packet.dest_qp, source)
+                replies = endpoint.on_packet(now=now, packet=packet, ce=ce)
+                if replies:
+                    self._send_replies(replies)
+        if got:
+            self._handle_events()
+            if self.active:
+                self._pump(self.clock.now())
+            if self.flush_now:
+                self._flush(now)
+
+    def _open_receiver(self, rank: _Rank, qpn: int, source: tuple[str, int]) -> None:
+        qp = ReceiveQueuePair(qpn=qpn, remote_qp=qpn, params=self.transport, events=self.events)
+        rank.endpoint.add_receiver(qp)
+        peer, sport = source[0], source[1]
+        address = FlowAddress(
+            rank.spec.address, peer, sport, dscp=self.transport.dscp, ecn=ECN_NOT_ECT
+        )
+        self.recv_conns[qpn] = _RecvConn(
+            qpn - 1,
+            rank,
+            qp,
+            self._sport_socket(rank, sport),
+            (peer, ROCEV2_UDP_PORT),
+            IcrcContext(address),
+        )
+
+    def _send_replies(self, replies: list[Packet]) -> None:
+        for packet in replies:
+            conn = self.recv_conns.get(packet.dest_qp)
+            if conn is None:
+                continue
+            data = encode(packet, conn.icrc, 0)
+            tos = self.tos_cnp if type(packet) is CnpPacket else self.tos_ack
+            self._sendmsg(conn.sock, [data], (tos_cmsg(tos),), conn.dest, conn.rank)
+            conn.rank.tx_bytes += len(data) + IP_UDP_BYTES
+
+    # -- events ---------------------------------------------------------------------------
+    def _handle_events(self) -> None:
+        """Turn the core's events into reports (tuples) and counters; release dependents."""
+        events = self.events
+        if not events:
+            return
+        batch = events[:]
+        events.clear()
+        self._completed = []
+        handlers = self._handlers
+        for ev in batch:
+            handler = handlers.get(type(ev))
+            if handler is None:
+                self.counters[f"unhandled_{type(ev).__name__}"] += 1
+            else:
+                handler(ev)
+        if self._completed:
+            self._deps_done([fid for fid, _ in self._completed], max(t for _, t in self._completed))
+
+    def _on_flow_completed(self, ev: FlowCompleted) -> None:
+        conn = self.send_conns[ev.qpn]
+        qp = conn.qp
+        snap = (qp.packets_sent, qp.packets_retransmitted, conn.cnps_received)
+        old = conn.snapshot
+        conn.snapshot = snap
+        self.out.append(
+            (
+                "done",
+                ev.message_id,
+                ev.completed_s,
+                snap[0] - old[0],
+                snap[1] - old[1],
+                snap[2] - old[2],
+                conn.conn_id,
+                conn.ordinals.pop(ev.message_id, -1),
+            )
+        )
+        self._completed.append((ev.message_id, ev.completed_s))
+        if ev.message_id in self.relay:
+            self.flush_now = True
+
+    def _on_message_received(self, ev: MessageReceived) -> None:
+        rx = self.recv_conns[ev.qpn]
+        snap = (rx.qp.ce_packets, rx.cnps_sent)
+        old = rx.snapshot
+        rx.snapshot = snap
+        self.out.append(
+            (
+                "rx",
+                rx.conn_id,
+                ev.message_index,
+                ev.now_s,
+                ev.size_bytes,
+                snap[0] - old[0],
+                snap[1] - old[1],
+            )
+        )
+
+    def _on_rate_changed(self, ev: RateChanged) -> None:
+        conn = self.send_conns.get(ev.qpn)
+        if conn is None:
+            return
+        # every cut is reported; increases at most once per rate_sample_s per QP
+        if ev.reason == "cnp" or ev.now_s - conn.last_rate_sample_s >= self.params.rate_sample_s:
+            conn.last_rate_sample_s = ev.now_s
+            self.out.append(("rate", conn.rank.spec.rank, ev.qpn, ev.now_s, ev.current_rate_bps))
+
+    def _on_cnp_received(self, ev: CnpReceived) -> None:
+        conn = self.send_conns.get(ev.qpn)
+        if conn is not None:
+            conn.cnps_received += 1
+        self.counters["cnps_received"] += 1
+
+    def _on_cnp_sent(self, ev: CnpSent) -> None:
+        conn = self.recv_conns.get(ev.qpn)
+        if conn is not None:
+            conn.cnps_sent += 1
+        self.counters["cnps_sent"] += 1
+
+    def _on_retransmitted(self, ev: Retransmitted) -> None:
+        self.counters[f"go_back_n_{ev.reason}"] += 1
+        self.counters["packets_resent_planned"] += ev.packets
+
+    def _on_packet_dropped(self, ev: PacketDropped) -> None:
+        self.drops[ev.reason] += 1
+
+    def _stats(self, now: float) -> dict[str, Any]:
+        drops = Counter(self.drops)
+        for r in self.ranks.values():
+            drops.update(r.endpoint.drops)
+        return {
+            "time_s": now,
+            "nic": {r.spec.rank: (r.tx_bytes, r.rx_bytes) for r in self.ranks.values()},
+            "drops": dict(drops),
+            "counters": dict(self.counters),
+            "cpu_s": _cpu_s(),
+            "run_cpu_s": _cpu_s() - self._cpu_at_start_s if self.started else 0.0,
+            "max_tick_gap_s": self.max_tick_gap_s,
+        }
+
+    def _flush(self, now: float) -> None:
+        self.flush_now = False
+        out, self.out = self.out, []
+        self.pipe.send(("events", out, self._stats(now)))
+
+    # -- commands -------------------------------------------------------------------------
+    def _on_command(self) -> None:
+        assert self.loop is not None and self.finished is not None
+        while self.pipe.poll():
+            try:
+                msg = self.pipe.recv()
+            except EOFError:
+                self._stop()
+                return
+            kind = msg[0]
+            if kind == "go":
+                delay = msg[1] - time.perf_counter()
+                self.clock = DilatedClock(self.params.tdf, msg[1])
+                self.loop.call_later(max(delay, 0.0), self._start)
+            elif kind == "deps_done":
+                self._deps_done(msg[1], self.clock.now())
+                self._pump(self.clock.now())
+            elif kind == "flows":
+                # flows handed out at run time: the coordinator waits for each completion
+                self.relay.update(f.id for f in msg[1])
+                self._add_flows(msg[1], msg[2])
+                if self.started:
+                    self._pump(self.clock.now())
+            elif kind == "stop":
+                self._stop()
+                return
+
+    def _stop(self) -> None:
+        assert self.finished is not None
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """A callback raised: the worker cannot go on half-working, so it fails (the coordinator
+        then fails the run with the message)."""
+        del loop
+        exc = context.get("exception")
+        failure = exc if isinstance(exc, BaseException) else RuntimeError(context.get("message"))
+        if self.finished is not None and not self.finished.done():
+            self.finished.set_exception(failure)
+
+    def run(self) -> None:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self.loop = loop
+        self.finished = loop.create_future()
+        loop.set_exception_handler(self._on_loop_error)
+        loop.add_reader(self.pipe.fileno(), self._on_command)
+        for rank in self.ranks.values():
+            loop.add_reader(rank.rx_sock.fileno(), self._on_readable, rank)
+        self.pipe.send(
+            ("ready", {"pid": os.getpid(), "gso": self.offloads.gso, "gro": self.offloads.gro})
+        )
+        try:
+            loop.run_until_complete(self.finished)
+            now = self.clock.now()
+            self._handle_events()
+            self.pipe.send(("bye", self.out, self._stats(now)))
+        finally:
+            loop.close()
+            self.close()
+
+    def close(self) -> None:
+        for rank in self.ranks.values():
+            rank.rx_sock.close()
+            for s in rank.sport_socks.values():
+                s.close()
+
+
+def _ignore(event: object) -> None:
+    del event
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
+    """Process entry point: never outlive the coordinator; report failures on the pipe."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    if os.getppid() == 1:
+        sys.exit(1)
+    worker: Worker | None = None
+    try:
+        worker = Worker(spec, pipe)
+        worker.run()
+    except EmulatorError as e:
+        _report(pipe, f"worker {spec.index}: {e}")
+        sys.exit(1)
+    except Exception as e:
+        import traceback
+
+        _report(
+            pipe, f"worker {spec.index} crashed: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+        )
+        sys.exit(1)
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+def _report(pipe: Connection, message: str) -> None:
+    with contextlib.suppress(OSError):
+        pipe.send(("error", message))
