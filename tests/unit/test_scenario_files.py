@@ -26,6 +26,7 @@ def test_moe_mix_is_the_study_fabric() -> None:
     fabric = scenario.fabric
     assert (fabric.leaves, fabric.spines, fabric.hosts_per_leaf) == (2, 2, 8)
     assert fabric.host_link_gbps == 400.0
+    assert fabric.parallel_links == 4  # 2 spines x 4 x 400G = the 8 x 400G below each leaf: 1:1
     assert scenario.workload.generate.ranks == 16
     assert scenario.transport.congestion_control == "dcqcn"
 
