@@ -1,7 +1,7 @@
 """Shared fixtures and helpers for system tests (root, network namespaces, tc, BPF).
 
-Tests skip with a visible reason when not root or when a needed tool is missing; setup.sh installs
-every tool on the CI machine, where nothing is skipped. Each test gets its own state file and
+Tests skip with a visible reason when not root or when a needed tool is missing, and fail instead
+in CI (tests/system/prereq.py), where setup.sh installed every tool. Each test gets its own state file and
 namespace prefix, so it never touches a fabric someone else brought up.
 """
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from fabrics.iproute import in_netns
+from tests.system.prereq import require
 
 SYSTEM_TOOLS = ("ip", "tc", "ethtool", "bpftool", "clang")
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
@@ -32,10 +33,10 @@ CE = 0x03
 def system() -> None:
     """Skip (with the reason shown by -ra) unless root with the tools setup.sh installs."""
     if os.geteuid() != 0:
-        pytest.skip("system test needs root (network namespaces, tc, BPF)")
+        require("system test needs root (network namespaces, tc, BPF)")
     missing = [t for t in SYSTEM_TOOLS if shutil.which(t) is None]
     if missing:
-        pytest.skip(f"system test needs {', '.join(missing)} (run ./setup.sh)")
+        require(f"system test needs {', '.join(missing)} (run ./setup.sh)")
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.testbed import NetnsBed, PairInfo, link_bytes, pair
 from emulator.transport.packets import BTH_BYTES, ETHERNET_OVERHEAD_BYTES, ICRC_BYTES
 from emulator.transport.params import TransportParams
+from tests.system.prereq import require
 
 pytestmark = pytest.mark.system
 
@@ -37,7 +38,7 @@ def veth_pair() -> Iterator[PairInfo]:
     import os
 
     if os.geteuid() != 0:
-        pytest.skip("system test needs root (network namespaces)")
+        require("system test needs root (network namespaces)")
     bed = NetnsBed()
     try:
         yield pair(bed)

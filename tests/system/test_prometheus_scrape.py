@@ -22,6 +22,7 @@ from collectors.live import RunInfo
 from collectors.prometheus import Exporter, make_registry
 from collectors.recorder import RunRecorder
 from collectors.synthetic import synthetic_run
+from tests.system.prereq import require
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 SCRAPE_INTERVAL_S = 0.5
@@ -126,7 +127,7 @@ def test_prometheus_scrapes_a_short_run(
     tmp_path: Path, exporter_and_recorder: tuple[Exporter, RunRecorder, Any]
 ) -> None:
     if not PROMETHEUS.is_file():
-        pytest.skip("system test needs /usr/bin/prometheus (run ./setup.sh)")
+        require("system test needs /usr/bin/prometheus (run ./setup.sh)")
     exporter, recorder, run = exporter_and_recorder
     assert exporter.port is not None
     server = PrometheusServer(tmp_path, exporter.port)
