@@ -12,8 +12,9 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from emulator.chakra.attrs import normalise_pg_id
 from emulator.errors import PlanError
-from emulator.schedule.nodes import NodeInfo, NodeKind, chakra_pg_key
+from emulator.schedule.nodes import NodeInfo, NodeKind
 from emulator.schedule.plan import NodeRef
 
 WORLD = ""  # group key of the whole world (empty pg_name)
@@ -44,7 +45,7 @@ class GroupTable:
         self.source = source or "comm groups"
         self._groups: dict[str, tuple[int, ...]] = {}
         for name, ranks in comm_groups.items():
-            self._groups[chakra_pg_key(str(name))] = self._check(str(name), ranks)
+            self._groups[normalise_pg_id(str(name))] = self._check(str(name), ranks)
 
     def _check(self, name: str, ranks: Sequence[int]) -> tuple[int, ...]:
         members = tuple(int(r) for r in ranks)

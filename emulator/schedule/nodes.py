@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from emulator import chakra
+from emulator.chakra.attrs import normalise_pg_id
 from emulator.errors import TraceError
 from emulator.schedule.params import ComputeParams
 
@@ -191,7 +192,7 @@ class Describer:
             ranks = entry.get("ranks")
             if name is None or not isinstance(ranks, list):
                 continue
-            key = chakra_pg_key(str(name))
+            key = normalise_pg_id(str(name))
             # An empty rank list is how PyTorch records the default (world) group.
             self.process_groups[key] = tuple(int(r) for r in ranks) if ranks else None
 
@@ -202,15 +203,6 @@ class Describer:
                 "comm_type (CPU-side c10d launch records; the GPU kernel nodes carry the "
                 "collectives)"
             )
-
-
-def chakra_pg_key(name: str) -> str:
-    """Normalise a pg name the way emulator.chakra.pg_name does ('0.0' -> '0')."""
-    try:
-        number = float(name)
-    except ValueError:
-        return name
-    return str(int(number)) if number.is_integer() else name
 
 
 def _json_dicts(text: str) -> Iterator[dict[str, Any]]:
