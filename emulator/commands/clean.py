@@ -8,9 +8,7 @@ import os
 
 from emulator.errors import EXIT_OK, EnvironmentProblem
 
-HELP = (
-    "Release what a killed run left behind (namespaces, links, qdiscs, BPF), from its state file."
-)
+HELP = "Release what a killed run left behind, from its state file."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

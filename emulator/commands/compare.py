@@ -11,7 +11,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-HELP = "Compare results folders side by side (busbw, FCT percentiles, CNPs) with overlaid plots."
+HELP = "Compare results folders side by side, with overlaid plots."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

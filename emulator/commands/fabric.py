@@ -14,7 +14,7 @@ from emulator.errors import EXIT_OK, ScenarioError
 if TYPE_CHECKING:
     from fabrics.spec import ClosSpec, DutSpec
 
-HELP = "Bring a scenario's fabric up and hold it (Mininet CLI) for poking at by hand."
+HELP = "Bring a scenario's fabric up and hold it for poking at by hand."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

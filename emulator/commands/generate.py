@@ -10,7 +10,7 @@ from typing import Any
 
 from emulator.errors import EXIT_OK, InputError
 
-HELP = "Write a synthetic Chakra trace set (moe_mix, allreduce, alltoall, ...)."
+HELP = "Write a synthetic Chakra trace set (moe_mix, allreduce, ...)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

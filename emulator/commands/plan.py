@@ -10,7 +10,7 @@ from typing import Any
 
 from emulator.errors import EXIT_OK, InputError
 
-HELP = "Plan a scenario or trace set into flows and print the ideal (congestion-free) times."
+HELP = "Plan a scenario or trace into flows with ideal times."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-HELP = "Re-render a results folder's summary and plots and print its table."
+HELP = "Re-render a results folder's summary, plots and table."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

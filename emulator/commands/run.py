@@ -6,7 +6,7 @@ import argparse
 
 from emulator.errors import NotImplementedYet
 
-HELP = "Run a scenario end to end: fabric up, replay, measure, results, teardown."
+HELP = "Run a scenario: fabric up, replay, measure, results, teardown."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

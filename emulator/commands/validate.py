@@ -14,7 +14,7 @@ from pathlib import Path
 
 from emulator.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
 
-HELP = "Check trace sets and scenarios and print what they contain."
+HELP = "Check trace sets and scenarios; print what they contain."
 
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 
