@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from emulator.config import param
+from emulator.transport.params import HPCC_ECN_THRESHOLDS
 
 HPCC_SOURCE = (
     "HPCC simulator configs (alibaba-edu/High-Precision-Congestion-Control, mix/config.txt "
@@ -20,20 +21,17 @@ HPCC_SOURCE = (
     "Pmax 0.2"
 )
 
-# (link Gb/s, Kmin bytes, Kmax bytes) from the HPCC production thresholds.
-HPCC_ECN_THRESHOLDS: tuple[tuple[float, int, int], ...] = (
-    (25.0, 100_000, 400_000),
-    (100.0, 400_000, 1_600_000),
-    (400.0, 800_000, 3_200_000),
-)
-
 MarkerName = Literal["auto", "red", "ebpf", "none"]
 
 
 def hpcc_thresholds_bytes(link_gbps: float) -> tuple[int, int]:
-    """Kmin/Kmax for a link speed: the HPCC row whose speed is nearest on a log scale."""
-    row = min(HPCC_ECN_THRESHOLDS, key=lambda r: abs(math.log(r[0] / link_gbps)))
-    return row[1], row[2]
+    """Kmin/Kmax for a link speed: the HPCC row whose speed is nearest on a log scale.
+
+    The table is the transport's (one copy of the production thresholds for the whole project).
+    """
+    speed_bps = min(HPCC_ECN_THRESHOLDS, key=lambda bps: abs(math.log(bps / (link_gbps * 1e9))))
+    kmin, kmax, _ = HPCC_ECN_THRESHOLDS[speed_bps]
+    return kmin, kmax
 
 
 @dataclass(frozen=True)
