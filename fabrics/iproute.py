@@ -9,18 +9,17 @@ every non-zero exit raises.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import subprocess
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from emulator.engine.netns import entered
 from emulator.errors import EnvironmentProblem
 
 NETNS_DIR = "/run/netns"
-CLONE_NEWNET = 0x40000000  # include/uapi/linux/sched.h
 
 
 class CommandFailed(EnvironmentProblem):
@@ -136,25 +135,12 @@ def run_grouped(cmds: Iterable[Cmd], *, parallel: int = 4) -> None:
             raise error
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
+def in_netns(name: str) -> AbstractContextManager[None]:
+    """Run the body with this thread in network namespace `name` (sockets made inside stay there).
 
-
-@contextmanager
-def in_netns(name: str) -> Iterator[None]:
-    """Run the body with this thread in network namespace `name` (sockets made inside stay there)."""
-    with (
-        open("/proc/thread-self/ns/net", "rb") as home,
-        open(f"{NETNS_DIR}/{name}", "rb") as target,
-    ):
-        if _libc.setns(target.fileno(), CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise EnvironmentProblem(f"setns into {name}: {os.strerror(err)}")
-        try:
-            yield
-        finally:
-            if _libc.setns(home.fileno(), CLONE_NEWNET) != 0:
-                err = ctypes.get_errno()
-                raise EnvironmentProblem(f"setns back from {name}: {os.strerror(err)}")
+    One setns implementation serves the fabric and the engine: emulator.engine.netns.entered.
+    """
+    return entered(name)
 
 
 def existing_netns() -> set[str]:
