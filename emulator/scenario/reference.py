@@ -59,6 +59,14 @@ def _range_text(field: dataclasses.Field[Any]) -> str:
     return ", ".join(p for p in (low, high) if p)
 
 
+def _summary(cls: type[Any]) -> str:
+    """First line of a class docstring (dataclasses invent one from the signature: skip that)."""
+    doc = (cls.__doc__ or "").strip()
+    if not doc or doc.startswith(f"{cls.__name__}("):
+        return ""
+    return doc.splitlines()[0]
+
+
 def _rows(cls: type[Any], prefix: str) -> Iterator[str]:
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
@@ -71,12 +79,11 @@ def _rows(cls: type[Any], prefix: str) -> Iterator[str]:
             kinds = ", ".join(f"`{k}`" for k in info.kinds)
             yield f"| `{key}` | section chosen by `kind` ({kinds}) | {_default_text(field)} | | | {info.doc} |"
             for kind, kind_cls in info.kinds.items():
-                yield f"| `{key}.kind: {kind}` | | | | | {(kind_cls.__doc__ or '').strip().splitlines()[0] if kind_cls.__doc__ else ''} |"
+                yield f"| `{key}.kind: {kind}` | | | | | {_summary(kind_cls)} |"
                 yield from _rows(kind_cls, f"{key}.")
             continue
         if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-            doc = (tp.__doc__ or "").strip().splitlines()[0] if tp.__doc__ else ""
-            yield f"| `{key}` | section | | | | {doc} |"
+            yield f"| `{key}` | section | | | | {_summary(tp)} |"
             yield from _rows(tp, f"{key}.")
             continue
         doc = info.doc if info is not None else ""
