@@ -57,6 +57,11 @@ class RunRecorder:
         self._port_prev: dict[tuple[str, str], tuple[int, int, int, int]] = {}
         self.cpu_rows: list[CpuRow] = []
 
+    def add_plan(self, flows: Iterable[FlowMeta], collectives: Iterable[CollectiveMeta]) -> None:
+        """Register collectives (and their flows) learnt during the run."""
+        with self.live.lock:
+            self.builder.add(flows, collectives)
+
     def on_event(self, event: RunEvent) -> None:
         self.on_events((event,))
 

@@ -136,18 +136,30 @@ def _max(a: float | None, b: float) -> float:
 class RecordBuilder:
     """Accumulates the event stream of one run into flow and collective records."""
 
-    def __init__(self, flows: Iterable[FlowMeta], collectives: Iterable[CollectiveMeta]) -> None:
-        self.collectives: dict[int, CollectiveMeta] = {c.collective_id: c for c in collectives}
+    def __init__(
+        self, flows: Iterable[FlowMeta] = (), collectives: Iterable[CollectiveMeta] = ()
+    ) -> None:
+        self.collectives: dict[int, CollectiveMeta] = {}
         self.flows: dict[int, FlowMeta] = {}
         self._flow_state: dict[int, _FlowState] = {}
-        self._coll_state: dict[int, _CollectiveState] = {
-            cid: _CollectiveState() for cid in self.collectives
-        }
+        self._coll_state: dict[int, _CollectiveState] = {}
+        self.add(flows, collectives)
+
+    def add(self, flows: Iterable[FlowMeta], collectives: Iterable[CollectiveMeta]) -> None:
+        """Register more of the plan: a run driven by the schedule learns its collectives as
+        they are matched, before their flows start."""
+        for coll_meta in collectives:
+            if coll_meta.collective_id in self.collectives:
+                raise ValueError(f"collective {coll_meta.collective_id} is already in the plan")
+            self.collectives[coll_meta.collective_id] = coll_meta
+            self._coll_state[coll_meta.collective_id] = _CollectiveState()
         for meta in flows:
             if meta.collective_id not in self.collectives:
                 raise ValueError(
                     f"flow {meta.flow_id}: collective {meta.collective_id} is not in the plan"
                 )
+            if meta.flow_id in self.flows:
+                raise ValueError(f"flow {meta.flow_id} is already in the plan")
             self.flows[meta.flow_id] = meta
             self._flow_state[meta.flow_id] = _FlowState()
             coll = self._coll_state[meta.collective_id]

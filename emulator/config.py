@@ -36,12 +36,18 @@ def param(
     min_exclusive: bool = False,
     default_factory: Any = dataclasses.MISSING,
     kinds: Mapping[str, type] | None = None,
+    internal: bool = False,
 ) -> Any:
-    """A dataclass field with its documentation, unit, valid range and the source of its default."""
+    """A dataclass field with its documentation, unit, valid range and the source of its default.
+
+    internal: set by the program, not a scenario key (the loader and the reference skip it)."""
     info = ParamInfo(doc, unit, source, min, max, min_exclusive, kinds)
+    metadata: dict[str, Any] = {"param": info}
+    if internal:
+        metadata["internal"] = True
     if default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata={"param": info})
-    return dataclasses.field(default=default, metadata={"param": info})
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def param_info(field: dataclasses.Field[Any]) -> ParamInfo | None:

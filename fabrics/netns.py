@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from emulator.errors import EnvironmentProblem, ScenarioError
@@ -29,6 +30,8 @@ from fabrics.iproute import Cmd, in_netns, ip, run_batch, run_grouped
 from fabrics.ownership import Ledger
 from fabrics.queues import EcnThresholds, EgressPort, htb_commands, netem_delay
 from fabrics.topology import HOST_IFNAME, Topology
+
+NETNS_DIR = Path("/run/netns")  # where `ip netns add` names its namespaces
 
 DEFAULT_PREFIX = "emu-"
 ROUTER_SYSCTLS = {
@@ -192,6 +195,14 @@ def _bring_up(
     t0 = time.perf_counter()
     netns = {n.name: f"{prefix}{n.name}" for n in topo.nodes}
 
+    # Never record (and so later delete) a namespace this fabric did not create.
+    taken = sorted(ns for ns in netns.values() if (NETNS_DIR / ns).exists())
+    if taken:
+        raise EnvironmentProblem(
+            f"network namespace {taken[0]} already exists ({len(taken)} of this fabric's names "
+            f"are taken): another fabric or a leftover; remove it (`emulate clean` for one of "
+            f"ours) or choose another namespace prefix than {prefix!r}"
+        )
     # A scratch namespace to find out what this kernel's tc can do before building anything.
     probe = f"{prefix}probe-{os.getpid()}"
     ledger.record([{"kind": "netns", "name": probe}])

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
-from emulator.errors import NotImplementedYet
+from emulator.errors import EXIT_OK, InputError
 
 HELP = "Run a scenario: fabric up, replay, measure, results, teardown."
+
+DEFAULT_QUICK_FABRIC = "clos"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,9 +19,104 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace", metavar="PREFIX", help="run a trace set directly, without a scenario"
     )
     parser.add_argument(
+        "--fabric",
+        metavar="KIND:KEY=VALUE,...",
+        help="with --trace: the fabric, e.g. clos:hosts_per_leaf=4,leaves=2,spines=2 "
+        "(keys of the scenario's fabric section; default clos sized for the trace)",
+    )
+    parser.add_argument("--comm-groups", metavar="FILE", help="with --trace: comm-group JSON")
+    parser.add_argument(
+        "--iterations", type=int, default=None, help="replay the trace N times (overrides)"
+    )
+    parser.add_argument(
         "--out", metavar="DIR", help="results folder (default results/<scenario>-<timestamp>)"
+    )
+    parser.add_argument(
+        "--tdf", type=float, default=None, help="time dilation factor (overrides the scenario)"
+    )
+    parser.add_argument(
+        "--recalibrate",
+        action="store_true",
+        help="with time_dilation auto: measure this machine again instead of the cached value",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress line")
+    parser.add_argument(
+        "--netns-prefix", default="emu-", help="name prefix of the fabric's namespaces (emu-)"
     )
 
 
+def _value(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def fabric_mapping(text: str | None, world: int) -> dict[str, Any]:
+    """`clos:hosts_per_leaf=4,leaves=2` as a scenario `fabric:` mapping; by default a 1:1 Clos
+    with up to 8 hosts per leaf and at least `world` hosts."""
+    if text is None:
+        per_leaf = min(8, world)
+        leaves = max(1, -(-world // per_leaf))
+        return {"kind": DEFAULT_QUICK_FABRIC, "hosts_per_leaf": per_leaf, "leaves": leaves}
+    kind, _, rest = text.partition(":")
+    mapping: dict[str, Any] = {"kind": kind.strip()}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--fabric {text!r}: expected KIND:KEY=VALUE,...")
+        mapping[key.strip()] = _value(value.strip())
+    return mapping
+
+
+def quick_scenario(args: argparse.Namespace) -> Any:
+    """A scenario for `--trace PREFIX`, checked by the same loader as a file."""
+    import yaml
+
+    from emulator.scenario.loader import load_dataclass
+    from emulator.scenario.model import Scenario
+    from emulator.schedule.tracesource import rank_files
+
+    files, _ = rank_files(args.trace)
+    prefix = str(Path(args.trace).resolve())
+    workload: dict[str, Any] = {"trace": prefix}
+    if args.comm_groups:
+        workload["comm_groups"] = str(Path(args.comm_groups).resolve())
+    document = {
+        "name": Path(args.trace).name.split(".")[0] or "trace",
+        "workload": workload,
+        "fabric": fabric_mapping(args.fabric, len(files)),
+    }
+    node = yaml.compose(yaml.safe_dump(document), Loader=yaml.SafeLoader)
+    return load_dataclass(Scenario, node, Path("--trace/--fabric"))
+
+
 def main(args: argparse.Namespace) -> int:
-    raise NotImplementedYet("`emulate run` is not yet implemented (tracked in issue #8)")
+    import dataclasses
+
+    from emulator.run import RunOptions, run_scenario
+    from emulator.scenario import load_scenario
+
+    if (args.scenario is None) == (args.trace is None):
+        raise InputError("give either a SCENARIO file or --trace PREFIX")
+    if args.scenario is not None and (args.fabric or args.comm_groups):
+        raise InputError("--fabric and --comm-groups go with --trace; a scenario has its own")
+    if args.tdf is not None and args.tdf < 1:
+        raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
+    if args.iterations is not None and args.iterations < 1:
+        raise InputError(f"--iterations {args.iterations}: must be at least 1")
+    scenario = load_scenario(args.scenario) if args.scenario else quick_scenario(args)
+    if args.iterations is not None:
+        workload = dataclasses.replace(scenario.workload, iterations=args.iterations)
+        scenario = dataclasses.replace(scenario, workload=workload)
+    options = RunOptions(
+        out_dir=Path(args.out) if args.out else None,
+        progress=not args.no_progress,
+        tdf=args.tdf,
+        recalibrate=args.recalibrate,
+        fabric_prefix=args.netns_prefix,
+    )
+    run_scenario(scenario, options)
+    return EXIT_OK

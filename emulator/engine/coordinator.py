@@ -106,8 +106,13 @@ class Coordinator:
         on_events: Callable[[list[RunEvent]], None] | None = None,
         on_ready: Callable[[list[int]], None] | None = None,
         driver: FlowDriver | None = None,
+        on_start: Callable[[float], None] | None = None,
     ) -> None:
-        """Run `flows` (a static plan), or the flows `driver` hands out as the run goes."""
+        """Run `flows` (a static plan), or the flows `driver` hands out as the run goes.
+
+        on_start is told the common start instant (a time.perf_counter reading) before the
+        workers are released: target time is (perf_counter - start) / TDF from then on."""
+        self.on_start = on_start
         if driver is not None and flows:
             raise PlanError("give the engine either a static plan or a driver, not both")
         check_plan(flows, ranks)
@@ -136,12 +141,12 @@ class Coordinator:
         self._done: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._rx: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._done_ids: set[int] = set()
-        self._start_wall = time.perf_counter()
+        self._start_wall = self._created_wall = time.perf_counter()
         self._completions: list[tuple[int, float]] = []
 
     # -- public ---------------------------------------------------------------------------
     def run(self) -> RunOutcome:
-        wall0 = time.perf_counter()
+        wall0 = self._created_wall = time.perf_counter()
         try:
             self._spawn()
             self._wait_ready()
@@ -149,6 +154,8 @@ class Coordinator:
                 self.on_ready(self.worker_pids)
             start = time.perf_counter() + START_MARGIN_S
             self._start_wall = start
+            if self.on_start is not None:
+                self.on_start(start)
             for w in self.workers:
                 w.pipe.send(("go", start))
             if self.driver is None:
@@ -397,6 +404,10 @@ class Coordinator:
             self._drain(w)
             if not w.process.is_alive():
                 w.gone = True
+
+    def metadata(self) -> dict[str, Any]:
+        """The run's metadata so far (also after a run that failed or was interrupted)."""
+        return self._metadata(time.perf_counter() - self._created_wall)
 
     def _metadata(self, wall_s: float) -> dict[str, Any]:
         run_wall_s = max(time.perf_counter() - self._start_wall, 1e-9)

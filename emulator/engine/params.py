@@ -24,6 +24,7 @@ class EngineParams:
         doc="Time dilation factor: core timers run TDF times slower than the target fabric's and "
         "reported durations are divided by it (the fabric divides link rates by it)",
         min=1.0,
+        internal=True,  # a scenario sets it as run.time_dilation
     )
     workers: int = param(
         0, doc="Worker processes (0: one per core, at most one per rank)", min=0, max=1024

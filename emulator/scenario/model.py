@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from collectors.fidelity import FidelityLimits
 from emulator.config import param
+from emulator.engine.params import EngineParams
 from emulator.schedule.params import CollectivesParams, ComputeParams
 from emulator.transport.params import TransportParams
 from emulator.workloads.params import GENERATORS_PARAMS
@@ -69,6 +71,7 @@ class MetricsSpec:
         max=60.0,
     )
     prometheus: PrometheusSpec = field(default_factory=PrometheusSpec)
+    fidelity: FidelityLimits = field(default_factory=FidelityLimits)
     results_dir: str = param("results", doc="parent folder of results/<scenario>-<timestamp>/")
 
 
@@ -91,6 +94,13 @@ class RunSpec:
         min_exclusive=True,
     )
     seed: int = param(1, doc="seed of every random choice (ECN marking, source ports)", min=0)
+    load_headroom: float = param(
+        0.5,
+        doc="with time_dilation auto: the share of this machine's calibrated capacity the "
+        "emulated peak load (every NIC at line rate) may use",
+        min=0.01,
+        max=1.0,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +118,7 @@ class Scenario:
     compute: ComputeParams = field(default_factory=ComputeParams)
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
     run: RunSpec = field(default_factory=RunSpec)
+    engine: EngineParams = field(default_factory=EngineParams)
     source: Path | None = field(default=None, compare=False, metadata={"internal": True})
 
     def resolve(self, relative: str) -> Path:

@@ -118,7 +118,11 @@ class JobSchedule:
         compute: ComputeParams | None = None,
         iterations: int = 1,
         keep_instances: bool = False,
+        on_instance: Callable[[CollectiveInstance], None] | None = None,
     ) -> None:
+        """on_instance is told of every collective instance when it is matched, before any of
+        its flows is released (a recorder registers the flows it will see events for)."""
+        self.on_instance = on_instance
         self.collectives = collectives or CollectivesParams()
         self.compute = compute or ComputeParams()
         self.iterations = iterations
@@ -317,6 +321,8 @@ class JobSchedule:
         )
         if self.keep_instances:
             self.instances.append(instance)
+        if self.on_instance is not None:
+            self.on_instance(instance)
         live = _Live(instance)
         self._live[instance_id] = live
         for flow in flows:

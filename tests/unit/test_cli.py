@@ -37,9 +37,19 @@ def test_no_command_is_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert "commands:" in capsys.readouterr().out
 
 
-def test_run_not_yet_implemented_is_one_line_not_a_traceback(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["run"], "give either a SCENARIO file or --trace PREFIX"),
+        (["run", "a.yaml", "--trace", "x"], "give either a SCENARIO file or --trace PREFIX"),
+        (["run", "a.yaml", "--fabric", "clos:leaves=2"], "--fabric and --comm-groups go with"),
+        (["run", "a.yaml", "--tdf", "0.5"], "--tdf 0.5: must be at least 1"),
+        (["run", "/nonexistent/s.yaml"], "/nonexistent/s.yaml: no such file"),
+    ],
+)
+def test_run_bad_input_is_one_line_before_anything_is_built(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["run", "scenarios/moe_mix.yaml"]) == 2
+    assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "not yet implemented" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and says in err and "Traceback" not in err

@@ -1,0 +1,27 @@
+"""What `run_scenario` takes besides the scenario, and what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from emulator.run.progress import say
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    out_dir: Path | None = None  # None: <metrics.results_dir>/<name>-<UTC timestamp>
+    progress: bool = True  # the progress line on stderr
+    tdf: float | None = None  # overrides run.time_dilation
+    recalibrate: bool = False  # measure the machine again instead of using the cached value
+    fabric_prefix: str = "emu-"  # namespace name prefix of the fabric
+    say: Callable[[str], None] = field(default=say, compare=False)
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    summary: dict[str, Any]
+    partial: bool

@@ -1,0 +1,380 @@
+"""`emulate run`, end to end: plan, choose the TDF, bring the fabric up, replay, measure, write.
+
+Order matters for what a failure leaves behind: everything that can refuse bad input (scenario,
+trace set, plan, results folder) runs before the fabric exists; the fabric, the exporter, the
+sampler and the engine's workers are released in reverse order whatever happens. An interrupted
+or failed replay still writes the results folder, marked partial, before the error propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+
+from collectors.events import NicSample, RunEvent
+from collectors.fidelity import assess_fidelity
+from collectors.live import RunInfo
+from collectors.nic import NetlinkCounters, NicSampler
+from collectors.prometheus import exporter_for, push
+from collectors.recorder import RunRecorder
+from collectors.records import CollectiveMeta, FlowMeta
+from collectors.report import summary_table
+from collectors.results import ResultsWriter, default_results_dir
+from collectors.summary import RunMeta
+from emulator.engine.coordinator import Coordinator, EngineFailure
+from emulator.engine.plan import RankEndpoint
+from emulator.errors import EnvironmentProblem
+from emulator.run.options import RunOptions, RunResult
+from emulator.run.progress import ProgressLine, ProgressState
+from emulator.run.sampling import Sampler
+from emulator.run.tdf import TdfChoice, auto_tdf
+from emulator.run.workload import PlannedWorkload, instance_key, plan_workload, trace_prefix
+from emulator.scenario.model import Scenario
+from emulator.schedule.fabric import describe_fabric
+from emulator.schedule.job import JobSchedule
+from emulator.schedule.plan import CollectiveInstance
+from fabrics.spec import ClosSpec, DutSpec
+
+# A NIC or worker busier than this share of the run could not keep pacing and timers on time.
+WORKER_BUSY_LIMIT = 0.95
+TICK_GAP_LIMIT_TICKS = 20  # a worker tick this late means timers slipped by that much
+
+
+def fabric_ranks(spec: Any) -> int:
+    if isinstance(spec, ClosSpec):
+        return spec.hosts_per_leaf * spec.leaves * spec.pods
+    if isinstance(spec, DutSpec):
+        return len(spec.interfaces)
+    raise EnvironmentProblem(f"fabric: {type(spec).__name__} cannot run")
+
+
+def target_rate_bps(spec: Any) -> float:
+    if isinstance(spec, ClosSpec):
+        return spec.host_link_gbps * 1e9
+    assert isinstance(spec, DutSpec)
+    return spec.max_rate_gbps * 1e9
+
+
+def choose_tdf(scenario: Scenario, options: RunOptions, world: int) -> TdfChoice:
+    peak_bps = world * target_rate_bps(scenario.fabric)
+    if isinstance(scenario.fabric, DutSpec):
+        return TdfChoice(1.0, "dut", peak_bps)
+    if options.tdf is not None:
+        return TdfChoice(options.tdf, "command line", peak_bps)
+    setting = scenario.run.time_dilation
+    if setting != "auto":
+        return TdfChoice(float(setting), "scenario", peak_bps)
+    from emulator.run.calibrate import calibrate
+
+    headroom = scenario.run.load_headroom
+    calibration = calibrate(
+        scenario.transport.path_mtu_bytes, refresh=options.recalibrate, say=options.say
+    )
+    tdf = auto_tdf(peak_bps, calibration.capacity_bps, headroom)
+    return TdfChoice(tdf, "auto", peak_bps, headroom, calibration)
+
+
+def scenario_text(scenario: Scenario) -> str:
+    if scenario.source is not None and scenario.source.is_file():
+        return scenario.source.read_text()
+    return yaml.safe_dump(_plain(dataclasses.asdict(scenario)), sort_keys=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if k != "source"}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops the run like Ctrl-C: partial results written, everything released."""
+
+    owner = os.getpid()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        del frame
+        if os.getpid() != owner:  # a forked helper (pyroute2's netns child) inherited this
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Replay:
+    """One replay on a live fabric: the schedule, the recorder, and their bookkeeping."""
+
+    def __init__(self, scenario: Scenario, planned: PlannedWorkload, recorder: RunRecorder) -> None:
+        self.scenario = scenario
+        self.planned = planned
+        self.recorder = recorder
+        self.unpaired: list[str] = []
+        self.iteration_of: dict[int, int] = {}
+        self.job: JobSchedule = planned.schedule(scenario, self._on_instance)
+
+    def _on_instance(self, inst: CollectiveInstance) -> None:
+        iteration = self.planned.numbering.number(inst)
+        self.iteration_of[inst.id] = iteration
+        ideal = self.planned.ideal_time_s.get(instance_key(inst))
+        if ideal is None:
+            self.unpaired.append(f"{inst.collective} #{inst.id}")
+        coll = CollectiveMeta(
+            collective_id=inst.id,
+            collective_type=inst.collective,
+            process_group=inst.group,
+            group_size=inst.group_size,
+            iteration=iteration,
+            bytes=inst.size_bytes,
+            ideal_time_s=ideal,
+        )
+        flows = [
+            FlowMeta(
+                flow_id=f.id,
+                collective_id=inst.id,
+                collective_type=inst.collective,
+                iteration=iteration,
+                step=f.step,
+                src_rank=f.src,
+                dst_rank=f.dst,
+                qp=f.qp,
+                udp_sport=f.udp_sport,
+                bytes=f.bytes,
+            )
+            for f in inst.flows
+        ]
+        self.recorder.add_plan(flows, [coll])
+
+    def on_events(self, batch: list[RunEvent]) -> None:
+        # NIC samples come from the interfaces' own counters (the sampler), not the engine's
+        self.recorder.on_events([e for e in batch if not isinstance(e, NicSample)])
+
+    def progress(self, sampler: Sampler | None) -> ProgressState:
+        results = self.job.results
+        done_by_iteration: dict[int, int] = {}
+        for r in list(results):
+            it = self.iteration_of.get(r.id, 0)
+            done_by_iteration[it] = done_by_iteration.get(it, 0) + 1
+        planned = self.planned.numbering
+        iterations_done = 0
+        per_iteration = max(self.planned.collectives // max(planned.total, 1), 1)
+        while done_by_iteration.get(iterations_done, 0) >= per_iteration:
+            iterations_done += 1
+        return ProgressState(
+            len(results),
+            min(iterations_done, planned.total),
+            sampler.throughput_bps if sampler else 0.0,
+        )
+
+    @property
+    def job_time_s(self) -> float | None:
+        ends = [r.end_s for r in self.job.results]
+        return max(ends) if ends else None
+
+
+def engine_reasons(metadata: dict[str, Any], tick_s: float) -> list[str]:
+    reasons = []
+    for index, busy in enumerate(metadata.get("worker_busy_ratio", [])):
+        if busy >= WORKER_BUSY_LIMIT:
+            reasons.append(
+                f"engine worker {index} was on a CPU {busy:.0%} of the run: pacing may have "
+                "fallen behind; raise the TDF"
+            )
+    gap = metadata.get("max_tick_gap_s", 0.0)
+    if gap > TICK_GAP_LIMIT_TICKS * tick_s:
+        reasons.append(
+            f"an engine tick came {gap * 1e3:.0f} ms late (tick {tick_s * 1e3:g} ms): timers and "
+            "pacing slipped"
+        )
+    return reasons
+
+
+def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunResult:
+    options = options or RunOptions()
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("emulate run needs root (network namespaces, qdiscs, BPF)")
+    with contextlib.ExitStack() as stack:
+        prefix = stack.enter_context(trace_prefix(scenario))
+        planned = plan_workload(scenario, prefix, fabric_ranks(scenario.fabric))
+        for warning in planned.warnings:
+            options.say(f"warning: {warning}")
+        choice = choose_tdf(scenario, options, planned.world_size)
+        started = datetime.now(UTC)
+        out_dir = options.out_dir or default_results_dir(
+            Path(scenario.metrics.results_dir), scenario.name, started
+        )
+        writer = ResultsWriter(out_dir, scenario_text=scenario_text(scenario))
+        options.say(
+            f"{planned.world_size} ranks, {planned.collectives} collectives, ideal job time "
+            f"{planned.ideal.job_time_s * 1e3:.3f} ms; TDF {choice.tdf:g} ({choice.how}), so about "
+            f"{planned.ideal.job_time_s * choice.tdf:.0f} s of wall time at best"
+        )
+        return _run_on_fabric(scenario, options, planned, choice, writer, stack)
+
+
+def _run_on_fabric(
+    scenario: Scenario,
+    options: RunOptions,
+    planned: PlannedWorkload,
+    choice: TdfChoice,
+    writer: ResultsWriter,
+    stack: contextlib.ExitStack,
+) -> RunResult:
+    from fabrics.counters import read_port_counters
+    from fabrics.netns import LiveFabric
+    from fabrics.registry import bring_up_fabric
+    from fabrics.topology import HOST_IFNAME
+
+    stack.enter_context(_terminate_as_interrupt())
+    options.say(f"bringing up the fabric: {describe_fabric(scenario.fabric)}")
+    live = bring_up_fabric(
+        scenario.fabric,
+        time_dilation=choice.tdf,
+        prefix=options.fabric_prefix,
+        progress=lambda m: options.say(m),
+    )
+    stack.callback(_teardown, live, options)
+    world = planned.world_size
+    ranks = [
+        RankEndpoint(r, live.rank_address(r), live.rank_netns(r), target_rate_bps(scenario.fabric))
+        for r in range(world)
+    ]
+    for r in range(world):  # a DUT refuses any destination outside its allowlist, before sending
+        for other in ranks:
+            if other.rank != r:
+                live.check_destination(r, other.address)
+    info = RunInfo(scenario.name, choice.tdf, live.marker_name, describe_fabric(scenario.fabric))
+    port_rate = (
+        scenario.fabric.fabric_link_gbps * 1e9 if isinstance(scenario.fabric, ClosSpec) else None
+    )
+    recorder = RunRecorder(
+        (),
+        (),
+        info,
+        nic_line_rate_bps=target_rate_bps(scenario.fabric),
+        port_line_rate_bps=port_rate,
+    )
+    replay = Replay(scenario, planned, recorder)
+    if isinstance(live, LiveFabric):
+        counters = {r: NetlinkCounters(HOST_IFNAME, live.rank_netns(r)) for r in range(world)}
+        fabric = live
+
+        def read_ports() -> list[Any]:
+            return list(read_port_counters(fabric).values())
+
+        ports: Any = read_ports
+    else:
+        counters = {
+            r: NetlinkCounters(live.spec.interfaces[r], live.rank_netns(r)) for r in range(world)
+        }
+        ports = None
+    for c in counters.values():
+        stack.callback(c.close)
+    exporter = exporter_for(scenario.metrics.prometheus, recorder.live)
+    stack.enter_context(exporter)
+    if exporter.port is not None:
+        options.say(
+            f"live metrics on http://{scenario.metrics.prometheus.bind_address}:{exporter.port}/metrics"
+        )
+    engine = dataclasses.replace(
+        scenario.engine,
+        tdf=choice.tdf,
+        run_timeout_s=scenario.run.deadline_s
+        or max(120.0, 20 * planned.ideal.job_time_s * choice.tdf + 60.0),
+    )
+    progress = ProgressLine(
+        planned.collectives,
+        planned.numbering.total,
+        planned.ideal.job_time_s * choice.tdf,
+        enabled=options.progress,
+    )
+    sampler = Sampler(
+        recorder,
+        NicSampler(counters),
+        ports,
+        scenario.metrics.sample_interval_s,
+        choice.tdf,
+        progress,
+        lambda: replay.progress(sampler),
+    )
+    coordinator = Coordinator(
+        ranks,
+        [],
+        transport=scenario.transport,
+        engine=engine,
+        on_events=replay.on_events,
+        on_start=sampler.set_start,
+        driver=replay.job,
+    )
+    partial = True
+    error: BaseException | None = None
+    outcome = None
+    sampler.start()
+    try:
+        outcome = coordinator.run()
+        partial = not replay.job.finished
+    except (KeyboardInterrupt, EngineFailure) as exc:
+        error = exc
+    finally:
+        sampler.stop()
+        progress.done(replay.progress(sampler))
+    metadata = outcome.metadata if outcome is not None else coordinator.metadata()
+    tables = recorder.tables()
+    reasons = engine_reasons(metadata, engine.tick_s)
+    reasons += [f"sampling failed: {e}" for e in sampler.errors[:3]]
+    if replay.unpaired:
+        reasons.append(
+            f"{len(replay.unpaired)} collectives had no ideal-time counterpart: "
+            + ", ".join(replay.unpaired[:4])
+        )
+    fidelity = assess_fidelity(tables, scenario.metrics.fidelity, reasons)
+    extra = {
+        "time_dilation": choice.to_json(),
+        "ideal_job_time_s": planned.ideal.job_time_s,
+        "world_size": planned.world_size,
+        "iterations": planned.numbering.total,
+        "engine": metadata,
+        "fabric_backend": live.metadata(),
+        "warnings": planned.warnings,
+    }
+    if error is not None:
+        extra["stopped_by"] = (
+            "interrupt" if isinstance(error, KeyboardInterrupt) else f"error: {error}"
+        )
+    summary = writer.write(
+        RunMeta.from_info(info, fidelity, replay.job_time_s, extra), tables, partial
+    )
+    url = scenario.metrics.prometheus.pushgateway_url
+    if url:
+        push(exporter.registry, url)
+    print(summary_table(summary))
+    print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")
+    sys.stdout.flush()
+    if error is not None:
+        raise error
+    return RunResult(writer.target, summary, partial)
+
+
+def _teardown(live: Any, options: RunOptions) -> None:
+    # close() raises EnvironmentProblem naming what it could not release (left for `emulate clean`)
+    removed = live.close()
+    options.say(f"fabric torn down ({len(removed)} resources released)")

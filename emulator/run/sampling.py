@@ -1,0 +1,102 @@
+"""The run's sampler thread: NIC counters in every rank's namespace, the fabric's switch ports,
+the machine's CPU, and the progress line, every `metrics.sample_interval_s` of wall time.
+
+Samples are stamped with target time (wall time since the engine's common start / TDF) and fed
+to the recorder, which is thread-safe per batch. Port counters come from `tc -s` in each switch
+namespace, which costs a few milliseconds per switch, so they are read at most every
+PORT_INTERVAL_MIN_S. Nothing is sampled before the engine's start instant.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from collectors.cpu import CpuSampler
+from collectors.events import RunEvent
+from collectors.nic import NicSampler
+from collectors.recorder import RunRecorder
+from collectors.samples import port_samples
+from emulator.run.progress import ProgressLine, ProgressState
+
+PORT_INTERVAL_MIN_S = 0.5
+
+
+class Sampler:
+    def __init__(
+        self,
+        recorder: RunRecorder,
+        nic: NicSampler,
+        read_ports: Callable[[], list[Any]] | None,
+        interval_s: float,
+        tdf: float,
+        progress: ProgressLine,
+        state: Callable[[], ProgressState],
+    ) -> None:
+        self.recorder = recorder
+        self.nic = nic
+        self.read_ports = read_ports
+        self.interval_s = interval_s
+        self.tdf = tdf
+        self.progress = progress
+        self.state = state
+        self.cpu = CpuSampler()
+        self.start_wall_s: float | None = None
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="run-sampler", daemon=True)
+        self._last_ports = -1e9
+        self._last_nic: dict[int, int] = {}
+        self._last_t: float | None = None
+        self.throughput_bps = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def set_start(self, start_wall_s: float) -> None:
+        self.start_wall_s = start_wall_s
+
+    def stop(self) -> None:
+        """Stop the thread, then take one last sample so the tables end at the run's end."""
+        self._stop.set()
+        self._thread.join(timeout=10.0)
+        if self.start_wall_s is not None:
+            try:
+                self.sample_once(force_ports=True)
+            except Exception as exc:  # the fabric may be gone after a failure: record why
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            if self.start_wall_s is None or time.perf_counter() < self.start_wall_s:
+                continue
+            try:
+                self.sample_once()
+            except Exception as exc:  # a sampling failure must not kill the run: record it
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                if len(self.errors) > 20:
+                    return
+            self.progress.update(self.state())
+
+    def sample_once(self, force_ports: bool = False) -> None:
+        assert self.start_wall_s is not None
+        wall = time.perf_counter()
+        now_s = (wall - self.start_wall_s) / self.tdf
+        nic = self.nic.sample(now_s)
+        tx = {e.rank: e.bytes for e in nic if e.direction == "tx"}
+        events: list[RunEvent] = list(nic)
+        if self._last_t is not None and now_s > self._last_t:
+            delta = sum(tx[r] - self._last_nic.get(r, tx[r]) for r in tx)
+            self.throughput_bps = max(delta, 0) * 8 / (now_s - self._last_t)
+        self._last_nic, self._last_t = tx, now_s
+        cpu = self.cpu.sample(now_s)
+        if cpu is not None:
+            events.append(cpu)
+        if self.read_ports is not None and (
+            force_ports or wall - self._last_ports >= PORT_INTERVAL_MIN_S
+        ):
+            self._last_ports = wall
+            events.extend(port_samples(self.read_ports(), now_s))
+        self.recorder.on_events(events)

@@ -1,0 +1,149 @@
+"""The pure parts of `emulate run`: TDF choice, calibration cache, iteration numbering, the
+progress line, the --trace/--fabric quick scenario, and dynamic plan registration."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+import pytest
+
+from collectors.events import FlowFinished, FlowStarted
+from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
+from emulator.commands.run import fabric_mapping, quick_scenario
+from emulator.errors import InputError
+from emulator.run.calibrate import CACHE_ENV, Calibration, load_cached, machine_key, store
+from emulator.run.iterations import IterationNumbering
+from emulator.run.progress import ProgressLine, ProgressState
+from emulator.run.tdf import auto_tdf, round_up_2sig
+from emulator.schedule.plan import CollectiveInstance
+from fabrics.spec import ClosSpec
+
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0.3, 1.0),
+        (1.0, 1.0),
+        (1.01, 1.1),
+        (5.3, 5.3),
+        (12.0, 12.0),
+        (12.01, 13.0),
+        (2891.4, 2900.0),
+    ],
+)
+def test_round_up_to_two_significant_digits(value: float, expected: float) -> None:
+    assert round_up_2sig(value) == pytest.approx(expected)
+    assert round_up_2sig(value) >= min(value, 1.0) or value < 1
+
+
+def test_auto_tdf_fits_the_peak_load_in_the_headroom() -> None:
+    # 16 NICs x 400 Gb/s into half of 4.43 Gb/s: 6.4e12 / 2.215e9 = 2889.4 -> 2900
+    tdf = auto_tdf(16 * 400e9, 4.43e9, 0.5)
+    assert tdf == 2900
+    assert 16 * 400e9 / tdf <= 0.5 * 4.43e9
+    assert auto_tdf(1e6, 4.43e9, 0.5) == 1.0  # never below real time
+    with pytest.raises(ValueError):
+        auto_tdf(1e9, 0.0, 0.5)
+
+
+def _calibration(mtu: int) -> Calibration:
+    return Calibration(4.2e9, 4, mtu, 1.9, machine_key(mtu), "2026-11-22T00:00:00Z")
+
+
+def test_calibration_cache_is_per_machine_and_mtu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    assert load_cached(4096) is None
+    store(_calibration(4096))
+    cached = load_cached(4096)
+    assert cached is not None and cached.cached and cached.capacity_bps == 4.2e9
+    assert load_cached(1024) is None  # another MTU is another measurement
+    store(_calibration(1024))
+    assert load_cached(4096) is not None and load_cached(1024) is not None
+    assert (tmp_path / "calibration.json").stat().st_mode & 0o077 == 0
+    (tmp_path / "calibration.json").write_text("{not json")
+    assert load_cached(4096) is None  # a damaged cache is measured again, not fatal
+
+
+def _instance(iid: int, collective: str, group: str, iteration: int = 0) -> CollectiveInstance:
+    return CollectiveInstance(iid, iteration, collective, group, (0, 1), 1024, "ring", (), ())
+
+
+def test_iteration_numbering_maps_each_pair_onto_the_steps() -> None:
+    # one pass holding 3 steps: All-Reduce once per step, All-to-All twice (dispatch, combine)
+    plan = []
+    for step in range(3):
+        plan += [
+            _instance(len(plan), "ALL_TO_ALL", "ep", 0),
+            _instance(len(plan) + 1, "ALL_TO_ALL", "ep", 0),
+            _instance(len(plan) + 2, "ALL_REDUCE", "dp", 0),
+        ]
+        del step
+    numbering = IterationNumbering(plan)
+    assert numbering.steps_per_pass == 3 and numbering.total == 3
+    got = [(i.collective, numbering.number(i)) for i in plan]
+    assert [n for c, n in got if c == "ALL_REDUCE"] == [0, 1, 2]
+    assert [n for c, n in got if c == "ALL_TO_ALL"] == [0, 0, 1, 1, 2, 2]
+
+
+def test_iteration_numbering_of_replay_passes() -> None:
+    plan = [_instance(i, "ALL_REDUCE", "w", iteration=i // 2) for i in range(4)]  # 2 per pass
+    numbering = IterationNumbering([plan[0], plan[2], plan[1], plan[3]])
+    assert numbering.passes == 2 and numbering.steps_per_pass == 2
+    assert [numbering.number(i) for i in plan] == [0, 1, 2, 3]
+
+
+def test_progress_line_reports_counts_and_estimate() -> None:
+    out = io.StringIO()
+    line = ProgressLine(100, 10, ideal_wall_s=50.0, stream=out, log_every_s=0.0)
+    text = line.text(ProgressState(25, 2, 3.2e12), now=line.start + 30.0)
+    assert "collectives 25/100" in text and "iterations 2/10" in text
+    assert "elapsed 00:30" in text and "left ~01:30" in text  # 30 s for a quarter: 90 s left
+    assert "3.2 Tb/s" in text and "#####" in text and "######" not in text
+    line.update(ProgressState(25, 2, 0.0))
+    assert out.getvalue().endswith("\n")  # not a terminal: whole lines, no carriage returns
+    assert "\r" not in out.getvalue()
+
+
+def test_fabric_mapping_parses_keys_and_sizes_a_default() -> None:
+    assert fabric_mapping("clos:hosts_per_leaf=4,leaves=2,host_link_gbps=100", 8) == {
+        "kind": "clos",
+        "hosts_per_leaf": 4,
+        "leaves": 2,
+        "host_link_gbps": 100,
+    }
+    assert fabric_mapping(None, 20) == {"kind": "clos", "hosts_per_leaf": 8, "leaves": 3}
+    with pytest.raises(InputError, match="KIND:KEY=VALUE"):
+        fabric_mapping("clos:leaves", 4)
+
+
+def test_quick_scenario_from_a_public_trace_set() -> None:
+    prefix = TRACES / "astra-sim/examples/workload/microbenchmarks/all_reduce/4npus_1MB/all_reduce"
+    args = argparse.Namespace(
+        trace=str(prefix), fabric="clos:hosts_per_leaf=2,leaves=2", comm_groups=None
+    )
+    scenario = quick_scenario(args)
+    assert isinstance(scenario.fabric, ClosSpec) and scenario.fabric.hosts_per_leaf == 2
+    assert scenario.workload.trace == str(prefix.resolve())
+    args.fabric = "clos:no_such_key=1"
+    with pytest.raises(Exception, match="no_such_key"):
+        quick_scenario(args)
+
+
+def test_record_builder_learns_collectives_during_the_run() -> None:
+    builder = RecordBuilder()
+    builder.add(
+        [FlowMeta(7, 3, "ALL_REDUCE", 0, 0, 0, 1, 0, 49152, 1000)],
+        [CollectiveMeta(3, "ALL_REDUCE", "dp", 2, 0, 1000, 1e-3)],
+    )
+    builder.flow_started(FlowStarted(7, 0.0))
+    assert builder.flow_finished(FlowFinished(7, 2e-3, 1, 0, 0, 0, 0)) == 3
+    with pytest.raises(ValueError, match="already"):
+        builder.add([], [CollectiveMeta(3, "ALL_REDUCE", "dp", 2, 0, 1000, 1e-3)])
+    with pytest.raises(ValueError, match="not in the plan"):
+        builder.add([FlowMeta(8, 4, "ALL_REDUCE", 0, 0, 0, 1, 0, 49152, 1000)], [])
