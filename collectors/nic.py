@@ -8,7 +8,7 @@ the caller passes in (the collectors never read a clock themselves).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -89,10 +89,14 @@ class NicSampler:
     def __init__(self, sources: Mapping[int, CounterSource]) -> None:
         self.sources = dict(sources)
 
-    def sample(self, time_s: float) -> list[NicSample]:
+    def sample(self, time_s: float, clock: Callable[[], float] | None = None) -> list[NicSample]:
+        """One reading per rank at `time_s`; with `clock`, each reading is stamped with the time
+        it was taken (reading many namespaces on a busy machine takes long enough to matter
+        for a per-interval utilization)."""
         samples: list[NicSample] = []
         for rank in sorted(self.sources):
             tx, rx = self.sources[rank].read()
-            samples.append(NicSample(time_s, rank, "tx", tx))
-            samples.append(NicSample(time_s, rank, "rx", rx))
+            t = clock() if clock is not None else time_s
+            samples.append(NicSample(t, rank, "tx", tx))
+            samples.append(NicSample(t, rank, "rx", rx))
         return samples

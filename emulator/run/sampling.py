@@ -21,7 +21,7 @@ from collectors.recorder import RunRecorder
 from collectors.samples import port_samples
 from emulator.run.progress import ProgressLine, ProgressState
 
-PORT_INTERVAL_MIN_S = 0.5
+PORT_INTERVAL_MIN_S = 1.0
 
 
 class Sampler:
@@ -84,13 +84,15 @@ class Sampler:
         assert self.start_wall_s is not None
         wall = time.perf_counter()
         now_s = (wall - self.start_wall_s) / self.tdf
-        nic = self.nic.sample(now_s)
+        start = self.start_wall_s
+        nic = self.nic.sample(now_s, lambda: (time.perf_counter() - start) / self.tdf)
         tx = {e.rank: e.bytes for e in nic if e.direction == "tx"}
         events: list[RunEvent] = list(nic)
-        if self._last_t is not None and now_s > self._last_t:
+        t_end = max((e.time_s for e in nic), default=now_s)
+        if self._last_t is not None and t_end > self._last_t:
             delta = sum(tx[r] - self._last_nic.get(r, tx[r]) for r in tx)
-            self.throughput_bps = max(delta, 0) * 8 / (now_s - self._last_t)
-        self._last_nic, self._last_t = tx, now_s
+            self.throughput_bps = max(delta, 0) * 8 / (t_end - self._last_t)
+        self._last_nic, self._last_t = tx, t_end
         cpu = self.cpu.sample(now_s)
         if cpu is not None:
             events.append(cpu)
