@@ -14,25 +14,34 @@ packets/s (sent minus lost) and its sender CPU share (iperf3's own cpu_utilizati
 Ratios are ours / iperf3's (higher is better); the issue #6 target is >= 4 on packets/s.
 Also: sender CPU seconds per Gb/s, and the pacing error at 10 Mb/s, 100 Mb/s and 1 Gb/s
 (receiver-measured rate over 1 s against the configured rate, in %).
+Floor: a bare Python loop that only calls sendmsg with pre-built 64 KB GSO buffers of the same
+RoCEv2 segments (and a bare UDP_GRO reader on the other side) over the same veth: the most any
+Python sender using GSO can reach here, whatever it computes; ours is also given against it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
 import threading
 import time
+from multiprocessing.connection import Connection
 from typing import Any
 
 from emulator.engine.coordinator import run_plan
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
+from emulator.engine.sockets import ANCILLARY_BYTES, gso_cmsg, open_udp, read_ancillary
 from emulator.engine.testbed import NetnsBed, PairInfo, link_bytes, pair
-from emulator.transport.packets import ETHERNET_OVERHEAD_BYTES
+from emulator.transport.burst_wire import BurstBuffer, BurstWriter
+from emulator.transport.packets import ETHERNET_OVERHEAD_BYTES, ROCEV2_UDP_PORT
 from emulator.transport.params import TransportParams
+from emulator.transport.sender import GSO_MAX_BUFFER_BYTES, SendQueuePair
+from emulator.transport.wire import FlowAddress, IcrcContext
 
 BENCH = "engine_throughput"
 
@@ -130,6 +139,76 @@ def iperf3(p: PairInfo, payload: int, seconds: float) -> dict[str, float]:
         server.wait(5)
 
 
+def _floor_receiver(p: PairInfo, stop_at: float, pipe: Connection) -> None:
+    sock = open_udp(
+        p.receiver_ns, p.receiver_addr, ROCEV2_UDP_PORT, gro=True, buffer_bytes=32 << 20
+    )
+    sock.setblocking(True)
+    sock.settimeout(0.2)
+    buf = bytearray(65535 * 2)
+    segments = 0
+    first = last = 0.0
+    pipe.send("ready")
+    while time.perf_counter() < stop_at + 0.5:
+        try:
+            nbytes, anc, _, _ = sock.recvmsg_into([buf], ANCILLARY_BYTES)
+        except TimeoutError:
+            continue
+        _, gso_size = read_ancillary(anc)
+        last = time.perf_counter()
+        if not segments:
+            first = last
+        segments += -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
+    sock.close()
+    pipe.send((segments, last - first))
+
+
+def _floor_sender(p: PairInfo, payload: int, stop_at: float) -> None:
+    # one GSO buffer of real RoCEv2 segments, built once and sent again and again
+    transport = TransportParams(congestion_control="none", path_mtu_bytes=payload)
+    qp = SendQueuePair(qpn=1, dest_qp=1, params=transport, line_rate_bps=1e15)
+    qp.post_send(now=0.0, message_id=1, size_bytes=payload * 1000)
+    burst = qp.poll_burst(now=0.0, floor_s=-1.0, max_packets=64, max_bytes=GSO_MAX_BUFFER_BYTES)
+    assert burst is not None
+    address = FlowAddress(p.sender_addr, p.receiver_addr, 50700)
+    writer = BurstWriter(IcrcContext(address), BurstBuffer(65535 * 2), 64)
+    data = bytes(writer.buf[: writer.write(burst)])
+    cmsg = [gso_cmsg(burst.segment_bytes)]
+    sock = open_udp(p.sender_ns, p.sender_addr, 50700, gro=False, buffer_bytes=32 << 20)
+    dest = (p.receiver_addr, ROCEV2_UDP_PORT)
+    while time.perf_counter() < stop_at:
+        try:
+            while time.perf_counter() < stop_at:
+                sock.sendmsg([data], cmsg, 0, dest)
+        except OSError:
+            continue  # the socket buffer is full: try again (a floor, not a protocol)
+    sock.close()
+
+
+def bare_gso_floor(p: PairInfo, payload: int, seconds: float) -> float:
+    """Segments/s a bare Python sendmsg loop of 64 KB GSO buffers delivers over the veth."""
+    ctx = multiprocessing.get_context("fork")
+    ours_end, theirs = ctx.Pipe()
+    stop_at = time.perf_counter() + seconds + 1.0
+    receiver = ctx.Process(target=_floor_receiver, args=(p, stop_at, theirs))
+    receiver.start()
+    try:
+        if not ours_end.poll(10):
+            raise RuntimeError("the floor's receiver did not start")
+        ours_end.recv()
+        sender = ctx.Process(target=_floor_sender, args=(p, payload, stop_at))
+        sender.start()
+        sender.join(seconds + 10)
+        if not ours_end.poll(10):
+            raise RuntimeError("the floor's receiver did not report")
+        segments, span_s = ours_end.recv()
+    finally:
+        receiver.join(5)
+        if receiver.is_alive():
+            receiver.kill()
+    return float(segments / span_s) if span_s > 0 else 0.0
+
+
 def pacing_error(p: PairInfo, rate_bps: float) -> float:
     """Receiver-measured rate over 1 s vs the configured rate, in percent."""
     mtu = 4096
@@ -218,6 +297,23 @@ def main(argv: list[str]) -> int:
                 ratio=round(peer_cpu_per_gbps / cpu_per_gbps, 3),
             )
             emit(f"retransmitted_packets_{payload}B", us["retransmitted"], "packets")
+            floor = bare_gso_floor(p, payload, args.seconds)
+            emit(
+                f"bare_gso_floor_packets_per_s_{payload}B (a Python ceiling; ratio floor/iperf3)",
+                floor,
+                "packets/s",
+                peer=name,
+                peer_value=round(peer["pps"], 1),
+                ratio=round(floor / peer["pps"], 3),
+            )
+            emit(
+                f"rocev2_data_packets_per_s_{payload}B_of_bare_gso_floor (higher is better)",
+                us["pps"],
+                "packets/s",
+                peer=f"bare Python GSO sendmsg loop, {payload} B",
+                peer_value=round(floor, 1),
+                ratio=round(us["pps"] / floor, 3),
+            )
         for rate in (10e6, 100e6, 1e9):
             emit(
                 f"pacing_error_{rate / 1e6:g}Mbps (receiver, 1 s window)",

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "generate": "emulator.commands.generate",
     "report": "emulator.commands.report",
     "compare": "emulator.commands.compare",
+    "study": "emulator.commands.study",
     "fabric": "emulator.commands.fabric",
     "clean": "emulator.commands.clean",
 }

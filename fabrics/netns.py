@@ -112,6 +112,10 @@ class LiveFabric:
             "delay_scale": self.delay_scale,
             "hosts": len(self.topology.hosts),
             "routers": len(self.topology.routers),
+            # After an idle spell an HTB class lets its burst through above its rate, at every
+            # shaped egress on a flow's path (host, then up and down the switch tiers).
+            "shaper_burst_bytes": max((p.burst_bytes for p in self.ports), default=0),
+            "shaped_hops_max": 2 * len({n.role for n in self.topology.nodes} - {"host"}),
         }
 
     def close(self) -> list[str]:
@@ -274,14 +278,32 @@ def _bring_up(
                     hops += ["nexthop", "via", str(h.gateway), "dev", h.ifname]
             config.append(ip("route", "add", str(route.prefix), *hops, netns=ns))
     run_grouped(config)
-    # Offloads: segment UDP GSO at the host's transmit so the fabric carries MTU-sized packets,
-    # and keep GRO off on switch ports so the marker and HTB see single packets (DESIGN.md).
+    # Offloads: segment UDP GSO at the host's transmit so the fabric carries MTU-sized packets.
+    # Every veth receives on NAPI: one ring per veth, drained in order. Without it a veth hands
+    # each packet to the backlog of whichever CPU transmitted it, and an HTB dequeues on one CPU
+    # from its timer and on another from a sender's context, so one flow's packets sit on two
+    # CPUs' backlogs and arrive out of order (a RoCE receiver NAKs and the sender goes back N in
+    # a fabric that dropped nothing). A veth uses NAPI when its receiver has GRO on and its
+    # sender no TSO (drivers/net/veth.c, veth_skb_is_eligible_for_gro). Switch ports still
+    # never merge forwarded UDP (rx-udp-gro-forwarding and rx-gro-list off), so the marker and
+    # HTB see single packets (DESIGN.md); a host's GRO only merges for a UDP_GRO socket.
     run_grouped(
         Cmd(
             "ethtool",
-            ("-K", dev, "tx-udp-segmentation", "off")
+            ("-K", dev, "tx-udp-segmentation", "off", "tso", "off", "gro", "on")
             if node in topo.hosts
-            else ("-K", dev, "gro", "off"),
+            else (
+                "-K",
+                dev,
+                "tso",
+                "off",
+                "gro",
+                "on",
+                "rx-udp-gro-forwarding",
+                "off",
+                "rx-gro-list",
+                "off",
+            ),
             netns[node],
         )
         for (node, dev) in topo.links

@@ -10,17 +10,21 @@ The layout becomes a copy of the template block plus three table lookups per pac
 word's tables are combined per 16 bits).
 Anything else (RETH, real payload, a shorter last packet) goes through the transport's own
 writer. tests/unit/test_engine_gso.py checks the result byte for byte against `layout_gso`.
+
+This is the layout for a list of descriptors; the engine's send path now takes compact bursts
+from the queue pairs and lays them out with `emulator.transport.burst_wire.BurstWriter`, the
+same tables applied with numpy to all segments at once.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from emulator.transport.burst_wire import crc_byte_tables
 from emulator.transport.packets import (
     ICRC_BYTES,
     IPV4_HEADER_BYTES,
@@ -42,24 +46,6 @@ _OPCODE_AT = _BTH_AT
 _PSN_WORD_AT = _BTH_AT + 8
 
 
-def _byte_tables(length: int, positions: Sequence[int]) -> list[U32]:
-    """For each position, the 256 CRC deltas of that byte taking each value in a zero input."""
-    zero = zlib.crc32(bytes(length))
-    tables = []
-    for at in positions:
-        basis = []
-        for bit in range(8):
-            probe = bytearray(length)
-            probe[at] = 1 << bit
-            basis.append(zlib.crc32(probe) ^ zero)
-        table = np.zeros(256, dtype=np.uint32)
-        for v in range(1, 256):
-            low = v & -v
-            table[v] = table[v ^ low] ^ basis[low.bit_length() - 1]
-        tables.append(table)
-    return tables
-
-
 class _Tables:
     """CRC deltas for one segment size (they depend only on the input length, not on the flow):
     by opcode, by the PSN word's high and low 16 bits, and by segment index (the IP id)."""
@@ -68,7 +54,7 @@ class _Tables:
 
     def __init__(self, segment: int, max_segments: int) -> None:
         length = _LRH + IPV4_HEADER_BYTES + UDP_HEADER_BYTES + segment - ICRC_BYTES
-        op, w0, w1, w2, w3, id_hi, id_lo = _byte_tables(
+        op, w0, w1, w2, w3, id_hi, id_lo = crc_byte_tables(
             length,
             [_OPCODE_AT, *range(_PSN_WORD_AT, _PSN_WORD_AT + 4), _IP_ID_AT, _IP_ID_AT + 1],
         )

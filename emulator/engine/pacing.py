@@ -8,6 +8,10 @@ scheduling form of a token bucket (GCRA, ITU-T I.371), refilled from the clock a
 exact at any rate change in between. `floor_s` bounds the bucket: a queue pair that was idle or
 held up never sends more than (now - floor_s) of credit in one go, so over any window of a few
 ticks the rate stays at the controller's current rate.
+
+The worker takes these packets with `SendQueuePair.poll_burst(now=now, floor_s=floor_s, ...)`,
+one GSO buffer's worth at a time in compact form; `take_due` and `gso_batches` are the same
+rule one descriptor per packet (the reference the burst path is tested against).
 """
 
 from __future__ import annotations
@@ -16,10 +20,9 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from emulator.transport.packets import DataPacket
+from emulator.transport.sender import GSO_MAX_BUFFER_BYTES
 
-# IPv4 limits one datagram, and so one GSO buffer before segmentation, to 65535 bytes including
-# the 20-byte IP and 8-byte UDP headers (net/ipv4/ip_output.c __ip_append_data).
-GSO_MAX_BUFFER_BYTES = 65535 - 20 - 8
+__all__ = ["GSO_MAX_BUFFER_BYTES", "PacedSender", "gso_batches", "take_due"]
 
 
 class PacedSender(Protocol):

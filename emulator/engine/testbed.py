@@ -88,7 +88,7 @@ class NetnsBed:
         Threaded NAPI stays off by default: measured here on 2 busy cores, the NAPI thread was
         not scheduled for milliseconds at a time and the veth's 256-entry ring overflowed
         (drops counted as TX drops of the peer); softirq NAPI runs right after each send."""
-        self.ns_run(netns, "ethtool", "-K", ifname, "tx-udp-segmentation", "off")
+        self.ns_run(netns, "ethtool", "-K", ifname, "tx-udp-segmentation", "off", "tso", "off")
         self.ns_run(netns, "ethtool", "-K", ifname, "gro", "on", "rx-udp-gro-forwarding", "on")
         if threaded_napi:
             self.ns_run(netns, "tee", f"/sys/class/net/{ifname}/threaded", input_text="1")
@@ -151,9 +151,24 @@ def routed(bed: NetnsBed, *, mtu: int = 9000) -> RoutedInfo:
     _run(["ip", "-n", b, "route", "add", "default", "via", "10.78.2.254"])
     bed.host_offloads(a, "a0")
     bed.host_offloads(b, "b0")
-    # the router marks/queues per packet: no coalescing there (DESIGN.md, GSO/GRO pitfalls)
+    # The router marks/queues per packet: it never merges forwarded UDP (DESIGN.md, GSO/GRO
+    # pitfalls). GRO on with TSO off on every veth puts receives on NAPI, which keeps a flow's
+    # packets in order (fabrics/netns.py says why).
     for ifname in ("r0", "r1"):
-        bed.ns_run(r, "ethtool", "-K", ifname, "gro", "off", "tx-udp-segmentation", "off")
+        bed.ns_run(
+            r,
+            "ethtool",
+            "-K",
+            ifname,
+            "tx-udp-segmentation",
+            "off",
+            "gro",
+            "on",
+            "rx-udp-gro-forwarding",
+            "off",
+            "rx-gro-list",
+            "off",
+        )
     return RoutedInfo(a, r, b, "10.78.1.1", "10.78.2.1", "r1", "b0")
 
 

@@ -12,6 +12,12 @@ Each tick (`tick_s` of wall time) runs the core's timers, starts flows whose dep
 start delays are over, and sends what every queue pair's pacer released, as GSO batches. Reads
 happen whenever a receive socket is readable. Events go to the coordinator in batches as tuples
 (cheap to pickle); coordinator messages come in on the same pipe.
+
+The data path works a GSO buffer at a time, not a packet at a time: queue pairs hand out compact
+Bursts (`SendQueuePair.poll_burst`) that `BurstWriter` lays out with every ICRC in a few numpy
+operations; a GRO read of data for one QP goes to `ReceiveQueuePair.on_data_run` in one call,
+a read of ACKs to `SendQueuePair.on_acks`, and the ACKs one read produces leave as one GSO send.
+Anything else (CE marks, gaps, NAKs, unknown QPs) goes packet by packet through the codec.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from emulator.engine.clock import DilatedClock
-from emulator.engine.gso import GsoWriter
-from emulator.engine.pacing import gso_batches, take_due
+from emulator.engine.nicpacer import NicPacer
+from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.sockets import (
@@ -48,6 +54,13 @@ from emulator.engine.sockets import (
     tos_cmsg,
 )
 from emulator.errors import EmulatorError, EnvironmentProblem
+from emulator.transport.burst import Burst
+from emulator.transport.burst_wire import (
+    BurstBuffer,
+    BurstWriter,
+    read_ack_run,
+    read_data_run,
+)
 from emulator.transport.endpoint import RoceEndpoint
 from emulator.transport.events import (
     CnpReceived,
@@ -61,16 +74,20 @@ from emulator.transport.events import (
 )
 from emulator.transport.events import FlowStarted as PostedToQueue
 from emulator.transport.packets import (
+    BTH_BYTES,
+    ICRC_BYTES,
     IPV4_HEADER_BYTES,
     ROCEV2_UDP_PORT,
     UDP_HEADER_BYTES,
+    AckPacket,
     CnpPacket,
     DataPacket,
+    Opcode,
     Packet,
 )
 from emulator.transport.params import TransportParams
 from emulator.transport.receiver import ReceiveQueuePair
-from emulator.transport.sender import SendQueuePair
+from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
 from emulator.transport.wire import (
     ECN_CE,
     ECN_ECT0,
@@ -80,6 +97,7 @@ from emulator.transport.wire import (
     MalformedPacket,
     decode,
     encode,
+    layout_gso,
 )
 
 PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
@@ -107,6 +125,7 @@ class _Rank:
     spec: RankEndpoint
     endpoint: RoceEndpoint
     rx_sock: socket.socket
+    nic: NicPacer
     sport_socks: dict[int, socket.socket] = field(default_factory=dict)
     tx_bytes: int = 0
     rx_bytes: int = 0
@@ -120,7 +139,7 @@ class _SendConn:
     sock: socket.socket
     dest: tuple[str, int]
     icrc: IcrcContext
-    writer: GsoWriter
+    writer: BurstWriter
     next_ordinal: int = 0
     cnps_received: int = 0
     snapshot: tuple[int, int, int] = (0, 0, 0)
@@ -164,7 +183,10 @@ class Worker:
         self.delayed: list[tuple[float, int]] = []
         self.clock = DilatedClock(p.tdf)
         self.buf = bytearray(RECV_BUFFER_BYTES)
-        self.gso_buf = bytearray(RECV_BUFFER_BYTES)
+        self.gso_buf = BurstBuffer(RECV_BUFFER_BYTES)
+        self.gso_view = memoryview(self.gso_buf.data)
+        self._gso_cmsgs: dict[int, list[tuple[int, int, bytes]]] = {}
+        self.reply_buf = bytearray(RECV_BUFFER_BYTES)
         self.relay = set(spec.relay)
         self._completed: list[tuple[int, float]] = []
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -183,6 +205,9 @@ class Worker:
         self._cpu_at_start_s = 0.0
         self.max_tick_gap_s = 0.0
         self._burst_s = p.burst_ticks * p.tick_s / p.tdf
+        self._max_packet_wire_bytes = (
+            BTH_BYTES + spec.transport.path_mtu_bytes + ICRC_BYTES + IPV4_FRAME_OVERHEAD_BYTES
+        )
         self.loop: asyncio.AbstractEventLoop | None = None
         self.finished: asyncio.Future[None] | None = None
         self.tos_data = (p_dscp := spec.transport.dscp) << 2 | ECN_ECT0
@@ -203,7 +228,9 @@ class Worker:
                 buffer_bytes=p.socket_buffer_bytes,
             )
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos_data)
-            self.ranks[r.rank] = _Rank(r, RoceEndpoint(self.events), sock)
+            self.ranks[r.rank] = _Rank(
+                r, RoceEndpoint(self.events), sock, NicPacer(r.line_rate_bps)
+            )
 
     def _sport_socket(self, rank: _Rank, sport: int) -> socket.socket:
         if sport == ROCEV2_UDP_PORT:
@@ -245,7 +272,7 @@ class Worker:
                     self._sport_socket(rank, f.udp_sport),
                     (dst, ROCEV2_UDP_PORT),
                     icrc,
-                    GsoWriter(icrc, self.params.gso_max_segments),
+                    BurstWriter(icrc, self.gso_buf, self.params.gso_max_segments),
                 )
             self.flows[f.id] = f
         for f in flows:
@@ -314,56 +341,96 @@ class Worker:
             deadline = conn.qp.next_timer_s()
             if deadline is not None and deadline <= now:
                 conn.qp.on_timer(now=now)
-        self._pump(now)
+        # A tick that fires late (uvloop timers round to 1 ms) gets the credit the on-time
+        # tick would have had: its bucket is deeper by the lateness, at most one tick.
+        tick = self.params.tick_s
+        late_s = min(max(start_wall - self._next_tick_wall, 0.0), tick)
+        self._pump(now, late_s / self.params.tdf)
         self._handle_events()
         wall = time.perf_counter()
         if self.flush_now or wall >= self._next_flush_wall:
             self._flush(now)
             self._next_flush_wall = wall + self.params.event_batch_s
-        tick = self.params.tick_s
         self._next_tick_wall += tick
         if self._next_tick_wall < wall:
             self._next_tick_wall = wall + tick  # fell behind: do not try to catch up in a burst
         self.loop.call_later(self._next_tick_wall - wall, self._tick)
 
-    def _pump(self, now: float) -> None:
-        """Send what every active queue pair's pacer released by `now`."""
-        # A token bucket of depth burst_s: enough for a tick that fires late (uvloop rounds to
-        # 1 ms) without losing rate, never a catch-up burst after idling or a stall.
-        floor = now - self._burst_s
-        max_segments = self.params.gso_max_segments
-        limit = max_segments * 16
-        for qpn, conn in list(self.active.items()):
-            packets = take_due(conn.qp, now=now, floor_s=floor, max_packets=limit)
-            if packets:
-                self._send_data(conn, packets, max_segments)
-            if conn.qp.idle:
-                del self.active[qpn]
+    def _pump(self, now: float, late_s: float = 0.0) -> None:
+        """Send what every active queue pair's pacer released by `now`, within its NIC's rate."""
+        # A token bucket of depth burst_s (+ how late this tick is): enough for a tick that
+        # fires late without losing rate, never a catch-up burst after idling or a stall.
+        floor = now - self._burst_s - late_s
+        max_segments = self.params.gso_max_segments if self.offloads.gso else 64
+        per_rank: dict[int, list[tuple[int, _SendConn]]] = {}
+        for qpn, conn in self.active.items():
+            per_rank.setdefault(conn.rank.spec.rank, []).append((qpn, conn))
+        for conns in per_rank.values():
+            self._serve_nic(conns, now, floor, max_segments)
+        for conns in per_rank.values():
+            for qpn, conn in conns:
+                if conn.qp.idle:
+                    del self.active[qpn]
 
-    def _send_data(self, conn: _SendConn, packets: list[DataPacket], max_segments: int) -> None:
-        sock = conn.sock
-        dest = conn.dest
-        icrc = conn.icrc
-        sent_bytes = 0
-        if self.offloads.gso:
-            buf = self.gso_buf
-            for batch in gso_batches(packets, max_segments):
-                if len(batch) == 1:
-                    data = encode(batch[0], icrc, 0)
-                    self._sendmsg(sock, [data], (), dest, conn.rank)
-                    sent_bytes += len(data) + IP_UDP_BYTES
+    def _serve_nic(
+        self, conns: list[tuple[int, _SendConn]], now: float, floor: float, max_segments: int
+    ) -> None:
+        """A NIC's transmit arbiter: its queue pairs in turn, one GSO burst each per round,
+        until none has a packet due or the NIC's line-rate budget is spent (each queue pair
+        paces itself at its own rate; together they must not exceed the NIC's)."""
+        nic = conns[0][1].rank.nic
+        turn = nic.turn % len(conns)
+        nic.turn += 1
+        order = [conn for _, conn in conns[turn:] + conns[:turn]]
+        packet_wire = self._max_packet_wire_bytes
+        budget = nic.budget_bytes(now, floor)
+        while order and budget >= 0:
+            waiting = []
+            for conn in order:
+                burst = conn.qp.poll_burst(
+                    now=now,
+                    floor_s=floor,
+                    max_packets=min(max_segments, 1 + budget // packet_wire),
+                    max_bytes=GSO_MAX_BUFFER_BYTES,
+                )
+                if burst is None:
                     continue
-                used, segment = conn.writer.layout(buf, batch)
-                self._sendmsg(sock, [memoryview(buf)[:used]], (gso_cmsg(segment),), dest, conn.rank)
-                sent_bytes += used + IP_UDP_BYTES * len(batch)
-                self.counters["gso_sends"] += 1
+                used = self._send_burst(conn, burst)
+                nic.consume(floor, used + burst.count * IPV4_FRAME_OVERHEAD_BYTES)
+                budget = nic.budget_bytes(now, floor)
+                waiting.append(conn)
+                if budget < 0:
+                    break
+            order = waiting
+
+    def _send_burst(self, conn: _SendConn, burst: Burst) -> int:
+        """One GSO send of the burst's segments (one send per segment without GSO); returns
+        the UDP payload bytes handed to the kernel."""
+        count = burst.count
+        gso = self.offloads.gso
+        used = conn.writer.write(burst, gso=gso)
+        view = self.gso_view
+        if count == 1:
+            self._sendmsg(conn.sock, [view[:used]], (), conn.dest, conn.rank)
+        elif gso:
+            segment = burst.segment_bytes
+            cmsg = self._gso_cmsgs.get(segment)
+            if cmsg is None:
+                cmsg = self._gso_cmsgs[segment] = [gso_cmsg(segment)]
+            buffers = [view[:used]]
+            try:
+                conn.sock.sendmsg(buffers, cmsg, 0, conn.dest)  # _sendmsg, inlined
+            except OSError as e:
+                self._send_failed(e, buffers, conn.dest, conn.rank)
+            self.counters["gso_sends"] += 1
         else:
-            for p in packets:
-                data = encode(p, icrc, 0)
-                self._sendmsg(sock, [data], (), dest, conn.rank)
-                sent_bytes += len(data) + IP_UDP_BYTES
-        self.counters["data_packets_sent"] += len(packets)
-        conn.rank.tx_bytes += sent_bytes
+            segment = burst.segment_bytes
+            for at in range(0, used, segment):
+                end = min(at + segment, used)
+                self._sendmsg(conn.sock, [view[at:end]], (), conn.dest, conn.rank)
+        self.counters["data_packets_sent"] += count
+        conn.rank.tx_bytes += used + IP_UDP_BYTES * count
+        return used
 
     def _sendmsg(
         self,
@@ -375,21 +442,31 @@ class Worker:
     ) -> None:
         try:
             sock.sendmsg(buffers, ancillary, 0, dest)
-        except (BlockingIOError, InterruptedError):
+        except OSError as e:
+            self._send_failed(e, buffers, dest, rank)
+
+    def _send_failed(
+        self,
+        e: OSError,
+        buffers: list[bytes] | list[memoryview],
+        dest: tuple[str, int],
+        rank: _Rank,
+    ) -> None:
+        if isinstance(e, BlockingIOError | InterruptedError):
             # The socket buffer is full: the packets are lost like on a congested NIC; the
             # transport recovers them (NAK or timeout). Counted so a run can say so.
             self.counters["send_buffer_full"] += 1
-        except OSError as e:
-            if e.errno == 90:  # EMSGSIZE
-                raise EnvironmentProblem(
-                    f"rank {rank.spec.rank}: a {sum(len(b) for b in buffers)}-byte RoCEv2 send "
-                    f"to {dest[0]} exceeds the path MTU: raise the interface MTU or lower "
-                    f"transport.path_mtu_bytes ({self.transport.path_mtu_bytes})"
-                ) from None
-            if e.errno == 105:  # ENOBUFS: qdisc or device queue full
-                self.counters["send_no_buffers"] += 1
-                return
-            raise
+            return
+        if e.errno == 90:  # EMSGSIZE
+            raise EnvironmentProblem(
+                f"rank {rank.spec.rank}: a {sum(len(b) for b in buffers)}-byte RoCEv2 send "
+                f"to {dest[0]} exceeds the path MTU: raise the interface MTU or lower "
+                f"transport.path_mtu_bytes ({self.transport.path_mtu_bytes})"
+            ) from None
+        if e.errno == 105:  # ENOBUFS: qdisc or device queue full
+            self.counters["send_no_buffers"] += 1
+            return
+        raise e
 
     # -- receiving ------------------------------------------------------------------------
     def _on_readable(self, rank: _Rank) -> None:
@@ -407,10 +484,33 @@ class Worker:
             got = True
             tos, gso_size = read_ancillary(anc)
             ce = (tos & 3) == ECN_CE
-            spans = segments(nbytes, gso_size)
-            rank.rx_bytes += nbytes + IP_UDP_BYTES * len(spans)
-            self.counters["packets_received"] += len(spans)
-            for a, b in spans:
+            count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
+            rank.rx_bytes += nbytes + IP_UDP_BYTES * count
+            self.counters["packets_received"] += count
+            # the segments of one read at once: ACKs to one sender, or data for one known QP
+            if nbytes and buf[0] == Opcode.ACKNOWLEDGE:
+                acks = read_ack_run(buf, nbytes, gso_size)
+                if acks is not None and acks[0] in endpoint.senders:
+                    endpoint.senders[acks[0]].on_acks(now=now, psns=acks[1])
+                    continue
+            else:
+                run = read_data_run(buf, nbytes, gso_size) if nbytes else None
+                if run is not None:
+                    rq = endpoint.receivers.get(run.dest_qp)
+                    if rq is not None:
+                        replies = rq.on_data_run(
+                            now=now,
+                            psn=run.psn,
+                            opcodes=run.opcodes,
+                            ack_req_at=run.ack_req_at,
+                            payload_bytes=run.payload_bytes,
+                            last_payload_bytes=run.last_payload_bytes,
+                            ce=ce,
+                        )
+                        if replies:
+                            self._send_replies(replies)
+                        continue
+            for a, b in segments(nbytes, gso_size):
                 try:
                     packet = decode(mv[a:b])
                 except MalformedPacket:
@@ -445,14 +545,40 @@ class Worker:
         )
 
     def _send_replies(self, replies: list[Packet]) -> None:
-        for packet in replies:
+        i = 0
+        total = len(replies)
+        while i < total:
+            packet = replies[i]
             conn = self.recv_conns.get(packet.dest_qp)
             if conn is None:
+                i += 1
                 continue
-            data = encode(packet, conn.icrc, 0)
-            tos = self.tos_cnp if type(packet) is CnpPacket else self.tos_ack
-            self._sendmsg(conn.sock, [data], (tos_cmsg(tos),), conn.dest, conn.rank)
-            conn.rank.tx_bytes += len(data) + IP_UDP_BYTES
+            j = i + 1
+            if type(packet) is AckPacket and self.offloads.gso:
+                # the ACKs of one read to one QP leave as one GSO send (IP ids 0, 1, ...)
+                limit = min(total, i + self.params.gso_max_segments)
+                while (
+                    j < limit
+                    and type(replies[j]) is AckPacket
+                    and replies[j].dest_qp == packet.dest_qp
+                ):
+                    j += 1
+            if j - i > 1:
+                used, segment = layout_gso(self.reply_buf, replies[i:j], conn.icrc, ip_id_first=0)
+                self._sendmsg(
+                    conn.sock,
+                    [memoryview(self.reply_buf)[:used]],
+                    (gso_cmsg(segment), tos_cmsg(self.tos_ack)),
+                    conn.dest,
+                    conn.rank,
+                )
+                conn.rank.tx_bytes += used + IP_UDP_BYTES * (j - i)
+            else:
+                data = encode(packet, conn.icrc, 0)
+                tos = self.tos_cnp if type(packet) is CnpPacket else self.tos_ack
+                self._sendmsg(conn.sock, [data], (tos_cmsg(tos),), conn.dest, conn.rank)
+                conn.rank.tx_bytes += len(data) + IP_UDP_BYTES
+            i = j
 
     # -- events ---------------------------------------------------------------------------
     def _handle_events(self) -> None:

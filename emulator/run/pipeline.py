@@ -31,6 +31,7 @@ from collectors.records import CollectiveMeta, FlowMeta
 from collectors.report import summary_table
 from collectors.results import ResultsWriter, default_results_dir
 from collectors.summary import RunMeta
+from collectors.tables import column
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem
@@ -48,6 +49,7 @@ from fabrics.spec import ClosSpec, DutSpec
 # A NIC or worker busier than this share of the run could not keep pacing and timers on time.
 WORKER_BUSY_LIMIT = 0.95
 TICK_GAP_LIMIT_TICKS = 20  # a worker tick this late means timers slipped by that much
+BURST_SHARE_LIMIT = 0.05  # a flow may pass at most this share of its bytes above line rate
 
 
 def fabric_ranks(spec: Any) -> int:
@@ -189,6 +191,22 @@ class Replay:
     def job_time_s(self) -> float | None:
         ends = [r.end_s for r in self.job.results]
         return max(ends) if ends else None
+
+
+def burst_reason(flow_bytes: list[int], fabric: dict[str, Any]) -> str | None:
+    """Flows short next to the links' shaper bursts finish faster than the emulated rate allows."""
+    burst = fabric.get("shaper_burst_bytes", 0) * fabric.get("shaped_hops_max", 0)
+    if not flow_bytes or not burst:
+        return None
+    median = sorted(flow_bytes)[len(flow_bytes) // 2]
+    if burst <= BURST_SHARE_LIMIT * median:
+        return None
+    return (
+        f"the median flow ({median} bytes) is short next to the shaped links' burst tolerance "
+        f"({fabric['shaper_burst_bytes']} bytes per hop after idle, up to "
+        f"{fabric['shaped_hops_max']} hops): its FCT can read up to {burst / median:.0%} short "
+        "and busbw high; use larger messages or a higher TDF"
+    )
 
 
 def engine_reasons(metadata: dict[str, Any], tick_s: float) -> list[str]:
@@ -340,6 +358,8 @@ def _run_on_fabric(
     metadata = outcome.metadata if outcome is not None else coordinator.metadata()
     tables = recorder.tables()
     reasons = engine_reasons(metadata, engine.tick_s)
+    if (short := burst_reason(column(tables.flows, "bytes"), live.metadata())) is not None:
+        reasons.append(short)
     reasons += [f"sampling failed: {e}" for e in sampler.errors[:3]]
     if replay.unpaired:
         reasons.append(

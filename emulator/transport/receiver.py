@@ -8,11 +8,17 @@ ACK may have been lost). ACKs are coalesced: only packets with AckReq get one, c
 PSN before the expected one. PSNs further than `window_packets` either way are invalid.
 Every CE-marked packet, accepted or not, goes to the DCQCN notification point, which decides
 whether a CNP leaves now.
+
+`on_data_run` takes many packets with consecutive PSNs at once (the segments of one GRO read):
+when they are exactly the next ones expected, well-formed and not CE-marked it accepts them
+without a descriptor per packet; anything else goes through `on_data` one packet at a time.
+Either way the replies, events and state are those of `on_data` per packet.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from emulator.transport.dcqcn import NotificationPoint
 from emulator.transport.events import CnpSent, MessageReceived, PacketDropped, TransportEvent
@@ -21,6 +27,7 @@ from emulator.transport.packets import (
     AETH_NAK_PSN_SEQUENCE_ERROR,
     FIRST_OPCODES,
     LAST_OPCODES,
+    PSN_MASK,
     AckPacket,
     CnpPacket,
     DataPacket,
@@ -32,6 +39,8 @@ from emulator.transport.params import TransportParams
 
 # (message index, offset within the message as counted here, the packet)
 Delivery = tuple[int, int, DataPacket]
+_FIRST = frozenset(int(op) for op in FIRST_OPCODES)
+_LAST = frozenset(int(op) for op in LAST_OPCODES)
 
 
 class ReceiveQueuePair:
@@ -132,3 +141,76 @@ class ReceiveQueuePair:
             self._in_message = True
         if packet.ack_req:
             out.append(self._ack())
+
+    def on_data_run(
+        self,
+        *,
+        now: float,
+        psn: int,
+        opcodes: Sequence[int],
+        ack_req_at: Sequence[int],
+        payload_bytes: int,
+        last_payload_bytes: int,
+        ce: bool,
+    ) -> list[Packet]:
+        """Packets with PSNs psn, psn+1, ... and these opcodes (no RETH), AckReq on the ones at
+        `ack_req_at` (ascending), each carrying payload_bytes except the last: the replies
+        on_data would give for each in turn, and the same state and events."""
+        count = len(opcodes)
+        ends = self._run_message_ends(opcodes) if not ce and psn == self._expected_psn else None
+        if ends is None or self.deliveries is not None:
+            out: list[Packet] = []
+            acks = set(ack_req_at)
+            last = count - 1
+            for i, opcode in enumerate(opcodes):
+                n = last_payload_bytes if i == last else payload_bytes
+                packet = DataPacket(self.qpn, (psn + i) & PSN_MASK, opcode, i in acks, n)
+                out.extend(self.on_data(now=now, packet=packet, ce=ce))
+            return out
+        self._expected_psn = (psn + count) & PSN_MASK
+        self._nak_sent = False
+        self.delivered_bytes += payload_bytes * (count - 1) + last_payload_bytes
+        index = self._message_index
+        offset = self._message_offset
+        start = 0  # first packet not yet counted into offset
+        for i in ends:
+            offset += payload_bytes * (i + 1 - start)
+            if i == count - 1:
+                offset += last_payload_bytes - payload_bytes
+            self.events.append(MessageReceived(self.qpn, index, offset, now))
+            index += 1
+            offset = 0
+            start = i + 1
+        if start < count:
+            offset += payload_bytes * (count - start) + last_payload_bytes - payload_bytes
+        out = []
+        if ack_req_at:
+            remote = self.remote_qp
+            first_index = self._message_index
+            e = 0
+            for a in ack_req_at:
+                while e < len(ends) and ends[e] <= a:
+                    e += 1
+                out.append(AckPacket(remote, (psn + a) & PSN_MASK, AETH_ACK, first_index + e))
+        self._message_index = index
+        self._message_offset = offset
+        self._in_message = not ends or ends[-1] != count - 1
+        return out
+
+    def _run_message_ends(self, opcodes: Sequence[int]) -> list[int] | None:
+        """Indexes of the packets that end a message, if the run is well-formed from the
+        current state (None: it is not; on_data then drops what it must)."""
+        count = len(opcodes)
+        first = opcodes[0]
+        middle = first not in _FIRST and first not in _LAST
+        if self._in_message and middle and opcodes.count(first) == count:
+            return []  # all middle packets: the common case, checked at C speed
+        ends = []
+        in_message = self._in_message
+        for i, opcode in enumerate(opcodes):
+            if (opcode in _FIRST) == in_message:
+                return None
+            in_message = opcode not in _LAST
+            if not in_message:
+                ends.append(i)
+        return ends

@@ -7,15 +7,25 @@ window. At most `window_packets` packets are unacknowledged. A NAK (PSN sequence
 from the first unacknowledged PSN again (go-back-N, as RC does, IBTA vol. 1 9.7.5). A message
 completes when the ACK covering its last packet arrives. Packets leave no faster than the
 congestion controller's rate: `poll_transmit` hands out one packet when its pacing time has
-come; the caller asks again at `next_transmit_s` (or takes a GSO batch with `poll_batch`).
+come; the caller asks again at `next_transmit_s` (or takes a GSO batch with `poll_batch`, or a
+compact `Burst` with `poll_burst`).
+
+State is per message, not per packet: a packet is known by its sequence number (PSN offset from
+the initial one, not wrapped), which says its message and place in it, so its opcode and size
+follow; only the AckReq bit is remembered (a set of sequence numbers), because it depends on
+the window and the counter when the packet first left. This lets `poll_burst` hand out dozens
+of packets for the cost of a few, with the same PSNs, opcodes, AckReq bits, pacing times,
+retransmissions and events as one `poll_transmit` per packet.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from emulator.transport.burst import Burst
 from emulator.transport.congestion import CongestionControl, create_congestion_control
 from emulator.transport.events import (
     CnpReceived,
@@ -31,14 +41,13 @@ from emulator.transport.packets import (
     ETHERNET_OVERHEAD_BYTES,
     ICRC_BYTES,
     IPV4_HEADER_BYTES,
-    LAST_OPCODES,
+    PSN_MASK,
     RETH_BYTES,
     RETH_OPCODES,
     SEGMENT_OPCODES,
     UDP_HEADER_BYTES,
     AckPacket,
     DataPacket,
-    psn_add,
     psn_diff,
 )
 from emulator.transport.params import TransportParams
@@ -46,16 +55,21 @@ from emulator.transport.params import TransportParams
 # Bytes a packet costs on the link beyond its UDP payload (IPv4 + UDP + Ethernet framing): the
 # rate limiter counts them so a QP at line rate fills the link exactly.
 IPV4_FRAME_OVERHEAD_BYTES = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + ETHERNET_OVERHEAD_BYTES
+# IPv4 limits one datagram, and so one GSO buffer before segmentation, to 65535 bytes including
+# the 20-byte IP and 8-byte UDP headers (net/ipv4/ip_output.c __ip_append_data).
+GSO_MAX_BUFFER_BYTES = 65535 - IPV4_HEADER_BYTES - UDP_HEADER_BYTES
 _SLACK_S = 1e-12
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class _Message:
     message_id: int
     size_bytes: int
     posted_s: float
     payload: bytes | None
-    next_offset_bytes: int = 0
+    packets: int  # how many packets it is cut into (a 0-byte message is one)
+    first_seq: int = -1  # sequence number of its first packet, once that left
+    sent: int = 0  # packets handed out for the first time
 
 
 class SendQueuePair:
@@ -81,8 +95,15 @@ class SendQueuePair:
         self.cc = (
             cc if cc is not None else create_congestion_control(params, line_rate_bps=line_rate_bps)
         )
+        # A controller whose on_packet_sent is the base class's no-op never needs the per-packet
+        # call: bursts then skip it.
+        self._cc_counts_bytes = type(self.cc).on_packet_sent is not CongestionControl.on_packet_sent
         self.events: list[TransportEvent] = events if events is not None else []
-        self._opcodes = SEGMENT_OPCODES[verb]
+        opcodes = SEGMENT_OPCODES[verb]
+        self._op_first = int(opcodes["first"])
+        self._op_middle = int(opcodes["middle"])
+        self._op_last = int(opcodes["last"])
+        self._op_only = int(opcodes["only"])
         self._mtu = params.path_mtu_bytes
         self._ack_every = params.ack_every_packets
         self._window = params.window_packets
@@ -92,19 +113,25 @@ class SendQueuePair:
         # (the engine) gets the packets it owes since the last tick as one burst; 0 for a caller
         # that polls exactly when packets are due (the in-memory fabric).
         self._max_burst_s = max_burst_s
-        self._next_psn = initial_psn
-        self._una_psn = initial_psn
-        self._unacked: deque[DataPacket] = deque()
-        self._resend_at: int | None = None  # index into _unacked while going back
-        self._pending: deque[_Message] = deque()  # not yet fully segmented
-        self._in_flight: deque[_Message] = deque()  # fully segmented, not yet completed
+        self._initial_psn = initial_psn & PSN_MASK
+        self._next_seq = 0  # sequence number of the next new packet
+        self._una_seq = 0  # oldest unacknowledged
+        self._resend_seq: int | None = None  # next to send again while going back
+        self._resend_msg = 0  # index in _msgs of the message holding _resend_seq
+        # Posted, not completed, in order: _msgs[_head:]; _msgs[_seg] is the first one not yet
+        # fully cut into packets (_seg == len(_msgs): all are).
+        self._msgs: list[_Message] = []
+        self._head = 0
+        self._seg = 0
+        self._ack_req_order: deque[int] = deque()  # sequence numbers sent with AckReq, unacked
+        self._ack_req_set: set[int] = set()
         self._since_ack_req = 0
         self._next_tx_s = -math.inf
         self._last_tx_s = -math.inf
         self._last_tx_bits = 0
         self._last_progress_s = 0.0
         self._ack_req_sent_s = -math.inf
-        self._ack_req_psn = psn_add(initial_psn, -1)
+        self._ack_req_seq = -1  # the last packet that asked for a response
         # counters
         self.packets_sent = 0
         self.packets_retransmitted = 0
@@ -119,51 +146,142 @@ class SendQueuePair:
         """Queue a message of `size_bytes` (content `payload`, or zeros)."""
         if payload is not None and len(payload) != size_bytes:
             raise ValueError("payload length differs from size_bytes")
-        self._pending.append(_Message(message_id, size_bytes, now, payload))
+        packets = max(1, -(-size_bytes // self._mtu))
+        self._msgs.append(_Message(message_id, size_bytes, now, payload, packets))
         self.events.append(FlowStarted(self.qpn, message_id, size_bytes, now))
 
     @property
     def idle(self) -> bool:
         """Nothing queued and nothing waiting for an acknowledgement."""
-        return not self._pending and not self._unacked and not self._in_flight
+        return self._head == len(self._msgs)
 
     @property
     def rate_bps(self) -> float:
         return self.cc.rate_bps
 
+    @property
+    def _una_psn(self) -> int:
+        return (self._initial_psn + self._una_seq) & PSN_MASK
+
     def _has_work(self) -> bool:
-        if self._resend_at is not None:
+        if self._resend_seq is not None:
             return True
-        return bool(self._pending) and len(self._unacked) < self._window
+        return self._seg < len(self._msgs) and self._next_seq - self._una_seq < self._window
 
     def next_transmit_s(self) -> float | None:
         """When poll_transmit will next hand out a packet (None: blocked on ACKs or no data)."""
         return self._next_tx_s if self._has_work() else None
 
-    def poll_transmit(self, *, now: float) -> DataPacket | None:
-        if now + _SLACK_S < self._next_tx_s:
-            return None
-        packet: DataPacket | None
-        if self._resend_at is not None:
-            packet = self._unacked[self._resend_at]
-            self._resend_at += 1
-            if self._resend_at >= len(self._unacked):
-                self._resend_at = None
-            self.packets_retransmitted += 1
-        elif self._pending and len(self._unacked) < self._window:
-            packet = self._segment()
-            if not self._unacked:
-                self._last_progress_s = now
-            self._unacked.append(packet)
+    # -- what a packet is, from its message and place ------------------------------------
+    def _opcode(self, m: _Message, k: int) -> int:
+        if k == 0:
+            return self._op_only if m.packets == 1 else self._op_first
+        return self._op_last if k == m.packets - 1 else self._op_middle
+
+    def _describe(self, m: _Message, k: int) -> tuple[int, int, int]:
+        """(opcode, payload bytes, UDP payload bytes) of packet k of message m."""
+        n = m.size_bytes - k * self._mtu
+        if n > self._mtu:
+            n = self._mtu
+        opcode = self._opcode(m, k)
+        reth = RETH_BYTES if opcode in RETH_OPCODES else 0
+        return opcode, n, BTH_BYTES + reth + n + (-n & 3) + ICRC_BYTES
+
+    def _packet(self, m: _Message, k: int, ack_req: bool) -> DataPacket:
+        offset = k * self._mtu
+        n = min(self._mtu, m.size_bytes - offset)
+        opcode = self._opcode(m, k)
+        psn = (self._initial_psn + m.first_seq + k) & PSN_MASK
+        data = m.payload[offset : offset + n] if m.payload is not None else None
+        if opcode in RETH_OPCODES:
+            return DataPacket(
+                self.dest_qp, psn, opcode, ack_req, n, offset, data, 0, 0, m.size_bytes
+            )
+        return DataPacket(self.dest_qp, psn, opcode, ack_req, n, offset, data)
+
+    def _next_position(self) -> tuple[_Message, int, bool]:
+        """The message and index of the packet poll_transmit would hand out next, and whether
+        it is sent again (call only when _has_work)."""
+        if self._resend_seq is not None:
+            m = self._msgs[self._resend_msg]
+            return m, self._resend_seq - m.first_seq, True
+        m = self._msgs[self._seg]
+        return m, m.sent, False
+
+    def _peek_size(self) -> int:
+        """UDP payload size of the packet poll_transmit would hand out next."""
+        m, k, _ = self._next_position()
+        return self._describe(m, k)[2]
+
+    # -- taking packets (state changes shared by poll_transmit and poll_burst) ------------
+    def _take_resent(self, count: int) -> list[int]:
+        """Advance the go-back-N cursor by `count` packets (all in one message); return the
+        indexes (0..count-1) of those that carry AckReq."""
+        seq = self._resend_seq
+        assert seq is not None
+        acks = self._ack_req_set
+        ack_at = [j for j in range(count) if seq + j in acks] if acks else []
+        seq += count
+        m = self._msgs[self._resend_msg]
+        if seq >= self._next_seq:
+            self._resend_seq = None
         else:
+            self._resend_seq = seq
+            if seq >= m.first_seq + m.packets:
+                self._resend_msg += 1
+        self.packets_retransmitted += count
+        return ack_at
+
+    def _take_new(self, count: int) -> list[int]:
+        """Cut the next `count` packets of the message being segmented (count fits the message
+        and the window); return the indexes of those that carry AckReq."""
+        m = self._msgs[self._seg]
+        k = m.sent
+        seq = self._next_seq
+        if k == 0:
+            m.first_seq = seq
+        every = self._ack_every
+        ack_at = list(range(every - 1 - self._since_ack_req, count, every))
+        # The last of a message asks for an ACK, and so does the packet that fills the window:
+        # the sender then waits, so something must ask for the ACK that lets it continue.
+        # Either can only be the last of this run (runs end at the message and window edges).
+        ends_message = k + count == m.packets
+        fills_window = seq + count - self._una_seq >= self._window
+        if (ends_message or fills_window) and (not ack_at or ack_at[-1] != count - 1):
+            ack_at.append(count - 1)
+        self._since_ack_req = count - 1 - ack_at[-1] if ack_at else self._since_ack_req + count
+        if ack_at:
+            order = self._ack_req_order
+            ack_set = self._ack_req_set
+            for j in ack_at:
+                order.append(seq + j)
+                ack_set.add(seq + j)
+        self._next_seq = seq + count
+        m.sent = k + count
+        if ends_message:
+            self._seg += 1
+        return ack_at
+
+    def poll_transmit(self, *, now: float) -> DataPacket | None:
+        if now + _SLACK_S < self._next_tx_s or not self._has_work():
             return None
+        if self._resend_seq is not None:
+            m, k, _ = self._next_position()
+            ack_req = bool(self._take_resent(1))
+        else:
+            if self._next_seq == self._una_seq:
+                self._last_progress_s = now
+            m = self._msgs[self._seg]
+            k = m.sent
+            ack_req = bool(self._take_new(1))
+        packet = self._packet(m, k, ack_req)
         self.packets_sent += 1
-        if packet.ack_req:
+        if ack_req:
             # IB transport timer: runs while a packet that asked for a response is unanswered,
             # (re)started when one leaves, so a QP slowed to a few packets per timeout is not
             # mistaken for one whose packets were lost.
             self._ack_req_sent_s = now
-            self._ack_req_psn = packet.psn
+            self._ack_req_seq = m.first_seq + k
         size = packet.udp_payload_bytes + self._overhead
         cc = self.cc
         self._last_tx_s = max(self._next_tx_s, now - self._max_burst_s)
@@ -197,50 +315,134 @@ class SendQueuePair:
             batch.append(packet)
         return batch
 
-    def _peek_size(self) -> int:
-        """UDP payload size of the packet poll_transmit would hand out next."""
-        if self._resend_at is not None:
-            return self._unacked[self._resend_at].udp_payload_bytes
-        msg = self._pending[0]
-        first = msg.next_offset_bytes == 0
-        n = min(self._mtu, msg.size_bytes - msg.next_offset_bytes)
-        last = msg.next_offset_bytes + n >= msg.size_bytes
-        position = ("only" if last else "first") if first else ("last" if last else "middle")
-        opcode = self._opcodes[position]
-        reth = RETH_BYTES if opcode in RETH_OPCODES else 0
-        return BTH_BYTES + reth + n + (-n & 3) + ICRC_BYTES
-
-    def _segment(self) -> DataPacket:
-        msg = self._pending[0]
-        offset = msg.next_offset_bytes
-        n = min(self._mtu, msg.size_bytes - offset)
-        first = offset == 0
-        last = offset + n >= msg.size_bytes
-        position = ("only" if last else "first") if first else ("last" if last else "middle")
-        opcode = self._opcodes[position]
-        self._since_ack_req += 1
-        # Also on the packet that fills the window: the sender then waits, so something must
-        # ask for the ACK that lets it continue.
-        fills_window = len(self._unacked) + 1 >= self._window
-        ack_req = last or fills_window or self._since_ack_req >= self._ack_every
-        if ack_req:
-            self._since_ack_req = 0
-        psn = self._next_psn
-        self._next_psn = psn_add(psn, 1)
-        data = msg.payload[offset : offset + n] if msg.payload is not None else None
-        if first and opcode in (
-            SEGMENT_OPCODES["write"]["first"],
-            SEGMENT_OPCODES["write"]["only"],
-        ):
-            packet = DataPacket(
-                self.dest_qp, psn, opcode, ack_req, n, offset, data, 0, 0, msg.size_bytes
+    def poll_burst(
+        self,
+        *,
+        now: float,
+        floor_s: float,
+        max_packets: int,
+        max_bytes: int = GSO_MAX_BUFFER_BYTES,
+    ) -> Burst | None:
+        """The packets due by `now` that one GSO buffer can carry (all the size of the first, a
+        shorter last one ends it; at most max_packets and max_bytes), each taken at its own due
+        time but not before floor_s: the same packets, times and state as calling
+        poll_transmit(now=max(due, floor_s)) while the due time is <= now, which is the engine's
+        token bucket of depth now - floor_s (emulator.engine.pacing). None: nothing is due.
+        For a queue pair made with max_burst_s = 0 (the floor bounds the credit instead)."""
+        if self._max_burst_s:
+            raise ValueError(
+                "poll_burst paces with floor_s: make the queue pair with max_burst_s=0"
             )
-        else:
-            packet = DataPacket(self.dest_qp, psn, opcode, ack_req, n, offset, data)
-        msg.next_offset_bytes = offset + n
-        if last:
-            self._in_flight.append(self._pending.popleft())
-        return packet
+        due = self._next_tx_s
+        if due > now or max_packets < 1 or not self._has_work():
+            return None
+        t0 = due if due > floor_s else floor_s
+        cc = self.cc
+        rate = cc.rate_bps
+        msgs = self._msgs
+        m, k, _ = self._next_position()
+        _, payload, segment = self._describe(m, k)
+        spacing_s = (segment + self._overhead) * 8 / rate
+        # packets of this size due by now, the first at t0 and the others one spacing apart
+        limit = min(max_packets, max(1, max_bytes // segment), int((now - t0) / spacing_s) + 1)
+        count = 0
+        first_seq = self._resend_seq if self._resend_seq is not None else self._next_seq
+        opcodes = bytearray()
+        ack_at: list[int] = []
+        resent = 0
+        compact = True  # the Burst's compact form describes every segment
+        runs: list[tuple[_Message, int, int]] = []  # (message, first index, packets)
+        last_payload = payload
+        size_last = segment
+        changed_s: float | None = None
+        ends = False
+        if self._resend_seq is None and self._next_seq == self._una_seq:
+            self._last_progress_s = t0
+        while count < limit and not ends:
+            if self._resend_seq is not None:
+                m = msgs[self._resend_msg]
+                k = self._resend_seq - m.first_seq
+                room = self._next_seq - self._resend_seq
+                resend = True
+            elif self._seg < len(msgs):
+                room = self._window - (self._next_seq - self._una_seq)
+                if room <= 0:
+                    break
+                m = msgs[self._seg]
+                k = m.sent
+                resend = False
+            else:
+                break
+            # a run of packets of one size within one message: the first, the last (either may
+            # differ in size or carry a RETH) or the middle ones between
+            last_k = m.packets - 1
+            n = min(1 if k == 0 or k == last_k else last_k - k, room, limit - count)
+            opcode, n_payload, size = self._describe(m, k)
+            if size != segment:
+                if size > segment:
+                    break
+                n = 1
+                ends = True  # a shorter packet ends the burst
+            if self._cc_counts_bytes:
+                # the controller sees every packet at its own time, and a rate change ends the
+                # burst (the packets after it are spaced at the new rate)
+                wire = size + self._overhead
+                for j in range(n):
+                    t = t0 + (count + j) * spacing_s
+                    if cc.on_packet_sent(now=t, size_bytes=wire):
+                        n = j + 1
+                        changed_s = t
+                        ends = True
+                        break
+            if resend:
+                at = self._take_resent(n)
+                resent += n
+            else:
+                at = self._take_new(n)
+            if at:
+                ack_at.extend([count + j for j in at])
+            opcodes += bytes((opcode,)) * n
+            if (
+                m.payload is not None
+                or opcode in RETH_OPCODES
+                or (n_payload != payload and size == segment)
+            ):
+                compact = False
+            runs.append((m, k, n))
+            count += n
+            last_payload = n_payload
+            size_last = size
+        t_last = t0 + (count - 1) * spacing_s
+        self.packets_sent += count
+        if ack_at:
+            self._ack_req_sent_s = t0 + ack_at[-1] * spacing_s
+            self._ack_req_seq = first_seq + ack_at[-1]
+        self._last_tx_s = t_last
+        self._last_tx_bits = (size_last + self._overhead) * 8
+        self._next_tx_s = t_last + self._last_tx_bits / rate
+        if changed_s is not None:
+            self._rate_changed(changed_s)
+        packets = None
+        if not compact:
+            acks = set(ack_at)
+            packets = []
+            i = 0
+            for m, k, n in runs:
+                for j in range(n):
+                    packets.append(self._packet(m, k + j, i in acks))
+                    i += 1
+        return Burst(
+            self.dest_qp,
+            (self._initial_psn + first_seq) & PSN_MASK,
+            count,
+            segment,
+            payload,
+            last_payload,
+            bytes(opcodes),
+            ack_at,
+            resent,
+            packets,
+        )
 
     # -- feedback ------------------------------------------------------------------------
     def on_ack(self, *, now: float, packet: AckPacket) -> None:
@@ -248,7 +450,8 @@ class SendQueuePair:
         acked = psn_diff(packet.psn, self._una_psn) + (0 if packet.is_nak else 1)
         if acked < 0:
             return  # an older ACK overtaken by a newer one: nothing new
-        if acked > len(self._unacked) or (packet.is_nak and acked == len(self._unacked)):
+        unacked = self._next_seq - self._una_seq
+        if acked > unacked or (packet.is_nak and acked == unacked):
             self.drops["ack_out_of_window"] += 1
             self.events.append(PacketDropped(now, "ack_out_of_window", self.qpn))
             return
@@ -257,29 +460,81 @@ class SendQueuePair:
         if packet.is_nak:
             self._go_back(now, "nak")
 
+    def on_acks(self, *, now: float, psns: Sequence[int]) -> None:
+        """Several ACKs (none a NAK) for this QP in arrival order, all at `now` (the segments of
+        one GRO read): the same state and events as on_ack for each in turn. With nothing sent
+        in between, that is one acknowledgement up to the furthest of them, unless one is for a
+        PSN never sent (then each goes through on_ack, which counts it)."""
+        una = self._una_psn
+        unacked = self._next_seq - self._una_seq
+        furthest = -1
+        for psn in psns:
+            d = ((psn - una + (1 << 23)) & PSN_MASK) - (1 << 23)  # psn_diff, inlined
+            if d >= unacked:
+                for p in psns:
+                    self.on_ack(now=now, packet=AckPacket(self.dest_qp, p))
+                return
+            if d > furthest:
+                furthest = d
+        if furthest >= 0:
+            self._acknowledge(now, furthest + 1)
+
     def _acknowledge(self, now: float, count: int) -> None:
-        unacked = self._unacked
-        for _ in range(count):
-            done = unacked.popleft()
-            self.bytes_acked += done.payload_bytes
-            if done.opcode in LAST_OPCODES:
-                msg = self._in_flight.popleft()
-                self.events.append(
-                    FlowCompleted(self.qpn, msg.message_id, msg.size_bytes, msg.posted_s, now)
-                )
-        self._una_psn = psn_add(self._una_psn, count)
+        una = self._una_seq
+        new_una = una + count
+        msgs = self._msgs
+        mtu = self._mtu
+        head = self._head
+        while head < len(msgs):
+            m = msgs[head]
+            if m.first_seq < 0 or m.first_seq >= new_una:
+                break
+            start = max(una, m.first_seq) - m.first_seq
+            end = min(new_una - m.first_seq, m.packets)
+            self.bytes_acked += min(end * mtu, m.size_bytes) - min(start * mtu, m.size_bytes)
+            if end < m.packets:
+                break
+            self.events.append(FlowCompleted(self.qpn, m.message_id, m.size_bytes, m.posted_s, now))
+            head += 1
+        self._head = head
+        self._una_seq = new_una
+        order = self._ack_req_order
+        while order and order[0] < new_una:
+            self._ack_req_set.discard(order.popleft())
         self._last_progress_s = now
-        if self._resend_at is not None:
-            self._resend_at = max(self._resend_at - count, 0)
-            if self._resend_at >= len(unacked):
-                self._resend_at = None
+        if self._resend_seq is not None and self._resend_seq < new_una:
+            if new_una >= self._next_seq:
+                self._resend_seq = None
+            else:
+                self._resend_seq = new_una
+                self._resend_msg = self._message_index(new_una)
+        self._compact()
+
+    def _message_index(self, seq: int) -> int:
+        """Index in _msgs of the message holding packet `seq` (one that was sent)."""
+        i = self._head
+        msgs = self._msgs
+        while seq >= msgs[i].first_seq + msgs[i].packets:
+            i += 1
+        return i
+
+    def _compact(self) -> None:
+        """Forget completed messages once they are most of the list (amortised O(1))."""
+        head = self._head
+        if head >= 64 and head * 2 >= len(self._msgs):
+            del self._msgs[:head]
+            self._seg -= head
+            self._resend_msg = max(self._resend_msg - head, 0)
+            self._head = 0
 
     def _go_back(self, now: float, reason: str) -> None:
-        if not self._unacked:
+        unacked = self._next_seq - self._una_seq
+        if not unacked:
             return
-        self._resend_at = 0
+        self._resend_seq = self._una_seq
+        self._resend_msg = self._message_index(self._una_seq)
         self._last_progress_s = now
-        self.events.append(Retransmitted(self.qpn, now, self._una_psn, len(self._unacked), reason))
+        self.events.append(Retransmitted(self.qpn, now, self._una_psn, unacked, reason))
 
     def on_cnp(self, *, now: float) -> None:
         self.cnps_received += 1
@@ -304,9 +559,9 @@ class SendQueuePair:
         return deadline
 
     def _rto_deadline_s(self) -> float | None:
-        if not self._unacked or self._resend_at is not None:
+        if self._next_seq == self._una_seq or self._resend_seq is not None:
             return None
-        if psn_diff(self._ack_req_psn, self._una_psn) < 0:
+        if self._ack_req_seq < self._una_seq:
             return None  # no response is due yet: the next AckReq packet starts the timer
         return max(self._ack_req_sent_s, self._last_progress_s) + self._rto_s
 

@@ -6,6 +6,10 @@ next step starts right after the post compute, so step i's All-Reduce runs under
 compute, dispatch and combine; step i+1's post compute (which needs the reduced gradients) waits
 for it, so at most one gradient All-Reduce is in flight, as in a real MoE step (and as in the
 Chakra paper's mixed study, section 5.3). Without overlap step i+1 starts after the All-Reduce.
+
+include_alltoall / include_allreduce: false drops that collective and keeps everything else (the
+computes, their order and the dependencies through the dropped nodes), so the baselines of the
+interference study ("each collective alone") differ from the mix by exactly one collective type.
 """
 
 from __future__ import annotations
@@ -47,29 +51,35 @@ def build(
         for i in range(params.iterations):
             start_deps = [previous_post] if params.overlap else [previous_post, previous_ar]
             attention = w.compute(f"attention_{i}", params.attention_compute_us, start_deps)
-            dispatch = w.collective(
-                f"alltoall_dispatch_{i}",
-                ALL_TO_ALL,
-                params.dispatch_bytes,
-                ep_of[rank],
-                [attention],
-            )
-            expert = w.compute(f"expert_{i}", params.expert_compute_us, [dispatch])
-            combine = w.collective(
-                f"alltoall_combine_{i}",
-                ALL_TO_ALL,
-                params.combine_size_bytes,
-                ep_of[rank],
-                [expert],
-            )
-            post_deps = [combine, previous_ar] if params.overlap else [combine]
+            before_expert = attention
+            if params.include_alltoall:
+                before_expert = w.collective(
+                    f"alltoall_dispatch_{i}",
+                    ALL_TO_ALL,
+                    params.dispatch_bytes,
+                    ep_of[rank],
+                    [attention],
+                )
+            expert = w.compute(f"expert_{i}", params.expert_compute_us, [before_expert])
+            before_post = expert
+            if params.include_alltoall:
+                before_post = w.collective(
+                    f"alltoall_combine_{i}",
+                    ALL_TO_ALL,
+                    params.combine_size_bytes,
+                    ep_of[rank],
+                    [expert],
+                )
+            # A dropped All-Reduce leaves previous_ar at 0, which NodeWriter skips as a dep.
+            post_deps = [before_post, previous_ar] if params.overlap else [before_post]
             previous_post = w.compute(f"post_{i}", params.post_compute_us, post_deps)
-            previous_ar = w.collective(
-                f"allreduce_grad_{i}",
-                ALL_REDUCE,
-                params.allreduce_bytes,
-                dp_of[rank],
-                [previous_post],
-            )
+            if params.include_allreduce:
+                previous_ar = w.collective(
+                    f"allreduce_grad_{i}",
+                    ALL_REDUCE,
+                    params.allreduce_bytes,
+                    dp_of[rank],
+                    [previous_post],
+                )
         ranks.append((metadata("moe_mix"), w.nodes))
     return ranks, comm

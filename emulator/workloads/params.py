@@ -55,7 +55,23 @@ class MoeMixParams:
         "combines; step i+1's post compute waits for it (false: step i+1 waits for it)",
     )
 
+    include_alltoall: bool = param(
+        True,
+        doc="write the All-to-All dispatch and combine; false keeps every compute, group and "
+        "size but drops them (the All-Reduce-alone baseline of the interference study)",
+    )
+    include_allreduce: bool = param(
+        True,
+        doc="write the gradient All-Reduce; false keeps every compute, group and size but drops "
+        "it (the All-to-All-alone baseline of the interference study)",
+    )
+
     def __post_init__(self) -> None:
+        if not (self.include_alltoall or self.include_allreduce):
+            raise ValueError(
+                "include_allreduce: include_alltoall and include_allreduce are both false; "
+                "the trace would carry no communication"
+            )
         if self.ranks % self.expert_parallel_size:
             raise ValueError(
                 f"expert_parallel_size: {self.expert_parallel_size} does not divide ranks "

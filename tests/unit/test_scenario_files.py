@@ -1,24 +1,128 @@
-"""The shipped scenarios load, and the generated scenario reference matches the model."""
+"""The shipped scenarios load and plan, the study's three scenarios differ by one switch, the DUT
+scenario's allowlist covers its ranks, and the generated scenario reference matches the model."""
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
+import json
 from pathlib import Path
 
 import pytest
 
+from emulator import chakra
 from emulator.cli import main
 from emulator.errors import ScenarioError
 from emulator.scenario import load_scenario
 from emulator.scenario.reference import render
+from fabrics.dut import DestinationRefused, check_destination
+from fabrics.spec import ClosSpec, DutSpec
 
 ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
+TRACES = ROOT.parent / "shared" / "traces"
+SHIPPED = {
+    "moe_mix",
+    "allreduce_only",
+    "alltoall_only",
+    "moe_mix_dut",
+    "dlrm_trace",
+}
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_issue_8_scenarios_are_shipped() -> None:
+    assert {p.stem for p in SCENARIOS} >= SHIPPED
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
 def test_shipped_scenarios_load(path: Path) -> None:
     scenario = load_scenario(path)
     assert scenario.name == path.stem
     assert scenario.source == path
+
+
+def _needs_shared_traces(path: Path) -> bool:
+    trace = load_scenario(path).workload.trace
+    return trace is not None and "shared/traces" in trace
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
+def test_shipped_scenarios_plan(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = load_scenario(path)
+    trace = scenario.workload.trace
+    if trace is not None and "shared/traces" in trace and not TRACES.is_dir():
+        pytest.skip(f"real traces folder {TRACES} is absent")
+    assert main(["plan", str(path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["flows_total"] > 0 and document["bytes_total"] > 0
+    assert document["ideal_job_time_s"] > 0
+    # The workload's world is exactly the fabric's hosts: no idle host, no rank without one.
+    if trace is None:
+        world = scenario.workload.generate.ranks
+    else:
+        world = chakra.load_trace_set(scenario.resolve(trace)).world_size
+    fabric = scenario.fabric
+    hosts = len(fabric.interfaces) if isinstance(fabric, DutSpec) else fabric.host_count
+    assert world == hosts
+
+
+def test_study_scenarios_differ_from_the_mix_by_one_switch() -> None:
+    mix = load_scenario(ROOT / "scenarios" / "moe_mix.yaml")
+    assert mix.workload.generate.include_alltoall and mix.workload.generate.include_allreduce
+    for name, switch in (
+        ("allreduce_only", "include_alltoall"),
+        ("alltoall_only", "include_allreduce"),
+    ):
+        alone = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
+        expected = dataclasses.replace(
+            mix,
+            name=name,
+            description=alone.description,
+            workload=dataclasses.replace(
+                mix.workload, generate=dataclasses.replace(mix.workload.generate, **{switch: False})
+            ),
+        )
+        assert alone == expected, name
+
+
+def test_dut_scenario_is_the_mix_workload_behind_an_allowlist() -> None:
+    mix = load_scenario(ROOT / "scenarios" / "moe_mix.yaml")
+    dut = load_scenario(ROOT / "scenarios" / "moe_mix_dut.yaml")
+    assert dut.workload == mix.workload
+    assert isinstance(dut.fabric, DutSpec)
+    spec = dut.fabric
+    assert len(spec.interfaces) == len(spec.addresses) == dut.workload.generate.ranks == 16
+    assert len(set(spec.interfaces)) == 16 and spec.namespaces
+    allowed = [ipaddress.ip_network(p) for p in spec.allowlist]
+    for rank, cidr in enumerate(spec.addresses):
+        address = ipaddress.ip_interface(cidr).ip
+        assert any(address in net for net in allowed), cidr
+        check_destination(spec, rank, str(address), spec.interfaces[rank])  # does not raise
+        # The gateway of each rank is on its own subnet, and the routes lead to every other rank.
+        assert ipaddress.ip_address(spec.gateways[rank]) in ipaddress.ip_interface(cidr).network
+        assert any(address in ipaddress.ip_network(r) for r in spec.routes)
+    # The allowlist is narrow: nothing outside the ranks' /16, and not out of another port.
+    with pytest.raises(DestinationRefused, match=r"outside fabric\.allowlist"):
+        check_destination(spec, 0, "10.11.0.2")
+    with pytest.raises(DestinationRefused, match="not rank 0's declared interface"):
+        check_destination(spec, 0, "10.10.1.2", spec.interfaces[1])
+    # Rates are capped, and a physical switch is not time-dilated.
+    assert 0 < spec.max_rate_gbps * 16 <= 40
+    assert dut.run.time_dilation == 1.0
+    assert spec.mtu_bytes is not None and spec.mtu_bytes > dut.transport.path_mtu_bytes
+
+
+def test_real_trace_scenario_resolves_to_the_shared_traces() -> None:
+    scenario = load_scenario(ROOT / "scenarios" / "dlrm_trace.yaml")
+    assert scenario.workload.trace is not None
+    prefix = scenario.resolve(scenario.workload.trace).resolve()
+    # From a fresh clone: the traces live in ../shared/traces beside the repository.
+    assert prefix.is_relative_to(TRACES.resolve())
+    assert isinstance(scenario.fabric, ClosSpec) and scenario.fabric.host_count == 8
+    if TRACES.is_dir():
+        assert sorted(p.name for p in prefix.parent.glob(f"{prefix.name}.*.et")) == [
+            f"{prefix.name}.{r}.et" for r in range(8)
+        ]
 
 
 def test_moe_mix_is_the_study_fabric() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -115,3 +116,84 @@ def test_registry_and_validation() -> None:
     }
     with pytest.raises(ValueError, match="expert_parallel_size: 3 does not divide ranks 8"):
         MoeMixParams(ranks=8, expert_parallel_size=3)
+
+
+def _coll_and_compute(
+    trace: chakra.RankTrace,
+) -> tuple[list[tuple[str, int, str | None]], list[tuple[str, int]]]:
+    computes = [(n.name, n.duration_micros) for n in trace.nodes if n.type == chakra.pb.COMP_NODE]
+    return collectives_of(trace), computes
+
+
+@pytest.mark.parametrize(
+    ("switch", "kept", "dropped"),
+    [
+        ("include_alltoall", "ALL_REDUCE", "ALL_TO_ALL"),
+        ("include_allreduce", "ALL_TO_ALL", "ALL_REDUCE"),
+    ],
+)
+def test_moe_mix_alone_is_the_mix_minus_one_collective_type(
+    tmp_path: Path, switch: str, kept: str, dropped: str
+) -> None:
+    mix = MoeMixParams(
+        ranks=8,
+        expert_parallel_size=4,
+        dispatch_bytes=1000,
+        combine_bytes=2000,
+        allreduce_bytes=30000,
+        iterations=3,
+        attention_compute_us=7.0,
+        expert_compute_us=11.0,
+        post_compute_us=13.0,
+    )
+    alone = dataclasses.replace(mix, **{switch: False})
+    write_workload(mix, tmp_path / "mix")
+    write_workload(alone, tmp_path / "alone")
+    assert main(["validate", str(tmp_path / "alone")]) == 0
+    mix_set = chakra.load_trace_set(tmp_path / "mix")
+    alone_set = chakra.load_trace_set(tmp_path / "alone")
+    assert alone_set.world_size == mix_set.world_size == 8
+    assert alone_set.comm_groups == mix_set.comm_groups
+    for mix_trace, alone_trace in zip(mix_set.ranks, alone_set.ranks, strict=True):
+        mix_colls, mix_computes = _coll_and_compute(mix_trace)
+        alone_colls, alone_computes = _coll_and_compute(alone_trace)
+        # Same collectives of the kept type, in the same order, sizes and groups; none of the other.
+        assert alone_colls == [c for c in mix_colls if c[0] == kept]
+        assert len(alone_colls) == (3 if kept == "ALL_REDUCE" else 6)
+        assert all(c[0] != dropped for c in alone_colls)
+        # Every compute kept, with its duration.
+        assert alone_computes == mix_computes and len(alone_computes) == 9
+        assert not alone_trace.warnings
+
+
+def test_moe_mix_alone_keeps_the_step_order_through_dropped_nodes(tmp_path: Path) -> None:
+    params = MoeMixParams(ranks=4, expert_parallel_size=2, iterations=2, include_alltoall=False)
+    write_workload(params, tmp_path / "ar")
+    (trace, *_) = chakra.load_trace_set(tmp_path / "ar").ranks
+    by_name = {n.name: n for n in trace.nodes}
+    ids = {n.id: n.name for n in trace.nodes}
+
+    def deps(name: str) -> set[str]:
+        return {ids[d] for d in by_name[name].data_deps}
+
+    assert deps("attention_0") == set()
+    assert deps("expert_0") == {"attention_0"}  # the dispatch it waited for is gone
+    assert deps("post_0") == {"expert_0"}
+    assert deps("allreduce_grad_0") == {"post_0"}
+    assert deps("attention_1") == {"post_0"}  # overlap: the next step does not wait for it
+    assert deps("post_1") == {"expert_1", "allreduce_grad_0"}
+
+
+def test_moe_mix_alone_plans_only_its_collective(tmp_path: Path) -> None:
+    common = {"ranks": 8, "dispatch_bytes": 1 << 20, "allreduce_bytes": 16 << 20, "iterations": 3}
+    counts = {}
+    for name, switch in (("ar", "include_alltoall"), ("a2a", "include_allreduce")):
+        write_workload(MoeMixParams(**common, **{switch: False}), tmp_path / name)  # type: ignore[arg-type]
+        outcome = plan_trace(tmp_path / name)
+        counts[name] = Counter(i.collective for i in outcome.result.instances)
+    assert counts == {"ar": {"ALL_REDUCE": 3 * 4}, "a2a": {"ALL_TO_ALL": 3 * 2 * 2}}
+
+
+def test_moe_mix_needs_one_collective_type() -> None:
+    with pytest.raises(ValueError, match="include_allreduce: include_alltoall and"):
+        MoeMixParams(include_alltoall=False, include_allreduce=False)

@@ -1,0 +1,46 @@
+"""A rank's NIC: its queue pairs together never transmit faster than the NIC's line rate.
+
+Every queue pair paces itself at its congestion control's rate, which starts at line rate, so a
+rank with many active queue pairs (an All-to-All has two per peer) would hand the kernel several
+line rates' worth of packets. The fabric's host-port shaper would then queue them: a sender-side
+queue that a real NIC does not have (its transmit arbiter serves the queue pairs in turn at line
+rate), whose delay inflates round-trip times and fires retransmission timeouts. This pacer is
+that arbiter's budget: the same GCRA rule as the queue pairs' own pacing (emulator/engine/
+pacing.py), in wire bytes (Ethernet framing, preamble and gap included, as the link serialises
+them), shared by all queue pairs of the rank; the worker serves them round robin within it.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class NicPacer:
+    """GCRA over wire bytes in target time. `floor_s` bounds the credit: the caller passes
+    now - burst (minus how late its tick is), as it does to every queue pair's poll_burst."""
+
+    __slots__ = ("free_at_s", "line_rate_bps", "sent_wire_bytes", "turn")
+
+    def __init__(self, line_rate_bps: float) -> None:
+        if line_rate_bps <= 0:
+            raise ValueError("line_rate_bps must be positive")
+        self.line_rate_bps = line_rate_bps
+        self.free_at_s = -math.inf  # target time at which the NIC has sent all it was given
+        self.sent_wire_bytes = 0
+        self.turn = 0  # which queue pair the arbiter serves first on the next tick
+
+    def budget_bytes(self, now: float, floor_s: float) -> int:
+        """Wire bytes the NIC has earned by `now` (credit back to at most floor_s), -1 while it
+        still owes time for what it sent. At 0 it may send one packet, as a queue pair may send
+        the packet due exactly now: GCRA's conformance test is free_at_s <= now."""
+        start = self.free_at_s if self.free_at_s > floor_s else floor_s
+        if start > now:
+            return -1
+        return int((now - start) * self.line_rate_bps / 8)
+
+    def consume(self, floor_s: float, wire_bytes: int) -> None:
+        """Account a send of `wire_bytes` (it may exceed the budget by less than a packet: the
+        debt moves free_at_s past now and the next budget waits for it)."""
+        start = self.free_at_s if self.free_at_s > floor_s else floor_s
+        self.free_at_s = start + wire_bytes * 8 / self.line_rate_bps
+        self.sent_wire_bytes += wire_bytes
