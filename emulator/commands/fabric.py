@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "time_dilation, or 1 when that is auto)",
     )
     parser.add_argument("--json", action="store_true", help="print the fabric's layout as JSON")
+    parser.add_argument(
+        "--netns-prefix", default="emu-", help="name prefix of the fabric's namespaces (emu-)"
+    )
 
 
 def _interrupt(signum: int, frame: types.FrameType | None) -> None:
@@ -82,6 +85,7 @@ def _hold_clos(args: argparse.Namespace, spec: ClosSpec, tdf: float) -> int:
         delay_scale=tdf,
         marker=spec.marker,
         progress=_say,
+        prefix=args.netns_prefix,
     )
     try:
         layout = {
@@ -118,7 +122,7 @@ def _hold_clos(args: argparse.Namespace, spec: ClosSpec, tdf: float) -> int:
 def _hold_dut(args: argparse.Namespace, spec: DutSpec) -> int:
     from fabrics.dut import bring_up_dut
 
-    live = bring_up_dut(spec)
+    live = bring_up_dut(spec, prefix=args.netns_prefix)
     try:
         ranks = [
             {"rank": r, "netns": live.rank_netns(r), "address": live.rank_address(r)}

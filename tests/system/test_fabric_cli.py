@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,16 +48,25 @@ def emulate(*args: str) -> subprocess.Popen[str]:
 
 
 def test_fabric_up_holds_until_sigterm_then_releases(fabric_env: str, tmp_path: Path) -> None:
-    del fabric_env
     scenario = tmp_path / "fabric.yaml"
     scenario.write_text(SCENARIO.format(delay=0))
-    proc = emulate("fabric", "up", str(scenario), "--no-cli", "--json")
+    proc = emulate(
+        "fabric", "up", str(scenario), "--no-cli", "--json", "--netns-prefix", fabric_env
+    )
+    ranks: list[dict[str, Any]] = []
     try:
         assert proc.stdout is not None
-        layout = json.loads(proc.stdout.readline())
+        line = proc.stdout.readline()
+        if not line:  # it exited before printing its layout: show why
+            assert proc.stderr is not None
+            proc.wait(timeout=30)
+            why = proc.stderr.read()
+            pytest.fail(f"emulate fabric up printed no layout (exit {proc.returncode}): {why}")
+        layout = json.loads(line)
         assert layout["marker"] in ("red", "ebpf") and layout["rate_scale"] == pytest.approx(0.01)
         ranks = layout["ranks"]
         assert [r["host"] for r in ranks] == ["h0", "h1", "h2", "h3"]
+        assert all(str(r["netns"]).startswith(fabric_env) for r in ranks)
         ping = subprocess.run(
             ["ip", "netns", "exec", ranks[0]["netns"], "ping", "-c1", "-W2", ranks[3]["address"]],
             capture_output=True,
@@ -85,7 +95,7 @@ def test_link_delay_without_netem_is_refused_with_a_reason(fabric_env: str, tmp_
         run_batch([ip("netns", "del", probe)])
     if has_netem:
         pytest.skip("this kernel has netem; the refusal path cannot be exercised here")
-    proc = emulate("fabric", "up", str(scenario), "--no-cli")
+    proc = emulate("fabric", "up", str(scenario), "--no-cli", "--netns-prefix", fabric_env)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "link_delay_us" in err and "netem" in err
