@@ -8,8 +8,10 @@ results folders already written), then writes into its own folder:
 - plots/: busbw per iteration overlaid (All-Reduce alone vs mixed, All-to-All alone vs mixed),
   FCT CDFs per collective overlaid (log x), CNPs per collective per run: the `emulate compare`
   figures (collectors.report.write_compare_plots) of the three runs;
-- study.json and study.txt: the three checks the issue names, each with its numbers and whether
-  this run shows the expected effect, plus per-run identity (TDF, fidelity, partial).
+- study.json and study.txt: the checks the issue names, each with its numbers and whether this run
+  shows the expected effect, plus per-run identity (TDF, fidelity, partial). The All-Reduce CV is
+  judged twice: over every instance, and within each process group from iteration to iteration
+  (ECMP gives each group fixed paths, so groups differ by a fixed amount alone and mixed).
 
 The verdicts are reported as measured: "not shown" is a result, not an error. The numbers come
 from collectors.summary.build_summary, the same as `emulate compare` prints: busbw CV over the
@@ -113,6 +115,8 @@ class StudyRun:
     folder: Path
     summary: dict[str, Any]  # recomputed with collectors.summary.build_summary
     line_rate_bytes_per_s: float | None  # host link rate of the run's fabric, when known
+    # collective type -> mean over process groups of the busbw CV across that group's instances
+    cv_within_groups: Mapping[str, float | None] = field(default_factory=dict)
 
     def stats(self, collective: str) -> Mapping[str, Any]:
         return (self.summary.get("collectives") or {}).get(collective) or {}
@@ -247,16 +251,15 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def check_allreduce_cv(alone: StudyRun, mixed: StudyRun, thresholds: StudyThresholds) -> Check:
-    cv_alone = alone.stats(ALL_REDUCE).get("busbw_cv")
-    cv_mixed = mixed.stats(ALL_REDUCE).get("busbw_cv")
+def _cv_check(
+    name: str,
+    question: str,
+    cv_alone: float | None,
+    cv_mixed: float | None,
+    thresholds: StudyThresholds,
+    numbers: Mapping[str, float | None],
+) -> Check:
     ratio = _ratio(cv_mixed, cv_alone)
-    counts = {
-        "instances_alone": alone.stats(ALL_REDUCE).get("instances_complete"),
-        "instances_mixed": mixed.stats(ALL_REDUCE).get("instances_complete"),
-        "busbw_mean_alone_bytes_per_s": alone.stats(ALL_REDUCE).get("busbw_mean_bytes_per_s"),
-        "busbw_mean_mixed_bytes_per_s": mixed.stats(ALL_REDUCE).get("busbw_mean_bytes_per_s"),
-    }
     verdict: Verdict
     if cv_alone is None or cv_mixed is None:
         verdict = "not measurable"
@@ -276,8 +279,8 @@ def check_allreduce_cv(alone: StudyRun, mixed: StudyRun, thresholds: StudyThresh
             f"({'at or above' if verdict == 'shown' else 'below'} {thresholds.cv_ratio_min:g}x)"
         )
     return Check(
-        "allreduce_busbw_cv",
-        "Does the All-Reduce busbw vary more when mixed with the All-to-All?",
+        name,
+        question,
         "higher CV mixed",
         verdict,
         cv_alone,
@@ -285,8 +288,58 @@ def check_allreduce_cv(alone: StudyRun, mixed: StudyRun, thresholds: StudyThresh
         ratio,
         thresholds.cv_ratio_min,
         detail,
+        numbers,
+    )
+
+
+def check_allreduce_cv(alone: StudyRun, mixed: StudyRun, thresholds: StudyThresholds) -> Check:
+    """CV over every instance: includes the fixed differences between process groups (paths)."""
+    counts = {
+        "instances_alone": alone.stats(ALL_REDUCE).get("instances_complete"),
+        "instances_mixed": mixed.stats(ALL_REDUCE).get("instances_complete"),
+        "busbw_mean_alone_bytes_per_s": alone.stats(ALL_REDUCE).get("busbw_mean_bytes_per_s"),
+        "busbw_mean_mixed_bytes_per_s": mixed.stats(ALL_REDUCE).get("busbw_mean_bytes_per_s"),
+    }
+    return _cv_check(
+        "allreduce_busbw_cv",
+        "Does the All-Reduce busbw vary more when mixed with the All-to-All?",
+        alone.stats(ALL_REDUCE).get("busbw_cv"),
+        mixed.stats(ALL_REDUCE).get("busbw_cv"),
+        thresholds,
         counts,
     )
+
+
+def check_allreduce_cv_within_groups(
+    alone: StudyRun, mixed: StudyRun, thresholds: StudyThresholds
+) -> Check:
+    """The same question per process group (iteration to iteration), averaged over groups.
+
+    ECMP pins a group's flows to the same uplinks in every iteration, so groups differ from each
+    other by a fixed amount alone and mixed; this CV leaves that out and keeps what changes from
+    one iteration to the next."""
+    return _cv_check(
+        "allreduce_busbw_cv_within_groups",
+        "Does each All-Reduce group's busbw vary more from iteration to iteration when mixed?",
+        alone.cv_within_groups.get(ALL_REDUCE),
+        mixed.cv_within_groups.get(ALL_REDUCE),
+        thresholds,
+        {},
+    )
+
+
+def cv_within_groups(tables: Any, collective: str) -> float | None:
+    """Mean over process groups (with 2 or more complete instances) of their busbw CV."""
+    from collectors.stats import coefficient_of_variation, mean
+    from collectors.tables import rows
+
+    by_group: dict[str, list[float]] = {}
+    columns = ("collective_type", "process_group", "busbw_bytes_per_s", "complete")
+    for ctype, group, busbw, complete in rows(tables.collectives, columns):
+        if ctype == collective and complete and busbw is not None:
+            by_group.setdefault(group, []).append(busbw)
+    cvs = [coefficient_of_variation(v) for v in by_group.values() if len(v) >= 2]
+    return mean([cv for cv in cvs if cv is not None])
 
 
 def check_alltoall_tail(alone: StudyRun, mixed: StudyRun, thresholds: StudyThresholds) -> Check:
@@ -456,12 +509,15 @@ def analyse(
         # scenarios are called.
         label = f"{ROLE_LABELS[role]} ({run.label})"
         loaded.append(LoadedRun(run.folder, {**run.summary, "scenario": label}, run.tables))
-        runs.append(StudyRun(role, run.folder, summary, _line_rate_bytes_per_s(run.folder)))
+        within = {c: cv_within_groups(run.tables, c) for c in (ALL_REDUCE, ALL_TO_ALL)}
+        line_rate = _line_rate_bytes_per_s(run.folder)
+        runs.append(StudyRun(role, run.folder, summary, line_rate, within))
     ar_alone, a2a_alone, mixed = runs
     checks = (
         check_allreduce_cv(ar_alone, mixed, thresholds),
         check_alltoall_tail(a2a_alone, mixed, thresholds),
         check_allreduce_line_rate(ar_alone, thresholds),
+        check_allreduce_cv_within_groups(ar_alone, mixed, thresholds),
     )
     notes = _notes(runs, checks)
     plots = write_compare_plots(loaded, out_dir / PLOTS)

@@ -7,6 +7,10 @@ often that pair occurs in a pass and S the least such count over all pairs. In t
 All-Reduce occurs 10 times per group and the All-to-All 20 (dispatch and combine): both map to
 steps 0-9. A trace whose collectives each occur once per pass gets one step per pass. Matching
 pairs the k-th collective of a process group across ranks, so k is the same in every run.
+
+A generated trace knows its steps (`workload.generate.iterations`): that count is used instead of
+the least occurrence, so the same steps get the same numbers whichever collectives a variant
+keeps (the All-to-All-only MoE trace has 20 All-to-Alls per group and still 10 steps).
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ Pair = tuple[str, str]
 
 
 class IterationNumbering:
-    def __init__(self, plan: Iterable[CollectiveInstance]) -> None:
-        """`plan`: every instance of the run (the ideal-time model's), to count occurrences."""
+    def __init__(
+        self, plan: Iterable[CollectiveInstance], steps_per_pass: int | None = None
+    ) -> None:
+        """`plan`: every instance of the run (the ideal-time model's), to count occurrences;
+        `steps_per_pass`: the training steps in one pass, where the trace's writer knows them."""
         per_pass: Counter[tuple[int, str, str]] = Counter()
         for inst in plan:
             per_pass[(inst.iteration, inst.collective, inst.group)] += 1
@@ -29,7 +36,8 @@ class IterationNumbering:
         for (_, collective, group), n in per_pass.items():
             pair = (collective, group)
             self.occurrences[pair] = max(self.occurrences.get(pair, 0), n)
-        self.steps_per_pass = min(self.occurrences.values(), default=1)
+        least = min(self.occurrences.values(), default=1)
+        self.steps_per_pass = steps_per_pass if steps_per_pass else least
         self.passes = 1 + max((key[0] for key in per_pass), default=0)
         self._seen: Counter[tuple[int, str, str]] = Counter()
 

@@ -87,6 +87,13 @@ def trace_prefix(scenario: Scenario) -> Iterator[str]:
         yield prefix
 
 
+def generated_steps(scenario: Scenario) -> int | None:
+    """Training steps per pass of a generated trace (its writer knows them), else None."""
+    generate = scenario.workload.generate
+    steps = getattr(generate, "iterations", None) if generate is not None else None
+    return steps if isinstance(steps, int) else None
+
+
 def plan_workload(scenario: Scenario, prefix: str, fabric_ranks: int) -> PlannedWorkload:
     """Plan the trace set on the scenario's fabric; refuse a set larger than the fabric."""
     source = open_trace_set(prefix, _comm_groups(scenario), scenario.compute)
@@ -116,6 +123,6 @@ def plan_workload(scenario: Scenario, prefix: str, fabric_ranks: int) -> Planned
         ideal,
         times,
         Counter(inst.collective for inst in job.instances),
-        IterationNumbering(job.instances),
+        IterationNumbering(job.instances, generated_steps(scenario)),
         list(dict.fromkeys(warnings)),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -24,6 +24,7 @@ from emulator.transport.params import TransportParams
 from fabrics.ecn.markers import EbpfMarker
 from fabrics.iproute import run, tc
 from fabrics.queues import EcnThresholds, EgressPort, drop_tail, htb_commands
+from tests.system.noise import on_a_noisy_machine
 
 pytestmark = pytest.mark.system
 
@@ -40,6 +41,16 @@ def bed(system: None) -> Iterator[RoutedInfo]:
         yield routed(b)
     finally:
         b.close()
+
+
+def _on_fresh_beds(check: Callable[[RoutedInfo], None]) -> None:
+    """`check` on a new routed testbed per try (timing claims; see on_a_noisy_machine)."""
+
+    def one_try() -> None:
+        with NetnsBed() as b:
+            check(routed(b))
+
+    on_a_noisy_machine(one_try)
 
 
 def _shape(
@@ -119,12 +130,16 @@ LINE_BPS = 1e9
 
 
 @pytest.mark.parametrize("tdf", [1.0, 10.0], ids=["tdf1", "tdf10"])
-def test_ecn_marks_make_dcqcn_settle_at_the_bottleneck_rate(bed: RoutedInfo, tdf: float) -> None:
+def test_ecn_marks_make_dcqcn_settle_at_the_bottleneck_rate(system: None, tdf: float) -> None:
     """A 1 Gb/s sender into a 200 Mb/s bottleneck (wall rates; the target fabric is TDF times
     faster). At TDF 1 the engine's 1 ms tick is far slower than DCQCN's microsecond loop, so
     nearly every packet ends up marked, the rate swings and the queue may overflow: DCQCN still
     reacts and go-back-N still delivers every byte, but the settled rate and the bounded queue
     are only claimed where the loop is resolved (TDF 10: marks are rare)."""
+    _on_fresh_beds(lambda bed: _settles(bed, tdf))
+
+
+def _settles(bed: RoutedInfo, tdf: float) -> None:
     ecn = EcnThresholds(kmin_bytes=20_000, kmax_bytes=80_000, pmax=0.2)
     port, marker = _shape(bed, BOTTLENECK_BPS, 4_000_000, ecn)
     assert marker is not None
@@ -198,7 +213,11 @@ def _tdf_run(bed: RoutedInfo, tdf: float) -> RunOutcome:
     )
 
 
-def test_tdf_10_gives_the_same_completion_times_as_tdf_1(bed: RoutedInfo) -> None:
+def test_tdf_10_gives_the_same_completion_times_as_tdf_1(system: None) -> None:
+    _on_fresh_beds(_same_completion_times)
+
+
+def _same_completion_times(bed: RoutedInfo) -> None:
     _shape(bed, TARGET_LINK_BPS, 2_000_000, None)
     real = _tdf_run(bed, 1.0)
     run(tc("qdisc", "del", "dev", bed.router_egress_if, "root", netns=bed.router_ns))

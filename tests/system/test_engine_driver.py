@@ -19,6 +19,7 @@ from emulator.schedule.job import JobSchedule, RankInput
 from emulator.schedule.matching import GroupTable
 from emulator.schedule.nodes import CommInfo, NodeInfo, NodeKind, Stream
 from emulator.transport.params import TransportParams
+from tests.system.noise import on_a_noisy_machine
 
 pytestmark = pytest.mark.system
 
@@ -74,6 +75,11 @@ def test_job_schedule_drives_a_ring_allreduce_through_the_engine(
     two_per_side: tuple[PairInfo, list[RankEndpoint]], workers: int
 ) -> None:
     _, ranks = two_per_side
+    # the completion-time bound is a timing claim: retried on a noisy machine
+    on_a_noisy_machine(lambda: _drives_a_ring_allreduce(ranks, workers))
+
+
+def _drives_a_ring_allreduce(ranks: list[RankEndpoint], workers: int) -> None:
     job = _job()
     transport = TransportParams(congestion_control="none", retransmit_timeout_s=0.05)
     outcome = run_plan(

@@ -92,26 +92,37 @@ def _rate_over_window(samples: list[tuple[float, int]]) -> float:
     return (end[1] - start[1]) * 8 / (end[0] - start[0])
 
 
+ATTEMPTS = 3  # a shared machine can starve a worker for tens of ms; a pacer error repeats
+
+
 @pytest.mark.parametrize("rate_bps", [10e6, 100e6, 1e9], ids=["10M", "100M", "1G"])
 def test_single_qp_paced_rate_within_2_percent_at_receiver(
     veth_pair: PairInfo, rate_bps: float
 ) -> None:
-    outcome, samples = _run_and_sample(veth_pair, rate_bps)
-    measured = _rate_over_window(samples)
     expected = rate_bps * COUNTED_PER_SENT
-    gap_s = outcome.metadata["max_tick_gap_s"]
     bucket_s = ENGINE.burst_ticks * ENGINE.tick_s
-    if measured < 0.98 * expected and gap_s > bucket_s and rate_bps >= 1e9:
+    misses: list[str] = []
+    starved = 0
+    for _ in range(ATTEMPTS):
+        outcome, samples = _run_and_sample(veth_pair, rate_bps)
+        assert outcome.metadata["counters"].get("go_back_n_timeout", 0) == 0
+        measured = _rate_over_window(samples)
+        if measured == pytest.approx(expected, rel=0.02):
+            return
+        gap_s = outcome.metadata["max_tick_gap_s"]
         # A worker that is not scheduled for longer than its token bucket lasts loses sending
         # time it may not make up (that would be a burst above the rate): the machine, not the
-        # pacer, is short. The run's metadata reports it the same way.
-        pytest.skip(
-            f"machine too busy for {rate_bps / 1e9:g} Gb/s: a worker tick came "
-            f"{gap_s * 1e3:.1f} ms late (bucket {bucket_s * 1e3:.1f} ms)"
+        # pacer, is short then. The run's metadata reports it the same way.
+        starved += measured < expected and gap_s > bucket_s
+        t0 = samples[0][0]
+        series = " ".join(f"{t - t0:.2f}:{b - samples[0][1]}" for t, b in samples[::4])
+        misses.append(
+            f"{measured / expected:.3f} of the rate (max tick gap {gap_s * 1e3:.1f} ms, "
+            f"fct {outcome.fct_s(1):.3f} s, samples {series})"
         )
-    t0 = samples[0][0]
-    series = " ".join(f"{t - t0:.2f}:{b - samples[0][1]}" for t, b in samples[::4])
-    assert measured == pytest.approx(expected, rel=0.02), (
-        f"fct {outcome.fct_s(1):.3f} s, samples {series}, {outcome.metadata}"
-    )
-    assert outcome.metadata["counters"].get("go_back_n_timeout", 0) == 0
+    if starved == ATTEMPTS:
+        pytest.skip(
+            f"machine too busy for {rate_bps / 1e6:g} Mb/s in {ATTEMPTS} attempts: a worker "
+            f"tick came later than its {bucket_s * 1e3:.1f} ms bucket lasts each time: {misses}"
+        )
+    pytest.fail(f"{rate_bps / 1e6:g} Mb/s missed by more than 2% in {ATTEMPTS} attempts: {misses}")

@@ -12,6 +12,7 @@ from fabrics.netns import bring_up
 from fabrics.spec import ClosSpec, EcnSpec, TierSpec
 from fabrics.topology import build_clos
 from tests.system.conftest import Receiver, paced_send, ping_all_pairs, udp_socket
+from tests.system.noise import on_a_noisy_machine
 
 pytestmark = pytest.mark.system
 
@@ -70,6 +71,11 @@ def test_16_hosts_all_pairs_ping_and_udp_sports_spread_over_both_spines(fabric_e
 
 
 def test_ecn_marks_only_above_link_rate_and_port_counters_match_receiver(fabric_env: str) -> None:
+    # The phantom-vs-real queue comparison is a timing claim: a fresh fabric per try.
+    on_a_noisy_machine(lambda: _marks_only_above_link_rate(fabric_env))
+
+
+def _marks_only_above_link_rate(fabric_env: str) -> None:
     ecn = EcnSpec(kmin_bytes=20_000, kmax_bytes=80_000, pmax=0.2)
     tier = TierSpec(buffer_bytes=8_000_000, ecn=ecn)
     spec = ClosSpec(

@@ -17,6 +17,8 @@ from emulator.run.calibrate import CACHE_ENV, Calibration, load_cached, machine_
 from emulator.run.iterations import IterationNumbering
 from emulator.run.progress import ProgressLine, ProgressState
 from emulator.run.tdf import auto_tdf, round_up_2sig
+from emulator.run.workload import generated_steps
+from emulator.scenario import load_scenario
 from emulator.schedule.plan import CollectiveInstance
 from fabrics.spec import ClosSpec
 
@@ -89,6 +91,22 @@ def test_iteration_numbering_maps_each_pair_onto_the_steps() -> None:
     got = [(i.collective, numbering.number(i)) for i in plan]
     assert [n for c, n in got if c == "ALL_REDUCE"] == [0, 1, 2]
     assert [n for c, n in got if c == "ALL_TO_ALL"] == [0, 0, 1, 1, 2, 2]
+
+
+def test_iteration_numbering_uses_the_generated_step_count() -> None:
+    # an All-to-All-only MoE trace: dispatch and combine, 3 steps; without the count it would
+    # look like 6 steps (the least occurrence is the All-to-All's own)
+    plan = [_instance(i, "ALL_TO_ALL", "ep", 0) for i in range(6)]
+    assert IterationNumbering(plan).steps_per_pass == 6
+    numbering = IterationNumbering(plan, steps_per_pass=3)
+    assert numbering.total == 3
+    assert [numbering.number(i) for i in plan] == [0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.parametrize("name", ["moe_mix", "allreduce_only", "alltoall_only"])
+def test_the_study_scenarios_number_the_same_ten_steps(name: str) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    assert generated_steps(load_scenario(repo / "scenarios" / f"{name}.yaml")) == 10
 
 
 def test_iteration_numbering_of_replay_passes() -> None:

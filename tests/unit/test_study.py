@@ -39,16 +39,19 @@ def write_run(
     a2a_cnps: int = 0,
     fidelity: Fidelity | None = None,
     tdf: float = 20.0,
+    ar_groups: int = 1,
 ) -> Path:
-    """A results folder: one 2-rank All-Reduce per slowdown (time = ideal x slowdown), and one
-    4-rank All-to-All per list of 12 flow completion times."""
+    """A results folder: one 2-rank All-Reduce per slowdown (time = ideal x slowdown; instance i
+    in process group i mod ar_groups), and one 4-rank All-to-All per list of 12 flow completion
+    times."""
     flows: list[FlowMeta] = []
     collectives: list[CollectiveMeta] = []
     events: list[FlowStarted | FlowFinished] = []
     t = 0.0
     for i, slowdown in enumerate(ar_slowdowns):
         cid = len(collectives)
-        collectives.append(CollectiveMeta(cid, "ALL_REDUCE", "dp", 2, i, AR_BYTES, AR_IDEAL_S))
+        group = "dp" if ar_groups == 1 else f"dp{i % ar_groups}"
+        collectives.append(CollectiveMeta(cid, "ALL_REDUCE", group, 2, i, AR_BYTES, AR_IDEAL_S))
         end = t + AR_IDEAL_S * slowdown
         for src in range(2):
             fid = len(flows)
@@ -150,7 +153,9 @@ def test_interference_present_is_shown_with_its_numbers(
     assert result.notes == ()
     # study.json says the same, with a boolean per check
     document = json.loads((tmp_path / "study.json").read_text())
-    assert [c["shown"] for c in document["checks"]] == [True, True, True]
+    assert [c["shown"] for c in document["checks"]] == [True, True, True, True]
+    # one process group: within-group CV is the CV over every instance
+    assert checks["allreduce_busbw_cv_within_groups"].mixed == pytest.approx(cv.mixed)
     assert document["all_shown"] is True
     assert document["checks"][0]["alone"] == pytest.approx(cv.alone)
     assert document["runs"]["mixed"]["cnps_by_collective"] == {
@@ -211,6 +216,7 @@ def test_no_interference_is_reported_as_not_shown(
         "allreduce_busbw_cv": "not shown",
         "alltoall_fct_tail": "not shown",
         "allreduce_alone_line_rate": "not shown",
+        "allreduce_busbw_cv_within_groups": "not shown",
     }
     assert document["all_shown"] is False
     line = document["checks"][2]
@@ -258,7 +264,7 @@ def test_thresholds_decide_and_notes_flag_fidelity(tmp_path: Path) -> None:
     result = analyse(
         {"allreduce_only": ar, "alltoall_only": a2a, "mixed": mixed}, tmp_path / "s", strict
     )
-    assert [c.verdict for c in result.checks] == ["not shown"] * 3
+    assert [c.verdict for c in result.checks] == ["not shown"] * 4
     assert any("mixed: fidelity degraded (CPU saturated" in n for n in result.notes)
     assert any("different time dilation factors" in n for n in result.notes)
 
@@ -412,3 +418,28 @@ def test_an_alone_run_carrying_the_other_collective_is_flagged(
         "allreduce_only: the run also carries ALL_TO_ALL (4 instances), so it is not that "
         "collective alone; check the folder or scenario"
     ]
+
+
+def test_fixed_differences_between_groups_are_not_iteration_to_iteration_variability(
+    tmp_path: Path,
+) -> None:
+    # Two DP groups, one on a collided ECMP path (twice as slow) in every iteration: alone the
+    # instances differ a lot but each group is steady; mixed each group varies from one
+    # iteration to the next while the overall spread hardly changes.
+    alone = [1.1, 2.2] * 4
+    mixed = [1.1, 2.2, 1.3, 2.6, 1.0, 2.0, 1.2, 2.5]
+    ar = write_run(tmp_path / "ar", "allreduce_only", ar_slowdowns=alone, ar_groups=2)
+    a2a = write_run(tmp_path / "a2a", "alltoall_only", a2a_fct_s=STEADY_A2A)
+    mix = write_run(tmp_path / "mix", "moe_mix", mixed, STEADY_A2A, ar_groups=2)
+    result = analyse({"allreduce_only": ar, "alltoall_only": a2a, "mixed": mix}, tmp_path / "s")
+    checks = by_name(result)
+    overall = checks["allreduce_busbw_cv"]
+    within = checks["allreduce_busbw_cv_within_groups"]
+    assert overall.alone == pytest.approx(1 / 3) and overall.verdict == "not shown"
+    assert within.alone == pytest.approx(0.0) and within.verdict == "shown"
+
+    def cv(xs: list[float]) -> float:
+        b = 1 / np.array(xs)
+        return float(b.std() / b.mean())
+
+    assert within.mixed == pytest.approx((cv(mixed[0::2]) + cv(mixed[1::2])) / 2)
