@@ -92,11 +92,13 @@ class NicSampler:
     def sample(self, time_s: float, clock: Callable[[], float] | None = None) -> list[NicSample]:
         """One reading per rank at `time_s`; with `clock`, each reading is stamped with the time
         it was taken (reading many namespaces on a busy machine takes long enough to matter
-        for a per-interval utilization)."""
+        for a per-interval utilization). The stamp is taken just before the read: the kernel
+        copies the counters when it gets the request, and what can stall on a busy machine is
+        the Python that parses the reply (a stamp after it made a NIC read 150% of its rate)."""
         samples: list[NicSample] = []
         for rank in sorted(self.sources):
-            tx, rx = self.sources[rank].read()
             t = clock() if clock is not None else time_s
+            tx, rx = self.sources[rank].read()
             samples.append(NicSample(t, rank, "tx", tx))
             samples.append(NicSample(t, rank, "rx", rx))
         return samples

@@ -18,13 +18,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from fabrics.ownership import load_state, owner_alive, release_resources, state_path
 
+    # root first: the state file's folder is root's alone, and what it lists only root can delete
+    if os.geteuid() != 0:
+        raise EnvironmentProblem("`emulate clean` needs root (it deletes namespaces and qdiscs)")
     path = state_path()
     state = load_state(path)
     if state is None:
         _report(args, [], f"nothing to clean: no state file at {path}")
         return EXIT_OK
-    if os.geteuid() != 0:
-        raise EnvironmentProblem("`emulate clean` needs root (it deletes namespaces and qdiscs)")
     pid = int(state.get("pid", 0))
     if pid != os.getpid() and owner_alive(state):
         raise EnvironmentProblem(

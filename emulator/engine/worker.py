@@ -162,6 +162,7 @@ class _RecvConn:
 class Worker:
     def __init__(self, spec: WorkerSpec, pipe: Connection) -> None:
         self.spec = spec
+        self.rank_addresses = frozenset(spec.addresses.values())
         self.pipe = pipe
         p = spec.engine
         self.params = p
@@ -262,7 +263,8 @@ class Worker:
                     line_rate_bps=rank.spec.line_rate_bps,
                     events=self.events,
                 )
-                rank.endpoint.add_sender(qp)
+                # its ACKs, NAKs and CNPs come from the receiver's socket bound to our source port
+                rank.endpoint.add_sender(qp, peer=(dst, f.udp_sport))
                 address = FlowAddress(rank.spec.address, dst, f.udp_sport, dscp=self.transport.dscp)
                 icrc = IcrcContext(address)
                 self.send_conns[qpn] = _SendConn(
@@ -488,16 +490,22 @@ class Worker:
             rank.rx_bytes += nbytes + IP_UDP_BYTES * count
             self.counters["packets_received"] += count
             # the segments of one read at once: ACKs to one sender, or data for one known QP
+            # (the fast paths only for the QP's own peer; anything else goes through the codec,
+            # which counts foreign sources as drops)
             if nbytes and buf[0] == Opcode.ACKNOWLEDGE:
                 acks = read_ack_run(buf, nbytes, gso_size)
-                if acks is not None and acks[0] in endpoint.senders:
+                if (
+                    acks is not None
+                    and acks[0] in endpoint.senders
+                    and endpoint.sender_peers.get(acks[0]) == source
+                ):
                     endpoint.senders[acks[0]].on_acks(now=now, psns=acks[1])
                     continue
             else:
                 run = read_data_run(buf, nbytes, gso_size) if nbytes else None
                 if run is not None:
                     rq = endpoint.receivers.get(run.dest_qp)
-                    if rq is not None:
+                    if rq is not None and endpoint.receiver_peers.get(run.dest_qp) == source:
                         replies = rq.on_data_run(
                             now=now,
                             psn=run.psn,
@@ -514,11 +522,16 @@ class Worker:
                 try:
                     packet = decode(mv[a:b])
                 except MalformedPacket:
-                    endpoint.drops["malformed"] += 1
+                    endpoint.drop(now, "malformed")
                     continue
                 if type(packet) is DataPacket and packet.dest_qp not in endpoint.receivers:
+                    if source[0] not in self.rank_addresses:
+                        # only the run's ranks open receive QPs: a stranger's first packet
+                        # must not make its address the QP's peer
+                        endpoint.drop(now, "foreign_source", packet.dest_qp)
+                        continue
                     self._open_receiver(rank, packet.dest_qp, source)
-                replies = endpoint.on_packet(now=now, packet=packet, ce=ce)
+                replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
                 if replies:
                     self._send_replies(replies)
         if got:
@@ -530,8 +543,8 @@ class Worker:
 
     def _open_receiver(self, rank: _Rank, qpn: int, source: tuple[str, int]) -> None:
         qp = ReceiveQueuePair(qpn=qpn, remote_qp=qpn, params=self.transport, events=self.events)
-        rank.endpoint.add_receiver(qp)
         peer, sport = source[0], source[1]
+        rank.endpoint.add_receiver(qp, peer=(peer, sport))
         address = FlowAddress(
             rank.spec.address, peer, sport, dscp=self.transport.dscp, ecn=ECN_NOT_ECT
         )
@@ -667,9 +680,7 @@ class Worker:
         self.drops[ev.reason] += 1
 
     def _stats(self, now: float) -> dict[str, Any]:
-        drops = Counter(self.drops)
-        for r in self.ranks.values():
-            drops.update(r.endpoint.drops)
+        drops = Counter(self.drops)  # every drop is a PacketDropped event, counted once
         return {
             "time_s": now,
             "nic": {r.spec.rank: (r.tx_bytes, r.rx_bytes) for r in self.ranks.values()},

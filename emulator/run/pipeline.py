@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from collectors.events import NicSample, RunEvent
+from collectors.events import CollectiveMemberStarted, NicSample, RunEvent
 from collectors.fidelity import assess_fidelity
 from collectors.live import RunInfo
 from collectors.nic import NetlinkCounters, NicSampler
@@ -132,7 +132,9 @@ class Replay:
         self.recorder = recorder
         self.unpaired: list[str] = []
         self.iteration_of: dict[int, int] = {}
-        self.job: JobSchedule = planned.schedule(scenario, self._on_instance)
+        self.job: JobSchedule = planned.schedule(
+            scenario, self._on_instance, self._on_member_issued
+        )
 
     def _on_instance(self, inst: CollectiveInstance) -> None:
         iteration = self.planned.numbering.number(inst)
@@ -165,6 +167,10 @@ class Replay:
             for f in inst.flows
         ]
         self.recorder.add_plan(flows, [coll])
+
+    def _on_member_issued(self, collective_id: int, rank: int, time_s: float) -> None:
+        # the rendezvous (last member in) is where busbw is timed from, as the ideal model does
+        self.recorder.on_events([CollectiveMemberStarted(collective_id, rank, time_s)])
 
     def on_events(self, batch: list[RunEvent]) -> None:
         # NIC samples come from the interfaces' own counters (the sampler), not the engine's

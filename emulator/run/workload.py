@@ -52,7 +52,10 @@ class PlannedWorkload:
         return sum(self.collectives_by_type.values())
 
     def schedule(
-        self, scenario: Scenario, on_instance: Callable[[CollectiveInstance], None]
+        self,
+        scenario: Scenario,
+        on_instance: Callable[[CollectiveInstance], None],
+        on_member_issued: Callable[[int, int, float], None] | None = None,
     ) -> JobSchedule:
         """A fresh schedule over the same trace set (the ideal model consumed the first one)."""
         source = open_trace_set(self.prefix, _comm_groups(scenario), scenario.compute)
@@ -63,6 +66,7 @@ class PlannedWorkload:
             scenario.compute,
             scenario.workload.iterations,
             on_instance=on_instance,
+            on_member_issued=on_member_issued,
         )
 
 

@@ -119,10 +119,14 @@ class JobSchedule:
         iterations: int = 1,
         keep_instances: bool = False,
         on_instance: Callable[[CollectiveInstance], None] | None = None,
+        on_member_issued: Callable[[int, int, float], None] | None = None,
     ) -> None:
         """on_instance is told of every collective instance when it is matched, before any of
-        its flows is released (a recorder registers the flows it will see events for)."""
+        its flows is released (a recorder registers the flows it will see events for);
+        on_member_issued(instance id, rank, now) when a member rank reaches it in its trace (the
+        rendezvous is the last member's: nccl-tests times a collective from there)."""
         self.on_instance = on_instance
+        self.on_member_issued = on_member_issued
         self.collectives = collectives or CollectivesParams()
         self.compute = compute or ComputeParams()
         self.iterations = iterations
@@ -338,6 +342,8 @@ class JobSchedule:
 
     def _comm_issued(self, live: _Live, rank: int, node_id: int) -> None:
         live.issue_times[rank] = self.now
+        if self.on_member_issued is not None:
+            self.on_member_issued(live.instance.id, rank, self.now)
         for index in live.node_waiters.pop((rank, node_id), ()):
             self._release(live, index)
         if live.rank_remaining[rank] == 0:

@@ -88,6 +88,7 @@ DROP_REASONS = (
     "malformed",
     "unknown_qpn",
     "cnp_unknown_qp",
+    "foreign_source",
     "duplicate",
     "out_of_sequence",
     "psn_out_of_window",

@@ -107,3 +107,30 @@ def test_port_samples_from_fabric_counters() -> None:
     assert (first.switch, first.port, first.queue_bytes) == ("leaf0", "eth3", 40_000)
     assert second.queue_bytes == 1500  # no phantom queue: the qdisc backlog
     assert second.utilization == pytest.approx(0.25) and second.ecn_marks == 7
+
+
+def test_each_reading_is_stamped_when_it_was_requested_not_after_a_slow_parse() -> None:
+    clock = [0.0]
+
+    class SlowParse:
+        """The kernel copies the counters at once; the reply's parsing then stalls 40 ms."""
+
+        def __init__(self, readings: list[tuple[int, int]]) -> None:
+            self.readings = iter(readings)
+
+        def read(self) -> tuple[int, int]:
+            value = next(self.readings)
+            clock[0] += 0.040
+            return value
+
+    sampler = NicSampler({0: SlowParse([(0, 0), (100, 50)]), 1: SlowParse([(0, 0), (7, 7)])})
+    first = sampler.sample(0.0, clock=lambda: clock[0])
+    assert [s.time_s for s in first] == pytest.approx([0.0, 0.0, 0.040, 0.040])
+    clock[0] = 1.0
+    second = sampler.sample(1.0, clock=lambda: clock[0])
+    assert [(s.rank, s.direction, s.time_s, s.bytes) for s in second] == [
+        (0, "tx", 1.0, 100),
+        (0, "rx", 1.0, 50),
+        (1, "tx", pytest.approx(1.040), 7),
+        (1, "rx", pytest.approx(1.040), 7),
+    ]

@@ -135,6 +135,21 @@ def test_collective_waits_for_its_slowest_member_and_iterations_repeat() -> None
     assert result.job_time_s == pytest.approx(3 * (4e-3 + ag_s))
 
 
+def test_every_member_reaching_a_collective_is_reported_with_its_time() -> None:
+    size = 1 << 20
+    ranks = [
+        rank_input(r, [comp(0, 1, 1e-3 * (r + 1)), coll(1, 2, "ALL_GATHER", size, (1,))])
+        for r in range(4)
+    ]
+    issued: list[tuple[int, int, float]] = []
+    job = JobSchedule(
+        ranks, GroupTable(4, {}), on_member_issued=lambda i, r, t: issued.append((i, r, t))
+    )
+    [instance] = simulate(job, star_path(100.0)).instances
+    assert sorted(issued) == [(instance.id, r, pytest.approx(1e-3 * (r + 1))) for r in range(4)]
+    assert instance.start_s == pytest.approx(4e-3)  # the rendezvous is the last member's
+
+
 def test_default_clos_gives_line_rate_to_a_ring_and_fewer_bytes_per_s_to_collisions() -> None:
     n, size = 8, 4 << 20
     spec = default_clos_spec(n)

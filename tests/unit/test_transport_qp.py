@@ -302,3 +302,34 @@ def test_any_loss_pattern_delivers_every_byte_once_in_order(
     assert [off for _, off, _ in rx.deliveries or []] == [
         p.offset_bytes for _, _, p in rx.deliveries or []
     ]
+
+
+def test_packets_for_a_qp_from_anyone_but_its_peer_are_counted_and_ignored() -> None:
+    ep = RoceEndpoint()
+    params = TransportParams()
+    tx = SendQueuePair(qpn=1, dest_qp=2, params=params, line_rate_bps=LINE, events=ep.events)
+    ep.add_sender(tx, peer=("10.0.0.2", 50000))
+    rx = ReceiveQueuePair(qpn=2, remote_qp=1, params=params, events=ep.events)
+    ep.add_receiver(rx, peer=("10.0.0.2", 50001))
+    tx.post_send(now=0.0, message_id=7, size_bytes=100)  # one packet, PSN 0
+    assert len(tx.poll_batch(now=0.0, max_packets=8)) == 1
+    forger = ("10.0.0.66", 50000)
+    wrong_port = ("10.0.0.2", 50009)
+    # a forged CNP does not lower the rate, a forged ACK does not complete the message
+    assert ep.on_packet(now=1e-6, packet=CnpPacket(1), ce=False, source=forger) == []
+    assert ep.on_packet(now=1e-6, packet=CnpPacket(1), ce=False, source=wrong_port) == []
+    assert tx.rate_bps == LINE and tx.cnps_received == 0
+    ep.on_packet(now=1e-6, packet=AckPacket(1, 0), ce=False, source=forger)
+    assert not tx.idle
+    # forged data does not enter the receiver's sequence, even with the right PSN
+    ep.on_packet(
+        now=1e-6, packet=DataPacket(2, 0, Opcode.SEND_ONLY, True, 1), ce=True, source=forger
+    )
+    assert rx.ce_packets == 0
+    assert ep.drop_counts() == {"foreign_source": 4}
+    assert sum(isinstance(e, PacketDropped) for e in ep.events) == 4
+    # the peer's own CNP and ACK do count
+    ep.on_packet(now=2e-6, packet=CnpPacket(1), ce=False, source=("10.0.0.2", 50000))
+    assert tx.rate_bps < LINE and tx.cnps_received == 1
+    ep.on_packet(now=2e-6, packet=AckPacket(1, 0), ce=False, source=("10.0.0.2", 50000))
+    assert tx.idle
