@@ -27,14 +27,21 @@ def groups(params: MoeMixParams) -> tuple[dict[str, list[int]], list[str], list[
     ep_count = params.ranks // ep
     comm: dict[str, list[int]] = {}
     ep_of, dp_of = [""] * params.ranks, [""] * params.ranks
+    strided = params.expert_placement == "strided"
     for g in range(ep_count):
         name = str(len(comm) + 1)
-        comm[name] = list(range(g * ep, (g + 1) * ep))
+        comm[name] = (
+            list(range(g, params.ranks, ep_count)) if strided else list(range(g * ep, (g + 1) * ep))
+        )
         for r in comm[name]:
             ep_of[r] = name
     for position in range(ep):
         name = str(len(comm) + 1)
-        comm[name] = list(range(position, params.ranks, ep))
+        comm[name] = (
+            list(range(position * ep_count, (position + 1) * ep_count))
+            if strided
+            else list(range(position, params.ranks, ep))
+        )
         for r in comm[name]:
             dp_of[r] = name
     return comm, ep_of, dp_of

@@ -6,7 +6,7 @@ GENERATORS_PARAMS maps each kind to its frozen dataclass; the scenario loader pi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from emulator.config import param
 
@@ -23,9 +23,17 @@ class MoeMixParams:
     ranks: int = param(8, doc="ranks (world size)", min=2, max=4096)
     expert_parallel_size: int = param(
         4,
-        doc="ranks per expert-parallel group (consecutive ranks); data-parallel groups are the "
-        "ranks at the same position of every expert-parallel group",
+        doc="ranks per expert-parallel group (see expert_placement); data-parallel groups are "
+        "the ranks at the same position of every expert-parallel group",
         min=2,
+    )
+    expert_placement: Literal["contiguous", "strided"] = param(
+        "contiguous",
+        doc="which ranks form an expert-parallel group: contiguous (ranks 0..E-1, E..2E-1, ...; "
+        "on a Clos with E hosts per leaf each group stays under one leaf and the data-parallel "
+        "groups cross the spines) or strided (ranks g, g+G, g+2G, ... for G groups; the "
+        "expert-parallel groups span the leaves and each data-parallel group is G consecutive "
+        "ranks)",
     )
     dispatch_bytes: int = param(
         4 * MIB, doc="All-to-All (dispatch) send buffer per rank", unit="bytes", min=0

@@ -34,6 +34,21 @@ def collectives_of(trace: chakra.RankTrace) -> list[tuple[str, int, str | None]]
     ]
 
 
+def test_moe_mix_strided_placement_spreads_expert_groups(tmp_path: Path) -> None:
+    params = MoeMixParams(ranks=8, expert_parallel_size=4, expert_placement="strided")
+    write_workload(params, tmp_path / "moe")
+    trace_set = chakra.load_trace_set(tmp_path / "moe")
+    # expert-parallel groups take every other rank; data-parallel pairs are neighbours
+    assert trace_set.comm_groups == {
+        "1": (0, 2, 4, 6),
+        "2": (1, 3, 5, 7),
+        "3": (0, 1),
+        "4": (2, 3),
+        "5": (4, 5),
+        "6": (6, 7),
+    }
+
+
 def test_moe_mix_counts_sizes_and_groups(tmp_path: Path) -> None:
     params = MoeMixParams(
         ranks=8,
