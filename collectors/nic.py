@@ -88,17 +88,33 @@ class NicSampler:
 
     def __init__(self, sources: Mapping[int, CounterSource]) -> None:
         self.sources = dict(sources)
+        self.skipped = 0  # readings left out because their time was uncertain
 
-    def sample(self, time_s: float, clock: Callable[[], float] | None = None) -> list[NicSample]:
-        """One reading per rank at `time_s`; with `clock`, each reading is stamped with the time
-        it was taken (reading many namespaces on a busy machine takes long enough to matter
-        for a per-interval utilization). The stamp is taken just before the read: the kernel
-        copies the counters when it gets the request, and what can stall on a busy machine is
-        the Python that parses the reply (a stamp after it made a NIC read 150% of its rate)."""
+    def sample(
+        self,
+        time_s: float,
+        clock: Callable[[], float] | None = None,
+        max_read_s: float | None = None,
+    ) -> list[NicSample]:
+        """One reading per rank at `time_s`; with `clock`, each reading is stamped with the
+        middle of the time it took (reading many namespaces on a busy machine takes long enough
+        to matter for a per-interval utilization). A reading that took longer than `max_read_s`
+        (clock units; the thread lost the CPU or the GIL while reading) is left out: where in
+        that time the kernel copied the counters is unknown, and stamped at either end it made
+        a NIC read 150% of its line rate. The next reading covers both intervals."""
         samples: list[NicSample] = []
         for rank in sorted(self.sources):
-            t = clock() if clock is not None else time_s
-            tx, rx = self.sources[rank].read()
+            if clock is None:
+                tx, rx = self.sources[rank].read()
+                t = time_s
+            else:
+                before = clock()
+                tx, rx = self.sources[rank].read()
+                after = clock()
+                if max_read_s is not None and after - before > max_read_s:
+                    self.skipped += 1
+                    continue
+                t = (before + after) / 2
             samples.append(NicSample(t, rank, "tx", tx))
             samples.append(NicSample(t, rank, "rx", rx))
         return samples

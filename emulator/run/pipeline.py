@@ -381,6 +381,8 @@ def _run_on_fabric(
         "engine": metadata,
         "fabric_backend": live.metadata(),
         "warnings": planned.warnings,
+        # NIC readings whose time was uncertain (the sampler lost the CPU while reading)
+        "nic_readings_left_out": sampler.nic.skipped,
     }
     if error is not None:
         extra["stopped_by"] = (

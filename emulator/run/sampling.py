@@ -22,6 +22,8 @@ from collectors.samples import port_samples
 from emulator.run.progress import ProgressLine, ProgressState
 
 PORT_INTERVAL_MIN_S = 1.0
+# A NIC reading slower than this share of the sampling interval has an uncertain time: left out.
+READ_SHARE_MAX = 0.05
 
 
 class Sampler:
@@ -85,7 +87,11 @@ class Sampler:
         wall = time.perf_counter()
         now_s = (wall - self.start_wall_s) / self.tdf
         start = self.start_wall_s
-        nic = self.nic.sample(now_s, lambda: (time.perf_counter() - start) / self.tdf)
+        nic = self.nic.sample(
+            now_s,
+            lambda: (time.perf_counter() - start) / self.tdf,
+            max_read_s=READ_SHARE_MAX * self.interval_s / self.tdf,
+        )
         tx = {e.rank: e.bytes for e in nic if e.direction == "tx"}
         events: list[RunEvent] = list(nic)
         t_end = max((e.time_s for e in nic), default=now_s)

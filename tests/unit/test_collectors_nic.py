@@ -109,28 +109,32 @@ def test_port_samples_from_fabric_counters() -> None:
     assert second.utilization == pytest.approx(0.25) and second.ecn_marks == 7
 
 
-def test_each_reading_is_stamped_when_it_was_requested_not_after_a_slow_parse() -> None:
+def test_readings_are_stamped_mid_read_and_slow_ones_are_left_out() -> None:
     clock = [0.0]
 
-    class SlowParse:
-        """The kernel copies the counters at once; the reply's parsing then stalls 40 ms."""
+    class Slow:
+        """A reading that takes `took` seconds of the (fake) clock."""
 
-        def __init__(self, readings: list[tuple[int, int]]) -> None:
+        def __init__(self, readings: list[tuple[int, int]], took: list[float]) -> None:
             self.readings = iter(readings)
+            self.took = iter(took)
 
         def read(self) -> tuple[int, int]:
-            value = next(self.readings)
-            clock[0] += 0.040
-            return value
+            clock[0] += next(self.took)
+            return next(self.readings)
 
-    sampler = NicSampler({0: SlowParse([(0, 0), (100, 50)]), 1: SlowParse([(0, 0), (7, 7)])})
-    first = sampler.sample(0.0, clock=lambda: clock[0])
-    assert [s.time_s for s in first] == pytest.approx([0.0, 0.0, 0.040, 0.040])
+    sampler = NicSampler(
+        {
+            0: Slow([(0, 0), (100, 50)], [0.002, 0.002]),
+            1: Slow([(0, 0), (7, 7)], [0.002, 0.040]),  # the second read lost the CPU for 40 ms
+        }
+    )
+    first = sampler.sample(0.0, clock=lambda: clock[0], max_read_s=0.01)
+    assert [s.time_s for s in first] == pytest.approx([0.001, 0.001, 0.003, 0.003])
     clock[0] = 1.0
-    second = sampler.sample(1.0, clock=lambda: clock[0])
+    second = sampler.sample(1.0, clock=lambda: clock[0], max_read_s=0.01)
     assert [(s.rank, s.direction, s.time_s, s.bytes) for s in second] == [
-        (0, "tx", 1.0, 100),
-        (0, "rx", 1.0, 50),
-        (1, "tx", pytest.approx(1.040), 7),
-        (1, "rx", pytest.approx(1.040), 7),
+        (0, "tx", pytest.approx(1.001), 100),
+        (0, "rx", pytest.approx(1.001), 50),
     ]
+    assert sampler.skipped == 1

@@ -66,12 +66,13 @@ def test_shipped_scenarios_plan(path: Path, capsys: pytest.CaptureFixture[str]) 
     assert world == hosts
 
 
-def test_study_scenarios_differ_from_the_mix_by_one_switch() -> None:
-    mix = load_scenario(ROOT / "scenarios" / "moe_mix.yaml")
+@pytest.mark.parametrize("suffix", ["", "_strided"])
+def test_study_scenarios_differ_from_the_mix_by_one_switch(suffix: str) -> None:
+    mix = load_scenario(ROOT / "scenarios" / f"moe_mix{suffix}.yaml")
     assert mix.workload.generate.include_alltoall and mix.workload.generate.include_allreduce
     for name, switch in (
-        ("allreduce_only", "include_alltoall"),
-        ("alltoall_only", "include_allreduce"),
+        (f"allreduce_only{suffix}", "include_alltoall"),
+        (f"alltoall_only{suffix}", "include_allreduce"),
     ):
         alone = load_scenario(ROOT / "scenarios" / f"{name}.yaml")
         expected = dataclasses.replace(
@@ -83,6 +84,20 @@ def test_study_scenarios_differ_from_the_mix_by_one_switch() -> None:
             ),
         )
         assert alone == expected, name
+
+
+def test_the_strided_mix_differs_from_the_mix_by_its_placement_only() -> None:
+    mix = load_scenario(ROOT / "scenarios" / "moe_mix.yaml")
+    strided = load_scenario(ROOT / "scenarios" / "moe_mix_strided.yaml")
+    assert mix.workload.generate.expert_placement == "contiguous"
+    generate = dataclasses.replace(mix.workload.generate, expert_placement="strided")
+    expected = dataclasses.replace(
+        mix,
+        name="moe_mix_strided",
+        description=strided.description,
+        workload=dataclasses.replace(mix.workload, generate=generate),
+    )
+    assert strided == expected
 
 
 def test_dut_scenario_is_the_mix_workload_behind_an_allowlist() -> None:
