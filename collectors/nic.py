@@ -8,6 +8,7 @@ the caller passes in (the collectors never read a clock themselves).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -83,12 +84,19 @@ class FixtureCounters:
             raise EnvironmentProblem("fixture counters exhausted") from None
 
 
+# A read slower than STALL_FACTOR x the median of the last reads (at least STALL_HISTORY_MIN of
+# them) lost the CPU while reading; a uniformly slow machine only makes every read slow.
+STALL_FACTOR = 4.0
+STALL_HISTORY_MIN = 8
+
+
 class NicSampler:
     """Reads every rank's counters once per sample() call."""
 
     def __init__(self, sources: Mapping[int, CounterSource]) -> None:
         self.sources = dict(sources)
         self.skipped = 0  # readings left out because their time was uncertain
+        self._read_s: deque[float] = deque(maxlen=64)  # how long recent reads took
 
     def sample(
         self,
@@ -99,9 +107,10 @@ class NicSampler:
         """One reading per rank at `time_s`; with `clock`, each reading is stamped with the
         middle of the time it took (reading many namespaces on a busy machine takes long enough
         to matter for a per-interval utilization). A reading that took longer than `max_read_s`
-        (clock units; the thread lost the CPU or the GIL while reading) is left out: where in
-        that time the kernel copied the counters is unknown, and stamped at either end it made
-        a NIC read 150% of its line rate. The next reading covers both intervals."""
+        (clock units) and than STALL_FACTOR times the median of recent reads (the thread lost the
+        CPU or the GIL while reading) is left out: where in that time the kernel copied the
+        counters is unknown, and stamped at either end such a reading made a NIC read 150% of its
+        line rate. The next reading covers both intervals."""
         samples: list[NicSample] = []
         for rank in sorted(self.sources):
             if clock is None:
@@ -111,10 +120,17 @@ class NicSampler:
                 before = clock()
                 tx, rx = self.sources[rank].read()
                 after = clock()
-                if max_read_s is not None and after - before > max_read_s:
+                if self._stalled(after - before, max_read_s):
                     self.skipped += 1
                     continue
                 t = (before + after) / 2
             samples.append(NicSample(t, rank, "tx", tx))
             samples.append(NicSample(t, rank, "rx", rx))
         return samples
+
+    def _stalled(self, took_s: float, max_read_s: float | None) -> bool:
+        recent = sorted(self._read_s)
+        self._read_s.append(took_s)
+        if max_read_s is None or took_s <= max_read_s or len(recent) < STALL_HISTORY_MIN:
+            return False
+        return took_s > STALL_FACTOR * recent[len(recent) // 2]

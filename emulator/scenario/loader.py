@@ -54,10 +54,16 @@ def compose_file(path: Path) -> yaml.Node | None:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f":{mark.line + 1}" if mark is not None else ""
-        problem = exc.problem or exc.context or "invalid YAML"
+        problem = " ".join((exc.problem or exc.context or "invalid YAML").split())
         raise ScenarioError(f"{path}{where}: invalid YAML: {problem}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, e.g. a control byte
+        line = text.count("\n", 0, exc.position) + 1
+        raise ScenarioError(
+            f"{path}:{line}: invalid YAML: character {exc.character!r} is not allowed"
+        ) from None
     except yaml.YAMLError as exc:
-        raise ScenarioError(f"{path}: invalid YAML: {exc}") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ScenarioError(f"{path}: invalid YAML: {first}") from None
 
 
 def load_dataclass(cls: type[Any], node: yaml.Node | None, source: Path) -> Any:
@@ -69,15 +75,25 @@ def load_dataclass(cls: type[Any], node: yaml.Node | None, source: Path) -> Any:
     except _Invalid as exc:
         line = exc.node.start_mark.line + 1
         where = f" {exc.key_path}:" if exc.key_path else ""
-        raise ScenarioError(f"{source}:{line}:{where} {exc.message}") from None
+        # one line whatever the file holds (a value quoted in the message may span lines)
+        message = exc.message.replace("\r", "\\r").replace("\n", "\\n")
+        raise ScenarioError(f"{source}:{line}:{where} {message}") from None
 
 
 def _join(key_path: str, key: str) -> str:
-    return f"{key_path}.{key}" if key_path else key
+    # a key that is not plain printable text is shown quoted, so the message stays one line
+    shown = key if key and key.isprintable() and key.strip() == key else repr(key)
+    return f"{key_path}.{shown}" if key_path else shown
 
 
-def _scalar(node: yaml.Node) -> Any:
-    return _SCALAR_CONSTRUCTOR.construct_object(node, deep=True)
+def _scalar(node: yaml.Node, key_path: str = "") -> Any:
+    """The value of a scalar node; a tag the safe loader cannot build (!!python/..., a bad
+    !!binary or !!timestamp) is refused like any other invalid value."""
+    try:
+        return _SCALAR_CONSTRUCTOR.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        problem = getattr(exc, "problem", None) or str(exc) or type(exc).__name__
+        raise _Invalid(node, key_path, f"cannot read this value ({problem})") from None
 
 
 def _mapping_items(node: yaml.Node, key_path: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
@@ -88,7 +104,7 @@ def _mapping_items(node: yaml.Node, key_path: str) -> list[tuple[str, yaml.Node,
     for key_node, value_node in node.value:
         if not isinstance(key_node, yaml.ScalarNode):
             raise _Invalid(key_node, key_path, "mapping keys must be plain strings")
-        key = str(_scalar(key_node))
+        key = str(_scalar(key_node, key_path))
         if key in seen:
             raise _Invalid(key_node, _join(key_path, key), "duplicate key")
         seen[key] = key_node
@@ -139,7 +155,7 @@ def _convert_kind(kinds: Mapping[str, type], node: yaml.Node, key_path: str) -> 
     if not kind_entry:
         raise _Invalid(node, key_path, f"missing 'kind' (one of: {names})")
     _, _, kind_node = kind_entry[0]
-    kind = _scalar(kind_node) if isinstance(kind_node, yaml.ScalarNode) else None
+    kind = _scalar(kind_node, key_path) if isinstance(kind_node, yaml.ScalarNode) else None
     if not isinstance(kind, str) or kind not in kinds:
         raise _Invalid(
             kind_node, _join(key_path, "kind"), f"unknown kind {kind!r} (one of: {names})"
@@ -172,7 +188,11 @@ def _type_name(tp: Any) -> str:
 
 def _convert(tp: Any, node: yaml.Node, key_path: str, info: ParamInfo | None) -> Any:
     if info is not None and info.kinds is not None:
-        if isinstance(node, yaml.ScalarNode) and _scalar(node) is None and _allows_none(tp):
+        if (
+            isinstance(node, yaml.ScalarNode)
+            and _scalar(node, key_path) is None
+            and _allows_none(tp)
+        ):
             return None
         return _convert_kind(info.kinds, node, key_path)
     origin = typing.get_origin(tp)
@@ -208,7 +228,7 @@ def _convert(tp: Any, node: yaml.Node, key_path: str, info: ParamInfo | None) ->
         }
     if not isinstance(node, yaml.ScalarNode):
         raise _Invalid(node, key_path, f"expected {_type_name(tp)}, got {_describe(node)}")
-    value = _scalar(node)
+    value = _scalar(node, key_path)
     if origin is typing.Literal:
         choices = typing.get_args(tp)
         if value not in choices:

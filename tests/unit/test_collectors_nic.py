@@ -109,32 +109,35 @@ def test_port_samples_from_fabric_counters() -> None:
     assert second.utilization == pytest.approx(0.25) and second.ecn_marks == 7
 
 
-def test_readings_are_stamped_mid_read_and_slow_ones_are_left_out() -> None:
+def test_readings_are_stamped_mid_read_and_stalled_ones_are_left_out() -> None:
     clock = [0.0]
 
     class Slow:
-        """A reading that takes `took` seconds of the (fake) clock."""
+        """Readings that take `took` seconds each of the (fake) clock."""
 
-        def __init__(self, readings: list[tuple[int, int]], took: list[float]) -> None:
-            self.readings = iter(readings)
+        def __init__(self, took: list[float]) -> None:
             self.took = iter(took)
+            self.count = 0
 
         def read(self) -> tuple[int, int]:
             clock[0] += next(self.took)
-            return next(self.readings)
+            self.count += 1
+            return 100 * self.count, 50 * self.count
 
-    sampler = NicSampler(
-        {
-            0: Slow([(0, 0), (100, 50)], [0.002, 0.002]),
-            1: Slow([(0, 0), (7, 7)], [0.002, 0.040]),  # the second read lost the CPU for 40 ms
-        }
-    )
-    first = sampler.sample(0.0, clock=lambda: clock[0], max_read_s=0.01)
-    assert [s.time_s for s in first] == pytest.approx([0.001, 0.001, 0.003, 0.003])
-    clock[0] = 1.0
-    second = sampler.sample(1.0, clock=lambda: clock[0], max_read_s=0.01)
-    assert [(s.rank, s.direction, s.time_s, s.bytes) for s in second] == [
-        (0, "tx", pytest.approx(1.001), 100),
-        (0, "rx", pytest.approx(1.001), 50),
-    ]
+    # every read is slower than max_read_s on this busy machine (5 ms against 1 ms): kept, until
+    # one takes 40 ms, 8x the usual
+    source = Slow([0.005] * 10 + [0.040, 0.005])
+    sampler = NicSampler({0: source})
+    stamps = []
+    for i in range(12):
+        clock[0] = float(i)
+        stamps += [s.time_s for s in sampler.sample(float(i), lambda: clock[0], max_read_s=0.001)]
     assert sampler.skipped == 1
+    assert stamps[:2] == [pytest.approx(0.0025)] * 2  # tx and rx, mid-read
+    expected = [t + 0.0025 for t in range(12) if t != 10]
+    assert stamps[::2] == pytest.approx(expected)
+    # without a limit nothing is left out
+    quiet = NicSampler({0: Slow([0.005] * 10 + [0.040])})
+    for i in range(11):
+        quiet.sample(float(i), lambda: clock[0])
+    assert quiet.skipped == 0
