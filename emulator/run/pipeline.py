@@ -13,6 +13,7 @@ import dataclasses
 import os
 import signal
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,11 +133,16 @@ class Replay:
         self.recorder = recorder
         self.unpaired: list[str] = []
         self.iteration_of: dict[int, int] = {}
+        self.stragglers = {int(r) for r in scenario.compute.stragglers}
+        # collective instances with a straggler among their members, by type
+        self.affected: Counter[str] = Counter()
         self.job: JobSchedule = planned.schedule(
             scenario, self._on_instance, self._on_member_issued
         )
 
     def _on_instance(self, inst: CollectiveInstance) -> None:
+        if self.stragglers.intersection(inst.members):
+            self.affected[inst.collective] += 1
         iteration = self.planned.numbering.number(inst)
         self.iteration_of[inst.id] = iteration
         ideal = self.planned.ideal_time_s.get(instance_key(inst))
@@ -384,6 +390,11 @@ def _run_on_fabric(
         # NIC readings whose time was uncertain (the sampler lost the CPU while reading)
         "nic_readings_left_out": sampler.nic.skipped,
     }
+    if scenario.compute.stragglers:
+        extra["impairments"] = {
+            "stragglers": dict(scenario.compute.stragglers),
+            "collectives_with_a_straggler": dict(replay.affected),
+        }
     if error is not None:
         extra["stopped_by"] = (
             "interrupt" if isinstance(error, KeyboardInterrupt) else f"error: {error}"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from emulator.errors import PlanError
+from emulator.errors import InputError, PlanError
 from emulator.schedule.collectives import FlowExpander, transfers_for
 from emulator.schedule.feeder import RankFeeder
 from emulator.schedule.matching import GroupTable, MatchedOp, Matcher
@@ -132,6 +132,11 @@ class JobSchedule:
         self.iterations = iterations
         self.keep_instances = keep_instances
         self.wheres = [r.where for r in ranks]
+        for rank in self.compute.stragglers:
+            if int(rank) >= len(ranks):
+                raise InputError(
+                    f"compute.stragglers: rank {rank} is not in the trace set ({len(ranks)} ranks)"
+                )
         sports = SPORT_POLICIES[self.collectives.sport_policy](
             self.collectives.udp_sport_min, self.collectives.udp_sport_max
         )
@@ -282,8 +287,9 @@ class JobSchedule:
         token = self._next_token
         self._next_token += 1
         self._delays[token] = (rank, node.id, stream)
+        delay_s = node.delay_s * self.compute.compute_factor(rank)  # 1.0 unless a straggler
         self._actions.append(
-            StartDelay(token, rank, self.feeders[rank].iteration, node.id, node.delay_s)
+            StartDelay(token, rank, self.feeders[rank].iteration, node.id, delay_s)
         )
 
     def _complete_node(self, rank: int, node_id: int) -> None:

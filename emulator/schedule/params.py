@@ -146,6 +146,23 @@ class ComputeParams:
         source="mlcommons/chakra et_feeder window_size_ default 4096",
         min=1,
     )
+    stragglers: dict[str, float] = param(
+        default_factory=dict,
+        doc="impairment: rank -> factor its compute delays are multiplied by (a straggler: "
+        "{3: 2.0} makes rank 3 compute twice as long); the ideal-time model includes it, so "
+        "busbw ratios still measure the network",
+    )
+
+    def __post_init__(self) -> None:
+        for rank, factor in self.stragglers.items():
+            if not rank.isdigit():
+                raise ValueError(f"stragglers: {rank!r} is not a rank number")
+            if not (isinstance(factor, int | float) and 0 < factor < float("inf")):
+                raise ValueError(f"stragglers: rank {rank}: factor {factor!r} must be positive")
+
+    def compute_factor(self, rank: int) -> float:
+        """How much slower than the trace says this rank computes (1.0: as the trace says)."""
+        return float(self.stragglers.get(str(rank), 1.0))
 
 
 __all__ = ["DEFAULT_ALGORITHMS", "CollectivesParams", "ComputeParams"]

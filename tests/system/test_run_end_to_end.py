@@ -88,7 +88,8 @@ def test_shrunken_moe_mix_end_to_end(
 ) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     path = tmp_path / "mini.yaml"
-    path.write_text(MINI % "auto")
+    # rank 1 a straggler (compute 3x): in expert group (0, 1) and data-parallel pair (1, 3)
+    path.write_text(MINI % "auto" + "compute: {stragglers: {1: 3.0}}\n")
     scenario = load_scenario(path)
     before = _netns()
     messages: list[str] = []
@@ -144,6 +145,11 @@ def test_shrunken_moe_mix_end_to_end(
         stats = summary["collectives"][ctype]
         # over all instances the shares even out: the mean stays below the ideal
         assert 0 < stats["busbw_mean_bytes_per_s"] <= stats["ideal_busbw_bytes_per_s"] * 1.05
+    # the impairment is recorded with what it touched: per step 2 All-to-Alls and 1 All-Reduce
+    assert summary["impairments"] == {
+        "stragglers": {"1": 3.0},
+        "collectives_with_a_straggler": {"ALL_TO_ALL": 4, "ALL_REDUCE": 2},
+    }
     # the flows are long next to the links' shaper bursts, so that check has nothing to say
     assert not any("burst tolerance" in r for r in summary["fidelity"]["reasons"])
     nic = pq.read_table(out / "nic.parquet").to_pylist()

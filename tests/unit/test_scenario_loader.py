@@ -10,6 +10,7 @@ import pytest
 
 from emulator.config import param
 from emulator.errors import ScenarioError
+from emulator.scenario import load_scenario
 from emulator.scenario.loader import compose_file, load_dataclass
 
 
@@ -132,3 +133,31 @@ def test_empty_and_unreadable_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(ScenarioError, match="not a UTF-8"):
         compose_file(binary)
+
+
+@pytest.mark.parametrize(
+    ("stragglers", "says"),
+    [
+        ("{x: 2.0}", "compute.stragglers: 'x' is not a rank number"),
+        ("{3: 0}", "compute.stragglers: rank 3: factor 0.0 must be positive"),
+        ("{3: -1.5}", "compute.stragglers: rank 3: factor -1.5 must be positive"),
+        ("{3: .inf}", "compute.stragglers.3: expected a finite number, got inf"),
+        ("[3]", "compute.stragglers: expected a mapping"),
+    ],
+)
+def test_straggler_impairment_is_checked(tmp_path: Path, stragglers: str, says: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        f"workload: {{generate: {{kind: allreduce}}}}\ncompute:\n  stragglers: {stragglers}\n"
+    )
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert says in str(info.value) and str(path) in str(info.value)
+
+
+def test_straggler_impairment_loads(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("workload: {generate: {kind: allreduce}}\ncompute: {stragglers: {3: 2.5}}\n")
+    compute = load_scenario(path).compute
+    assert compute.stragglers == {"3": 2.5}
+    assert compute.compute_factor(3) == 2.5 and compute.compute_factor(0) == 1.0

@@ -6,6 +6,7 @@ from collections.abc import Hashable, Sequence
 
 import pytest
 
+from emulator.errors import InputError
 from emulator.schedule.busbw import busbw_bytes_per_s
 from emulator.schedule.fabric import clos_path, default_clos_spec, star_path
 from emulator.schedule.fluid import FluidNetwork
@@ -148,6 +149,34 @@ def test_every_member_reaching_a_collective_is_reported_with_its_time() -> None:
     [instance] = simulate(job, star_path(100.0)).instances
     assert sorted(issued) == [(instance.id, r, pytest.approx(1e-3 * (r + 1))) for r in range(4)]
     assert instance.start_s == pytest.approx(4e-3)  # the rendezvous is the last member's
+
+
+def test_a_straggler_computes_slower_and_the_collective_waits_for_it() -> None:
+    size = 1 << 20
+    ranks = [
+        rank_input(r, [comp(0, 1, 1e-3), coll(1, 2, "ALL_GATHER", size, (1,))]) for r in range(4)
+    ]
+    plain = simulate(JobSchedule(ranks, GroupTable(4, {})), star_path(100.0))
+    slow = ComputeParams(stragglers={"2": 3.0})
+    issued: list[tuple[int, float]] = []
+    job = JobSchedule(
+        ranks,
+        GroupTable(4, {}),
+        compute=slow,
+        on_member_issued=lambda i, r, t: issued.append((r, t)),
+    )
+    result = simulate(job, star_path(100.0))
+    assert sorted(issued) == [
+        (0, pytest.approx(1e-3)),
+        (1, pytest.approx(1e-3)),
+        (2, pytest.approx(3e-3)),
+        (3, pytest.approx(1e-3)),
+    ]
+    [instance] = result.instances
+    assert instance.start_s == pytest.approx(3e-3)
+    assert result.job_time_s == pytest.approx(plain.job_time_s + 2e-3)
+    with pytest.raises(InputError, match=r"compute\.stragglers: rank 9 is not in the trace set"):
+        JobSchedule(ranks, GroupTable(4, {}), compute=ComputeParams(stragglers={"9": 2.0}))
 
 
 def test_default_clos_gives_line_rate_to_a_ring_and_fewer_bytes_per_s_to_collisions() -> None:
