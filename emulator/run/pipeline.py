@@ -415,5 +415,33 @@ def _run_on_fabric(
 
 def _teardown(live: Any, options: RunOptions) -> None:
     # close() raises EnvironmentProblem naming what it could not release (left for `emulate clean`)
-    removed = live.close()
+    with signals_deferred():
+        removed = live.close()
     options.say(f"fabric torn down ({len(removed)} resources released)")
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block is over (noted, not lost): a teardown interrupted
+    halfway would leave namespaces behind. On exit a noted signal stops the run as usual
+    (KeyboardInterrupt). Python runs signal handlers in the main thread whichever thread the
+    signal hit, so this holds with the exporter's and the sampler's threads alive."""
+    noted: list[int] = []
+    owner = os.getpid()
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        del frame
+        if os.getpid() != owner:  # a forked helper inherited this: it dies as usual
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        noted.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if noted:
+        raise KeyboardInterrupt

@@ -177,3 +177,21 @@ def test_burst_reason_flags_flows_short_next_to_the_shaper_bursts() -> None:
     assert burst_reason([2 << 20] * 3, fabric) is None
     assert burst_reason([], fabric) is None
     assert burst_reason([1_000], {"backend": "dut"}) is None  # a real switch has no HTB burst
+
+
+def test_signals_during_teardown_wait_until_it_is_over() -> None:
+    import os
+    import signal
+
+    from emulator.run.pipeline import signals_deferred
+
+    steps: list[str] = []
+    with pytest.raises(KeyboardInterrupt), signals_deferred():
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        steps.append("released everything")  # not cut short by either signal
+    assert steps == ["released everything"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    with signals_deferred():  # no signal: nothing raised
+        steps.append("again")
+    assert steps[-1] == "again"
