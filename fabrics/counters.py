@@ -29,6 +29,7 @@ class PortCounters:
     phantom_queue_bytes: int | None
     peak_phantom_queue_bytes: int | None
     phantom_overflows: int | None
+    loss_drops: int = 0  # dropped by the loss impairment before the queue (not in `drops`)
 
 
 def _qdisc_stats(netns: str) -> dict[str, dict[str, Any]]:
@@ -71,5 +72,6 @@ def read_port_counters(
             phantom_queue_bytes=marks.queue_bytes if marks else None,
             peak_phantom_queue_bytes=marks.peak_queue_bytes if marks else None,
             phantom_overflows=marks.overflows if marks else None,
+            loss_drops=marks.loss_drops if marks else 0,
         )
     return out

@@ -138,6 +138,7 @@ def egress_ports(
         role = topology.node_by_name[node].role
         delay_s = topology.link_delay_s * delay_scale
         gbps = link.rate_bps / 1e9
+        loss = 0.0
         if role == "host":
             buffer, ecn = topology.host_buffer_bytes, None
         else:
@@ -145,6 +146,7 @@ def egress_ports(
             buffer = tier.buffer_for(gbps)
             kmin, kmax = tier.ecn.thresholds_bytes(gbps)
             ecn = EcnThresholds(kmin, kmax, tier.ecn.pmax) if tier.ecn.enabled else None
+            loss = tier.loss_probability
         out.append(
             EgressPort(
                 node,
@@ -155,6 +157,7 @@ def egress_ports(
                 topology.mtu_bytes,
                 delay_s,
                 ecn,
+                loss,
             )
         )
     return tuple(out)
@@ -220,6 +223,13 @@ def _bring_up(
         )
     run_batch([ip("netns", "del", probe)])
     ledger.resources.remove({"kind": "netns", "name": probe})
+    lossy = sorted(role for role, tier in topo.tiers.items() if tier.loss_probability > 0)
+    if lossy and marker.name != "ebpf":
+        # the loss impairment is the eBPF program's; never silently run without it
+        raise ScenarioError(
+            f"fabric.{lossy[0]}.loss_probability: random loss needs the eBPF marker program "
+            f"(marker: ebpf; this fabric's marker is {marker.name}, and this kernel has no netem)"
+        )
     say(f"ECN marker: {marker.name}")
 
     ledger.record({"kind": "netns", "name": ns} for ns in netns.values())

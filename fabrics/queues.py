@@ -39,6 +39,7 @@ class EgressPort:
     mtu_bytes: int
     delay_s: float
     ecn: EcnThresholds | None  # None: host NIC, or marking disabled on this tier
+    loss_probability: float = 0.0  # impairment: share of packets dropped at random (eBPF marker)
 
     @property
     def burst_bytes(self) -> int:

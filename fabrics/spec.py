@@ -88,6 +88,15 @@ class TierSpec:
         min=1500,
     )
     ecn: EcnSpec = field(default_factory=EcnSpec)
+    loss_probability: float = param(
+        0.0,
+        doc="impairment: share of packets every egress port of this tier drops at random "
+        "(needs the eBPF marker: this kernel has no netem); flows still complete through "
+        "go-back-N, and the fidelity verdict does not count these drops against a lossless "
+        "fabric",
+        min=0.0,
+        max=0.5,
+    )
 
     def buffer_for(self, link_gbps: float) -> int:
         if self.buffer_bytes is not None:

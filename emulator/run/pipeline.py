@@ -378,7 +378,10 @@ def _run_on_fabric(
             f"{len(replay.unpaired)} collectives had no ideal-time counterpart: "
             + ", ".join(replay.unpaired[:4])
         )
-    fidelity = assess_fidelity(tables, scenario.metrics.fidelity, reasons)
+    limits = scenario.metrics.fidelity
+    if loss_by_tier(scenario.fabric):  # drops and retransmissions are what was asked for
+        limits = dataclasses.replace(limits, lossless=False)
+    fidelity = assess_fidelity(tables, limits, reasons)
     extra = {
         "time_dilation": choice.to_json(),
         "ideal_job_time_s": planned.ideal.job_time_s,
@@ -390,11 +393,22 @@ def _run_on_fabric(
         # NIC readings whose time was uncertain (the sampler lost the CPU while reading)
         "nic_readings_left_out": sampler.nic.skipped,
     }
+    impairments: dict[str, Any] = {}
     if scenario.compute.stragglers:
-        extra["impairments"] = {
-            "stragglers": dict(scenario.compute.stragglers),
-            "collectives_with_a_straggler": dict(replay.affected),
-        }
+        impairments["stragglers"] = dict(scenario.compute.stragglers)
+        impairments["collectives_with_a_straggler"] = dict(replay.affected)
+    loss = loss_by_tier(scenario.fabric)
+    if loss and ports is not None:
+        impairments["loss_probability"] = loss
+        try:
+            impairments["loss_drops"] = sum(c.loss_drops for c in ports())
+        except Exception as exc:  # the fabric may be gone after a failure: say so
+            impairments["loss_drops"] = f"unknown ({type(exc).__name__}: {exc})"
+        impairments["packets_retransmitted"] = metadata.get("counters", {}).get(
+            "packets_resent_planned", 0
+        )
+    if impairments:
+        extra["impairments"] = impairments
     if error is not None:
         extra["stopped_by"] = (
             "interrupt" if isinstance(error, KeyboardInterrupt) else f"error: {error}"
@@ -411,6 +425,14 @@ def _run_on_fabric(
     if error is not None:
         raise error
     return RunResult(writer.target, summary, partial)
+
+
+def loss_by_tier(fabric: Any) -> dict[str, float]:
+    """The loss impairment of a Clos's tiers that have one (tier -> probability)."""
+    if not isinstance(fabric, ClosSpec):
+        return {}
+    tiers = {"leaf": fabric.leaf, "spine": fabric.spine, "super_spine": fabric.super_spine}
+    return {name: t.loss_probability for name, t in tiers.items() if t.loss_probability > 0}
 
 
 def _teardown(live: Any, options: RunOptions) -> None:

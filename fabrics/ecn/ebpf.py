@@ -25,10 +25,11 @@ from fabrics.iproute import Cmd, run, tc
 SOURCE = Path(__file__).with_name("phantom_marker.c")
 SECTION = "tc"
 PROG_NAME = "phantom_marker"
-# struct marker_params: u64 drain_bytes_per_ns_q24, kmin, kmax, buffer; u32 pmax_u32, enabled
-PARAMS = struct.Struct("=QQQQII")
-# struct marker_state: spin lock u32, pad u32, then 8 x u64 (see phantom_marker.c)
-STATE = struct.Struct("=II8Q")
+# struct marker_params: u64 drain_bytes_per_ns_q24, kmin, kmax, buffer; u32 pmax_u32, enabled,
+# loss_u32, mark_ect
+PARAMS = struct.Struct("=QQQQIIII")
+# struct marker_state: spin lock u32, pad u32, then 9 x u64 (see phantom_marker.c)
+STATE = struct.Struct("=II9Q")
 KEY0 = struct.pack("=I", 0)
 
 
@@ -40,10 +41,13 @@ class MarkerParams:
     pmax: float
     buffer_bytes: int
     enabled: bool = True
+    loss_probability: float = 0.0
+    mark_ect: bool = True  # False: the program only drops (loss on a port without ECN)
 
     def pack(self) -> bytes:
         drain_q24 = round(self.rate_bps / 8 / 1e9 * (1 << 24))
         pmax_u32 = min(round(self.pmax * 0xFFFFFFFF), 0xFFFFFFFF)
+        loss_u32 = min(round(self.loss_probability * (1 << 32)), 0xFFFFFFFF)
         return PARAMS.pack(
             max(drain_q24, 1),
             self.kmin_bytes,
@@ -51,6 +55,8 @@ class MarkerParams:
             self.buffer_bytes,
             pmax_u32,
             int(self.enabled),
+            loss_u32,
+            int(self.mark_ect),
         )
 
 
@@ -67,11 +73,12 @@ class MarkerState:
     ect_packets: int
     marks: int
     overflows: int
+    loss_drops: int = 0
 
     @classmethod
     def unpack(cls, raw: bytes) -> MarkerState:
-        _, _, _last_ns, queue, peak, nbytes, packets, ect, marks, overflows = STATE.unpack(raw)
-        return cls(_last_ns, queue, peak, nbytes, packets, ect, marks, overflows)
+        _, _, *fields = STATE.unpack(raw)
+        return cls(*fields)
 
     def queue_bytes_at(self, now_ns: int, rate_bps: float) -> int:
         """The phantom queue drained to `now_ns` (bpf_ktime_get_ns is CLOCK_MONOTONIC, which

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from emulator.errors import EnvironmentProblem, ScenarioError
 from fabrics.ecn import ebpf
 from fabrics.iproute import Cmd, run, tc
-from fabrics.queues import EgressPort, drop_tail
+from fabrics.queues import EcnThresholds, EgressPort, drop_tail
 
 Resource = dict[str, Any]
 
@@ -26,6 +26,7 @@ class MarkCounters:
     queue_bytes: int | None = None
     peak_queue_bytes: int | None = None
     overflows: int | None = None
+    loss_drops: int = 0  # packets dropped by the loss impairment
 
 
 class Marker(ABC):
@@ -113,7 +114,7 @@ class EbpfMarker(Marker):
         return drop_tail(port)
 
     def attach(self, port: EgressPort) -> tuple[list[Cmd], list[Resource]]:
-        if port.ecn is None:
+        if not _needs_program(port):
             return [], []
         res = {"kind": "qdisc", "netns": port.netns, "dev": port.dev, "parent": "clsact"}
         return ebpf.attach_commands(port.netns, port.dev, self.obj), [res]
@@ -121,7 +122,7 @@ class EbpfMarker(Marker):
     def configure(
         self, ports: list[EgressPort], record: Callable[[list[Resource]], None] | None = None
     ) -> list[Resource]:
-        marking = [p for p in ports if p.ecn is not None]
+        marking = [p for p in ports if _needs_program(p)]
         by_ns: dict[str, list[EgressPort]] = {}
         for p in marking:
             by_ns.setdefault(p.netns, []).append(p)
@@ -150,9 +151,15 @@ class EbpfMarker(Marker):
         if record is not None:
             record(resources)
         for p in marking:
-            assert p.ecn is not None
+            ecn = p.ecn or EcnThresholds(0, 0, 0.0)
             params = ebpf.MarkerParams(
-                p.rate_bps, p.ecn.kmin_bytes, p.ecn.kmax_bytes, p.ecn.pmax, p.buffer_bytes
+                p.rate_bps,
+                ecn.kmin_bytes,
+                ecn.kmax_bytes,
+                ecn.pmax,
+                p.buffer_bytes,
+                loss_probability=p.loss_probability,
+                mark_ect=p.ecn is not None,
             )
             ebpf.write_params(self.maps[(p.netns, p.dev)], params)
         return resources
@@ -164,7 +171,12 @@ class EbpfMarker(Marker):
             return None
         s = ebpf.read_state(maps)
         now_queue = s.queue_bytes_at(time.monotonic_ns(), port.rate_bps)
-        return MarkCounters(s.marks, now_queue, s.peak_queue_bytes, s.overflows)
+        return MarkCounters(s.marks, now_queue, s.peak_queue_bytes, s.overflows, s.loss_drops)
+
+
+def _needs_program(port: EgressPort) -> bool:
+    """The eBPF program goes on ports that mark, and on ports that drop at random."""
+    return port.ecn is not None or port.loss_probability > 0
 
 
 MARKERS: dict[str, Callable[[], Marker]] = {"red": RedMarker, "ebpf": EbpfMarker, "none": NoMarker}

@@ -6,6 +6,8 @@
  * drains at the port's link rate (computed from bpf_ktime_get_ns), and marks CE on ECN-capable
  * IPv4 packets with the DCQCN switch rule (Zhu et al., SIGCOMM 2015, section 3.1): probability 0
  * up to Kmin, rising linearly to Pmax at Kmax, 1 above Kmax.
+ * It also drops packets at random with `loss_u32` / 2^32 probability (the scenario's loss
+ * impairment: netem is missing on such kernels); those count in `loss_drops`, not in the queue.
  * Parameters come from the `params` map (written from Python); counters go to the `state` map.
  * A GSO/GRO skb counts as one packet here: the fabric turns those off on its interfaces.
  */
@@ -24,6 +26,8 @@ struct marker_params {
 	__u64 buffer_bytes;           /* phantom queue capacity; arrivals beyond it count as overflows */
 	__u32 pmax_u32;               /* Pmax scaled so that 2^32 - 1 is 1.0 */
 	__u32 enabled;                /* 0: not configured yet, count only */
+	__u32 loss_u32;               /* drop probability scaled so that 2^32 is 1.0 (0: none) */
+	__u32 mark_ect;               /* 0: loss only, never mark */
 };
 
 struct marker_state {
@@ -37,6 +41,7 @@ struct marker_state {
 	__u64 ect_packets;
 	__u64 marks;
 	__u64 overflows;
+	__u64 loss_drops;
 };
 
 struct {
@@ -78,6 +83,7 @@ int phantom_marker(struct __sk_buff *skb)
 	/* Helpers cannot be called under the spin lock: take time and randomness first. */
 	__u64 now = bpf_ktime_get_ns();
 	__u32 rnd = bpf_get_prandom_u32();
+	__u32 loss_rnd = bpf_get_prandom_u32();
 	__u64 len = skb->len;
 	int mark = 0;
 
@@ -90,13 +96,19 @@ int phantom_marker(struct __sk_buff *skb)
 		bpf_spin_unlock(&s->lock);
 		return TC_ACT_OK;
 	}
+	if (p->loss_u32 && loss_rnd < p->loss_u32) {
+		/* Lost on the wire: never queued, never marked. */
+		s->loss_drops++;
+		bpf_spin_unlock(&s->lock);
+		return TC_ACT_SHOT;
+	}
 	__u64 elapsed = now - s->last_ns;
 	if (elapsed > MAX_ELAPSED_NS)
 		elapsed = MAX_ELAPSED_NS;
 	__u64 drained = (elapsed * p->drain_bytes_per_ns_q24) >> 24;
 	__u64 q = s->queue_bytes > drained ? s->queue_bytes - drained : 0;
 	s->last_ns = now;
-	if (ect) {
+	if (ect && p->mark_ect) {
 		if (q >= p->kmax_bytes) {
 			mark = 1;
 		} else if (q > p->kmin_bytes) {

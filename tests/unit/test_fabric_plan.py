@@ -140,14 +140,19 @@ def test_red_marker_parameters() -> None:
 
 
 def test_marker_map_layouts_match_the_c_structs() -> None:
-    assert PARAMS.size == 40 and STATE.size == 72  # 4 x u64 + 2 x u32; lock+pad + 8 x u64
+    assert PARAMS.size == 48 and STATE.size == 80  # 4 x u64 + 4 x u32; lock+pad + 9 x u64
     raw = MarkerParams(8e9, 100, 400, 0.5, 1000).pack()
-    drain, kmin, kmax, buf, pmax, enabled = PARAMS.unpack(raw)
+    drain, kmin, kmax, buf, pmax, enabled, loss, mark_ect = PARAMS.unpack(raw)
     assert drain == 1 << 24  # 8 Gb/s is 1 byte per ns
-    assert (kmin, kmax, buf, enabled) == (100, 400, 1000, 1)
+    assert (kmin, kmax, buf, enabled, loss, mark_ect) == (100, 400, 1000, 1, 0, 1)
     assert pmax == round(0.5 * 0xFFFFFFFF)
-    s = MarkerState.unpack(struct.pack("=II8Q", 0, 0, 1_000, 5_000, 9_000, 1, 2, 3, 4, 5))
+    lossy = PARAMS.unpack(
+        MarkerParams(8e9, 0, 0, 0.0, 1000, loss_probability=0.25, mark_ect=False).pack()
+    )
+    assert lossy[6:] == (1 << 30, 0)  # a quarter of 2^32; no marking
+    s = MarkerState.unpack(struct.pack("=II9Q", 0, 0, 1_000, 5_000, 9_000, 1, 2, 3, 4, 5, 6))
     assert (s.queue_bytes, s.peak_queue_bytes, s.marks, s.overflows) == (5_000, 9_000, 4, 5)
+    assert s.loss_drops == 6
     assert s.queue_bytes_at(1_000 + 2_000, 8e9) == 3_000  # 2 us at 1 byte/ns drains 2000 bytes
     assert s.queue_bytes_at(10**9, 8e9) == 0
 
