@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from fabrics.ecn.markers import NETEM_PROBE, Marker, choose_marker, qdisc_kind_a
 from fabrics.iproute import Cmd, in_netns, ip, run_batch, run_grouped
 from fabrics.ownership import Ledger
 from fabrics.queues import EcnThresholds, EgressPort, htb_commands, netem_delay
-from fabrics.topology import HOST_IFNAME, Topology
+from fabrics.topology import HOST_IFNAME, Cable, Route, Topology, routes_without
 
 NETNS_DIR = Path("/run/netns")  # where `ip netns add` names its namespaces
 
@@ -118,6 +118,30 @@ class LiveFabric:
             "shaped_hops_max": 2 * len({n.role for n in self.topology.nodes} - {"host"}),
         }
 
+    def set_cable(self, cable: Cable, up: bool) -> None:
+        """Take a cable down at both ends (the switches at its ends stop using it at once, as
+        their kernels drop next hops over a dead interface), or bring it back up."""
+        state = "up" if up else "down"
+        for end in (cable.a, cable.b):
+            run_batch([ip("link", "set", "dev", end.ifname, state, netns=self.netns[end.node])])
+
+    def reroute(self, down: Iterable[Cable]) -> None:
+        """Install on every switch the routes of the fabric without `down` (what a converged
+        control plane would), replacing what is there; a prefix left without a path is removed."""
+        routes = routes_without(self.topology, down)
+        for node in self.topology.routers:
+            ns = self.netns[node]
+            now = {r.prefix: r for r in routes.get(node, ())}
+            cmds = [ip("route", "replace", *route_args(r), netns=ns) for r in now.values()]
+            gone = [
+                ip("route", "del", str(r.prefix), netns=ns)
+                for r in self.topology.routes.get(node, ())
+                if r.prefix not in now
+            ]
+            run_batch(cmds)
+            if gone:  # the kernel may have removed it already with the interface
+                run_batch(gone, force=True)
+
     def close(self) -> list[str]:
         """Release everything this fabric created, in reverse order."""
         return self.ledger.release()
@@ -127,6 +151,17 @@ class LiveFabric:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def route_args(route: Route) -> list[str]:
+    """`ip route add|replace` arguments: the prefix and its next hop(s) (ECMP: several)."""
+    if len(route.nexthops) == 1:
+        h = route.nexthops[0]
+        return [str(route.prefix), "via", str(h.gateway), "dev", h.ifname]
+    hops = [str(route.prefix)]
+    for h in route.nexthops:
+        hops += ["nexthop", "via", str(h.gateway), "dev", h.ifname]
+    return hops
 
 
 def egress_ports(
@@ -279,14 +314,7 @@ def _bring_up(
             config.append(ip("addr", "add", str(port.address), "dev", port.ifname, netns=ns))
             config.append(ip("link", "set", "dev", port.ifname, "up", netns=ns))
         for route in topo.routes.get(node.name, ()):
-            hops: list[str] = []
-            if len(route.nexthops) == 1:
-                h = route.nexthops[0]
-                hops = ["via", str(h.gateway), "dev", h.ifname]
-            else:
-                for h in route.nexthops:
-                    hops += ["nexthop", "via", str(h.gateway), "dev", h.ifname]
-            config.append(ip("route", "add", str(route.prefix), *hops, netns=ns))
+            config.append(ip("route", "add", *route_args(route), netns=ns))
     run_grouped(config)
     # Offloads: segment UDP GSO at the host's transmit so the fabric carries MTU-sized packets.
     # Every veth receives on NAPI: one ring per veth, drained in order. Without it a veth hands

@@ -77,6 +77,33 @@ class EcnSpec:
 
 
 @dataclass(frozen=True)
+class LinkEventSpec:
+    """Impairment: a cable taken down (both ends) during the replay, and maybe brought back."""
+
+    port: str = param(
+        doc="an interface at either end of the cable, as the fabric names it (l0-s1, s1-l0, "
+        "l0-h3; with parallel_links: l0-s1-2)",
+    )
+    down_at_us: float = param(doc="when it goes down, after the replay starts", unit="us", min=0.0)
+    up_at_us: float | None = param(
+        None, doc="when it comes back up (default: stays down)", unit="us", min=0.0
+    )
+    reroute_after_us: float = param(
+        0.0,
+        doc="how long the other switches keep sending toward the dead cable before their routes "
+        "avoid it (the control plane's convergence); the switch at each end reroutes at once",
+        unit="us",
+        min=0.0,
+    )
+
+    def __post_init__(self) -> None:
+        if self.up_at_us is not None and self.up_at_us <= self.down_at_us:
+            raise ValueError(
+                f"up_at_us: {self.up_at_us:g} must be after down_at_us {self.down_at_us:g}"
+            )
+
+
+@dataclass(frozen=True)
 class TierSpec:
     """Per switch tier (leaf, spine, super spine): egress buffer and ECN marking."""
 
@@ -170,6 +197,11 @@ class ClosSpec:
     leaf: TierSpec = field(default_factory=TierSpec)
     spine: TierSpec = field(default_factory=TierSpec)
     super_spine: TierSpec = field(default_factory=TierSpec)
+    link_events: tuple[LinkEventSpec, ...] = param(
+        (),
+        doc="impairment: cables going down and up during the replay, in target time; the "
+        "routes avoid a dead cable where another path exists",
+    )
 
     def __post_init__(self) -> None:
         if self.pods > 1 and self.super_spines == 0:

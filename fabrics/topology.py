@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
@@ -274,11 +275,33 @@ def _tiers(spec: ClosSpec) -> dict[str, TierSpec]:
     return {"leaf": spec.leaf, "spine": spec.spine, "super_spine": spec.super_spine}
 
 
-def _ecmp_routes(topo: Topology, leaf_count: int) -> dict[str, tuple[Route, ...]]:
+def cable_named(topo: Topology, ifname: str) -> Cable:
+    """The cable with a switch-side interface called `ifname` (l0-s1, s1-l0, l0-h3, ...)."""
+    for cable in topo.cables:
+        for end in (cable.a, cable.b):
+            if end.ifname == ifname and topo.node_by_name[end.node].role != "host":
+                return cable
+    raise ValueError(
+        f"no switch interface {ifname!r} in this fabric (e.g. {topo.cables[-1].a.ifname})"
+    )
+
+
+def routes_without(topo: Topology, down: Iterable[Cable]) -> dict[str, tuple[Route, ...]]:
+    """Every node's routes with `down` cables out of the graph (what a converged control plane
+    would install); a leaf prefix no path reaches has no route at that node."""
+    leaves = sum(1 for n in topo.nodes if n.role == "leaf")
+    return _ecmp_routes(topo, leaves, frozenset(down))
+
+
+def _ecmp_routes(
+    topo: Topology, leaf_count: int, down: frozenset[Cable] = frozenset()
+) -> dict[str, tuple[Route, ...]]:
     """Per node: a default route for hosts; for routers, one ECMP route per remote leaf prefix
     over every neighbor on a shortest path (parallel cables are separate next hops)."""
     neighbors: dict[str, list[tuple[Port, Port]]] = {n: [] for n in topo.routers}
     for cable in topo.cables:
+        if cable in down:
+            continue
         if cable.a.node in neighbors and cable.b.node in neighbors:
             neighbors[cable.a.node].append((cable.a, cable.b))
             neighbors[cable.b.node].append((cable.b, cable.a))

@@ -247,8 +247,15 @@ class Coordinator:
                     continue
                 raise driver.stall_error()
             if time.perf_counter() > deadline:
+                stuck = sorted(set(self.flows) - self._done_ids)
+                named = ", ".join(
+                    f"{fid} (rank {self.flows[fid].src} -> {self.flows[fid].dst})"
+                    for fid in stuck[:5]
+                )
                 raise EngineFailure(
-                    f"run not finished after {self.engine.run_timeout_s:g} s (engine.run_timeout_s)"
+                    f"run not finished after {self.engine.run_timeout_s:g} s, the run's deadline "
+                    f"(engine.run_timeout_s): {len(stuck)} flows in flight did not complete"
+                    + (f", e.g. {named}" if named else "")
                 )
             wait_s = 0.05
             if delays:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import heapq
 import os
 import resource
@@ -104,6 +105,8 @@ PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
 IP_UDP_BYTES = IPV4_HEADER_BYTES + UDP_HEADER_BYTES
 READS_PER_WAKEUP = 64  # bound the work of one readable callback so ticks keep their pace
 RECV_BUFFER_BYTES = 65535 * 2
+# no way to the destination right now (a link down, no route): the send is lost, not fatal
+NO_PATH_ERRNOS = frozenset({errno.ENETDOWN, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN})
 
 
 @dataclass(frozen=True)
@@ -467,6 +470,12 @@ class Worker:
             ) from None
         if e.errno == 105:  # ENOBUFS: qdisc or device queue full
             self.counters["send_no_buffers"] += 1
+            return
+        if e.errno in NO_PATH_ERRNOS:
+            # The rank's link is down or no route leads there (a link-event impairment, or a
+            # switch under test that lost a port): lost like on a dead wire; the transport
+            # retransmits once the path is back, or the run's deadline names the flow.
+            self.counters["send_no_path"] += 1
             return
         raise e
 

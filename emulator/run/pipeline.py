@@ -36,6 +36,8 @@ from collectors.tables import column
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem
+from emulator.run.link_events import LinkEventRunner, flows_crossing
+from emulator.run.link_events import resolve as resolve_link_events
 from emulator.run.options import RunOptions, RunResult
 from emulator.run.progress import ProgressLine, ProgressState
 from emulator.run.sampling import Sampler
@@ -247,6 +249,10 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
         planned = plan_workload(scenario, prefix, fabric_ranks(scenario.fabric))
         for warning in planned.warnings:
             options.say(f"warning: {warning}")
+        if isinstance(scenario.fabric, ClosSpec) and scenario.fabric.link_events:
+            from fabrics.topology import build_clos
+
+            resolve_link_events(scenario.fabric, build_clos(scenario.fabric))  # before bring-up
         choice = choose_tdf(scenario, options, planned.world_size)
         started = datetime.now(UTC)
         out_dir = options.out_dir or default_results_dir(
@@ -304,6 +310,15 @@ def _run_on_fabric(
         port_line_rate_bps=port_rate,
     )
     replay = Replay(scenario, planned, recorder)
+    links: LinkEventRunner | None = None
+    fabric_spec = scenario.fabric
+    if (
+        isinstance(live, LiveFabric)
+        and isinstance(fabric_spec, ClosSpec)
+        and fabric_spec.link_events
+    ):
+        cables = resolve_link_events(fabric_spec, live.topology)
+        links = LinkEventRunner(live, fabric_spec.link_events, cables, choice.tdf, options.say)
     if isinstance(live, LiveFabric):
         counters = {r: NetlinkCounters(HOST_IFNAME, live.rank_netns(r)) for r in range(world)}
         fabric = live
@@ -352,7 +367,7 @@ def _run_on_fabric(
         transport=scenario.transport,
         engine=engine,
         on_events=replay.on_events,
-        on_start=sampler.set_start,
+        on_start=lambda start_wall_s: _started(start_wall_s, sampler, links),
         driver=replay.job,
     )
     partial = True
@@ -365,6 +380,8 @@ def _run_on_fabric(
     except (KeyboardInterrupt, EngineFailure) as exc:
         error = exc
     finally:
+        if links is not None:
+            links.stop()
         sampler.stop()
         progress.done(replay.progress(sampler))
     metadata = outcome.metadata if outcome is not None else coordinator.metadata()
@@ -378,8 +395,11 @@ def _run_on_fabric(
             f"{len(replay.unpaired)} collectives had no ideal-time counterpart: "
             + ", ".join(replay.unpaired[:4])
         )
+    if links is not None and links.errors:
+        reasons.append(f"link events failed: {'; '.join(links.errors[:2])}")
     limits = scenario.metrics.fidelity
-    if loss_by_tier(scenario.fabric):  # drops and retransmissions are what was asked for
+    if loss_by_tier(scenario.fabric) or links is not None:
+        # drops and retransmissions are what the impairment asked for
         limits = dataclasses.replace(limits, lossless=False)
     fidelity = assess_fidelity(tables, limits, reasons)
     extra = {
@@ -407,6 +427,15 @@ def _run_on_fabric(
         impairments["packets_retransmitted"] = metadata.get("counters", {}).get(
             "packets_resent_planned", 0
         )
+    if links is not None:
+        end_s = replay.job_time_s or float("inf")
+        crossing = flows_crossing(
+            links.fabric.topology, links.down_windows(end_s), tables.flows.to_pylist()
+        )
+        impairments["link_events"] = links.applied
+        impairments["flows_crossing_a_down_link"] = dict(crossing)
+        if links.errors:
+            impairments["link_event_errors"] = links.errors
     if impairments:
         extra["impairments"] = impairments
     if error is not None:
@@ -425,6 +454,13 @@ def _run_on_fabric(
     if error is not None:
         raise error
     return RunResult(writer.target, summary, partial)
+
+
+def _started(start_wall_s: float, sampler: Sampler, links: LinkEventRunner | None) -> None:
+    """The replay's start: sampling and the link events count from here."""
+    sampler.set_start(start_wall_s)
+    if links is not None:
+        links.start(start_wall_s)
 
 
 def loss_by_tier(fabric: Any) -> dict[str, float]:

@@ -94,6 +94,9 @@ def _rows(cls: type[Any], prefix: str) -> Iterator[str]:
             f"| `{key}` | {_type_text(tp)} | {_default_text(field)} | {unit} | "
             f"{_range_text(field)} | {doc} |"
         )
+        item = typing.get_args(tp)[0] if typing.get_origin(tp) is tuple else None
+        if dataclasses.is_dataclass(item) and isinstance(item, type):  # a list of sections
+            yield from _rows(item, f"{key}[].")
 
 
 def render() -> str:
