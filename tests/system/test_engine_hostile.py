@@ -4,11 +4,15 @@ rewind a message, forged data does not enter a receiver's sequence.
 
 Two namespaces joined by a veth; the receiver's namespace also holds a forger address on the same
 veth, which sends RoCEv2 packets for the real queue pairs (and for QPs that do not exist, and
-random bytes) at both ranks' port 4791 while a DCQCN flow runs on an uncongested link.
+random bytes) at both ranks' port 4791, and datagrams to ports nobody listens on, while a DCQCN
+flow runs on an uncongested link. From the sender's own address (a raw socket, as a confused or
+malicious process on the sending host could) come data packets for the real QP with PSNs outside
+the receiver's window: the receiver drops them without a NAK.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
@@ -31,7 +35,13 @@ from emulator.transport.packets import (
     Opcode,
 )
 from emulator.transport.params import TransportParams
-from emulator.transport.wire import ROCEV2_UDP_PORT, FlowAddress, IcrcContext, encode
+from emulator.transport.wire import (
+    ROCEV2_UDP_PORT,
+    FlowAddress,
+    IcrcContext,
+    encode,
+    ipv4_packet,
+)
 from fabrics.iproute import in_netns
 from tests.system.prereq import require
 
@@ -77,7 +87,14 @@ def _forged(p: PairInfo) -> list[tuple[bytes, str]]:
     return out
 
 
-def _run_under_fire(p: PairInfo) -> tuple[RunOutcome, int]:
+def _udp_no_ports(netns: str) -> int:
+    """UdpNoPorts of a namespace: datagrams to a port no socket listens on (the kernel drops)."""
+    with in_netns(netns), open("/proc/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Udp:")]
+    return int(rows[1][rows[0].index("NoPorts")])
+
+
+def _run_under_fire(p: PairInfo) -> tuple[RunOutcome, int, int, int]:
     ranks = [
         RankEndpoint(0, p.sender_addr, p.sender_ns, line_rate_bps=LINE_BPS),
         RankEndpoint(1, p.receiver_addr, p.receiver_ns, line_rate_bps=LINE_BPS),
@@ -95,8 +112,15 @@ def _run_under_fire(p: PairInfo) -> tuple[RunOutcome, int]:
     with in_netns(p.receiver_ns):
         forger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     forger.bind((FORGER, SPORT))
+    with in_netns(p.sender_ns):  # IPPROTO_RAW: we write the IP header (the sender's address)
+        spoofer = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    from_peer = FlowAddress(p.sender_addr, p.receiver_addr, SPORT)
+    far_psns = [
+        ipv4_packet(DataPacket(1, psn, Opcode.SEND_ONLY, True, 64), from_peer, ip_id=0)
+        for psn in (1 << 22, (1 << 24) - (1 << 22))  # far ahead, far behind
+    ]
     packets = _forged(p)
-    sent = 0
+    sent = spoofed = other_ports = 0
     thread = threading.Thread(target=run)
     thread.start()
     try:
@@ -108,19 +132,28 @@ def _run_under_fire(p: PairInfo) -> tuple[RunOutcome, int]:
                     sent += 1
                 except OSError:  # a full socket buffer: send the rest next round
                     break
+            with contextlib.suppress(OSError):
+                forger.sendto(b"not for us", (p.sender_addr, ROCEV2_UDP_PORT + 1))
+                other_ports += 1
+            for wire in far_psns:
+                with contextlib.suppress(OSError):
+                    spoofer.sendto(wire, (p.receiver_addr, 0))
+                    spoofed += 1
             time.sleep(0.01)
     finally:
         forger.close()
+        spoofer.close()
         thread.join(timeout=30)
     if "error" in result:
         raise result["error"]  # type: ignore[misc]
     outcome = result["outcome"]
     assert isinstance(outcome, RunOutcome)
-    return outcome, sent
+    return outcome, sent, spoofed, other_ports
 
 
 def test_forged_and_foreign_packets_are_counted_and_change_nothing(bed: PairInfo) -> None:
-    outcome, sent = _run_under_fire(bed)
+    no_ports_before = _udp_no_ports(bed.sender_ns)
+    outcome, sent, spoofed, other_ports = _run_under_fire(bed)
     rounds = sent // len(_forged(bed))
     assert rounds >= 10, f"only {rounds} rounds of hostile packets went out during the run"
     # the run's own results are those of a clean run
@@ -138,3 +171,10 @@ def test_forged_and_foreign_packets_are_counted_and_change_nothing(bed: PairInfo
     assert drops.get("foreign_source", 0) >= 4 * rounds, drops
     assert drops.get("unknown_qpn", 0) + drops.get("cnp_unknown_qp", 0) >= rounds, drops
     assert drops.get("malformed", 0) >= rounds, drops
+    # data for the real QP from its real peer, PSNs outside the window: dropped without a NAK
+    # (those sent before the engine's sockets opened or after the run never reached it)
+    assert spoofed >= 2 * 10 and drops.get("psn_out_of_window", 0) >= 2 * 10, (spoofed, drops)
+    assert drops.get("out_of_sequence", 0) == 0  # not taken as a gap: no NAK went back
+    # other UDP ports: no socket of ours, the kernel drops and counts them
+    assert other_ports >= 10
+    assert _udp_no_ports(bed.sender_ns) - no_ports_before >= other_ports

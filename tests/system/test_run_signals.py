@@ -202,3 +202,28 @@ def test_after_sigkill_emulate_clean_restores_the_machine(fabric_env: str, tmp_p
     assert _netns() == netns_before
     assert _bpf_programs() <= bpf_before
     assert not left, f"engine workers still running 10 s after their coordinator died: {left}"
+
+
+def test_a_second_run_while_one_is_active_refuses_and_leaves_the_first_alone(
+    fabric_env: str, tmp_path: Path
+) -> None:
+    scenario = tmp_path / "mini.yaml"
+    scenario.write_text(MINI % "auto")
+    first = _start(scenario, tmp_path / "first", fabric_env, tmp_path)
+    try:
+        lines, seen = _lines(first)
+        assert _wait_for(lines, "/metrics", 120), seen
+        # another prefix, so only the state file (one fabric at a time) can stop it
+        second = _start(scenario, tmp_path / "second", fabric_env + "b", tmp_path)
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 2, err
+        last = err.strip().splitlines()[-1]  # after its progress lines, one error line
+        assert "error:" in last and str(first.pid) in last and "Traceback" not in err, err
+        assert not (tmp_path / "second").exists()
+        assert first.wait(timeout=120) == 0, "".join(seen)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    summary = json.loads((tmp_path / "first" / "summary.json").read_text())
+    assert summary["partial"] is False
