@@ -181,7 +181,7 @@ def egress_ports(
             buffer = tier.buffer_for(gbps)
             kmin, kmax = tier.ecn.thresholds_bytes(gbps)
             ecn = EcnThresholds(kmin, kmax, tier.ecn.pmax) if tier.ecn.enabled else None
-            loss = tier.loss_probability
+            loss = topology.link_loss.get(dev, tier.loss_probability)
         out.append(
             EgressPort(
                 node,
@@ -258,11 +258,21 @@ def _bring_up(
         )
     run_batch([ip("netns", "del", probe)])
     ledger.resources.remove({"kind": "netns", "name": probe})
-    lossy = sorted(role for role, tier in topo.tiers.items() if tier.loss_probability > 0)
+    switch_ports = {p.ifname for r in topo.routers for p in topo.ports[r]}
+    unknown = sorted(set(topo.link_loss) - switch_ports)
+    if unknown:
+        raise ScenarioError(
+            f"fabric.link_loss.{unknown[0]}: no switch port of that name (e.g. "
+            f"{sorted(switch_ports)[0]})"
+        )
+    lossy = sorted(
+        f"{role}.loss_probability" for role, tier in topo.tiers.items() if tier.loss_probability > 0
+    )
+    lossy += [f"link_loss.{port}" for port, share in sorted(topo.link_loss.items()) if share > 0]
     if lossy and marker.name != "ebpf":
         # the loss impairment is the eBPF program's; never silently run without it
         raise ScenarioError(
-            f"fabric.{lossy[0]}.loss_probability: random loss needs the eBPF marker program "
+            f"fabric.{lossy[0]}: random loss needs the eBPF marker program "
             f"(marker: ebpf; this fabric's marker is {marker.name}, and this kernel has no netem)"
         )
     say(f"ECN marker: {marker.name}")

@@ -197,6 +197,11 @@ class ClosSpec:
     leaf: TierSpec = field(default_factory=TierSpec)
     spine: TierSpec = field(default_factory=TierSpec)
     super_spine: TierSpec = field(default_factory=TierSpec)
+    link_loss: dict[str, float] = param(
+        default_factory=dict,
+        doc="impairment: switch egress port -> share of its packets dropped at random (l0-s1: "
+        "0.01), over the tier's loss_probability; needs the eBPF marker like it",
+    )
     link_events: tuple[LinkEventSpec, ...] = param(
         (),
         doc="impairment: cables going down and up during the replay, in target time; the "
@@ -204,6 +209,9 @@ class ClosSpec:
     )
 
     def __post_init__(self) -> None:
+        for port, share in self.link_loss.items():
+            if not 0.0 <= share <= 0.5:
+                raise ValueError(f"link_loss: {port}: {share:g} must be between 0 and 0.5")
         if self.pods > 1 and self.super_spines == 0:
             raise ValueError(f"super_spines: {self.pods} pods need at least one super spine")
         if self.pods == 1 and self.super_spines > 0:

@@ -17,7 +17,7 @@ import hashlib
 import ipaddress
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
@@ -95,6 +95,7 @@ class Topology:
     host_buffer_bytes: int = 4_194_304
     link_delay_s: float = 0.0
     ecmp_hash_seed: int = 1
+    link_loss: dict[str, float] = field(default_factory=dict)  # egress port -> drop share
 
     @cached_property
     def hosts(self) -> tuple[str, ...]:
@@ -268,6 +269,7 @@ def build_clos(spec: ClosSpec) -> Topology:
         spec.host_buffer_bytes,
         spec.link_delay_us * 1e-6,
         spec.ecmp_hash_seed,
+        dict(spec.link_loss),
     )
 
 

@@ -464,11 +464,13 @@ def _started(start_wall_s: float, sampler: Sampler, links: LinkEventRunner | Non
 
 
 def loss_by_tier(fabric: Any) -> dict[str, float]:
-    """The loss impairment of a Clos's tiers that have one (tier -> probability)."""
+    """The loss impairment of a Clos: tier or port -> probability, where it is set."""
     if not isinstance(fabric, ClosSpec):
         return {}
     tiers = {"leaf": fabric.leaf, "spine": fabric.spine, "super_spine": fabric.super_spine}
-    return {name: t.loss_probability for name, t in tiers.items() if t.loss_probability > 0}
+    out = {name: t.loss_probability for name, t in tiers.items() if t.loss_probability > 0}
+    out.update({port: share for port, share in fabric.link_loss.items() if share > 0})
+    return out
 
 
 def _teardown(live: Any, options: RunOptions) -> None:

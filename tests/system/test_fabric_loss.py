@@ -48,6 +48,32 @@ def test_lossy_ports_drop_their_share_and_count_every_drop(fabric_env: str) -> N
     assert 0.6 * expected <= lost <= 1.4 * expected, (sent, lost, expected)
 
 
+def test_loss_on_one_port_only(fabric_env: str) -> None:
+    spec = ClosSpec(
+        hosts_per_leaf=2, leaves=2, spines=1, host_link_gbps=1, fabric_link_gbps=1,
+        mtu_bytes=1500, link_loss={"l1-h3": LOSS},
+    )  # fmt: skip
+    topo = build_clos(spec)
+    with bring_up(topo, rate_scale=0.05, marker="ebpf", prefix=fabric_env) as live:
+        dst = (str(topo.host_address("h3")), 5000)
+        with Receiver(live.netns_of("h3"), port=5000) as rx:
+            s = udp_socket(live.netns_of("h0"))
+            sent = paced_send([(s, dst)], 1e9 * 0.05 / 2, 1000, 1.0)
+            s.close()
+            rx.wait_for(sent, timeout_s=3)
+        counters = read_port_counters(live)
+    lost = sent - rx.packets
+    assert counters[("l1", "l1-h3")].loss_drops == lost
+    assert all(c.loss_drops == 0 for key, c in counters.items() if key != ("l1", "l1-h3"))
+    assert 0.6 * sent * LOSS <= lost <= 1.4 * sent * LOSS, (sent, lost)
+
+
+def test_loss_on_an_unknown_port_is_refused(fabric_env: str) -> None:
+    spec = ClosSpec(hosts_per_leaf=1, leaves=2, spines=1, link_loss={"l9-s0": 0.01})
+    with pytest.raises(ScenarioError, match=r"fabric\.link_loss\.l9-s0: no switch port"):
+        bring_up(build_clos(spec), marker="ebpf", prefix=fabric_env)
+
+
 def test_a_replay_over_a_lossy_fabric_delivers_every_byte(
     fabric_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
