@@ -45,6 +45,9 @@ START_MARGIN_S = 0.05  # between "go" and the common start: every worker gets th
 STOP_GRACE_S = 0.4  # how long a stopping worker may take before it is terminated
 
 
+CLASS_COLUMNS = ("tx_packets", "tx_bytes", "rx_packets", "rx_bytes")
+
+
 class EngineFailure(EmulatorError):
     """The engine could not complete the plan: a worker died, or the run exceeded its limit."""
 
@@ -420,9 +423,14 @@ class Coordinator:
         run_wall_s = max(time.perf_counter() - self._start_wall, 1e-9)
         drops: Counter[str] = Counter()
         counters: Counter[str] = Counter()
+        classes: dict[int, list[int]] = {}
         for w in self.workers:
             drops.update(w.stats.get("drops", {}))
             counters.update(w.stats.get("counters", {}))
+            for dscp, row in w.stats.get("classes", {}).items():
+                total = classes.setdefault(int(dscp), [0, 0, 0, 0])
+                for i, v in enumerate(row):
+                    total[i] += v
         infos = [w.info for w in self.workers]
         return {
             "tdf": self.engine.tdf,
@@ -433,6 +441,11 @@ class Coordinator:
             "send_path": "udp_gso" if all(i.get("gso", False) for i in infos) else "one_per_send",
             "drops": dict(drops),
             "counters": dict(counters),
+            # per traffic class (DSCP) over all ranks: what was sent and received, UDP payload
+            "classes": {
+                str(dscp): dict(zip(CLASS_COLUMNS, row, strict=True))
+                for dscp, row in sorted(classes.items())
+            },
             "worker_cpu_s": [w.stats.get("cpu_s", 0.0) for w in self.workers],
             # CPU seconds each worker spent from the common start on (set-up excluded)
             "worker_run_cpu_s": [w.stats.get("run_cpu_s", 0.0) for w in self.workers],

@@ -91,7 +91,6 @@ from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
 from emulator.transport.wire import (
     ECN_CE,
-    ECN_ECT0,
     ECN_NOT_ECT,
     FlowAddress,
     IcrcContext,
@@ -148,6 +147,8 @@ class _SendConn:
     snapshot: tuple[int, int, int] = (0, 0, 0)
     ordinals: dict[int, int] = field(default_factory=dict)
     last_rate_sample_s: float = float("-inf")
+    tos: int = 0  # ToS byte of its data: its class's DSCP and the data ECN field
+    tos_cmsgs: tuple[tuple[int, int, bytes], ...] = ()  # () when the socket's default is it
 
 
 @dataclass(eq=False)
@@ -189,7 +190,7 @@ class Worker:
         self.buf = bytearray(RECV_BUFFER_BYTES)
         self.gso_buf = BurstBuffer(RECV_BUFFER_BYTES)
         self.gso_view = memoryview(self.gso_buf.data)
-        self._gso_cmsgs: dict[int, list[tuple[int, int, bytes]]] = {}
+        self._gso_cmsgs: dict[tuple[int, int], list[tuple[int, int, bytes]]] = {}
         self.reply_buf = bytearray(RECV_BUFFER_BYTES)
         self.relay = set(spec.relay)
         self._completed: list[tuple[int, float]] = []
@@ -214,9 +215,13 @@ class Worker:
         )
         self.loop: asyncio.AbstractEventLoop | None = None
         self.finished: asyncio.Future[None] | None = None
-        self.tos_data = (p_dscp := spec.transport.dscp) << 2 | ECN_ECT0
-        self.tos_ack = p_dscp << 2 | ECN_NOT_ECT
-        self.tos_cnp = spec.transport.cnp_dscp << 2 | ECN_NOT_ECT
+        t = spec.transport
+        # sockets default to the data class; a QP in another class (qp_dscp) says so per send
+        self.tos_data = t.dscp << 2 | t.data_ecn_bits
+        self.tos_ack = t.ack_dscp_value << 2 | ECN_NOT_ECT
+        self.tos_cnp = t.cnp_dscp << 2 | ECN_NOT_ECT
+        # per traffic class (DSCP): [packets sent, bytes sent, packets received, bytes received]
+        self.classes: dict[int, list[int]] = {}
         self._open_ranks()
         self._add_flows(spec.flows, spec.connections)
 
@@ -270,6 +275,7 @@ class Worker:
                 rank.endpoint.add_sender(qp, peer=(dst, f.udp_sport))
                 address = FlowAddress(rank.spec.address, dst, f.udp_sport, dscp=self.transport.dscp)
                 icrc = IcrcContext(address)
+                tos = self.transport.data_dscp(f.qp) << 2 | self.transport.data_ecn_bits
                 self.send_conns[qpn] = _SendConn(
                     conn_id,
                     rank,
@@ -278,6 +284,8 @@ class Worker:
                     (dst, ROCEV2_UDP_PORT),
                     icrc,
                     BurstWriter(icrc, self.gso_buf, self.params.gso_max_segments),
+                    tos=tos,
+                    tos_cmsgs=() if tos == self.tos_data else (tos_cmsg(tos),),
                 )
             self.flows[f.id] = f
         for f in flows:
@@ -416,12 +424,12 @@ class Worker:
         used = conn.writer.write(burst, gso=gso)
         view = self.gso_view
         if count == 1:
-            self._sendmsg(conn.sock, [view[:used]], (), conn.dest, conn.rank)
+            self._sendmsg(conn.sock, [view[:used]], conn.tos_cmsgs, conn.dest, conn.rank)
         elif gso:
             segment = burst.segment_bytes
-            cmsg = self._gso_cmsgs.get(segment)
+            cmsg = self._gso_cmsgs.get((segment, conn.tos))
             if cmsg is None:
-                cmsg = self._gso_cmsgs[segment] = [gso_cmsg(segment)]
+                cmsg = self._gso_cmsgs[(segment, conn.tos)] = [gso_cmsg(segment), *conn.tos_cmsgs]
             buffers = [view[:used]]
             try:
                 conn.sock.sendmsg(buffers, cmsg, 0, conn.dest)  # _sendmsg, inlined
@@ -432,10 +440,20 @@ class Worker:
             segment = burst.segment_bytes
             for at in range(0, used, segment):
                 end = min(at + segment, used)
-                self._sendmsg(conn.sock, [view[at:end]], (), conn.dest, conn.rank)
+                self._sendmsg(conn.sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
         self.counters["data_packets_sent"] += count
         conn.rank.tx_bytes += used + IP_UDP_BYTES * count
+        self._count_class(conn.tos, count, used, sent=True)
         return used
+
+    def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
+        """Per-DSCP tally of what this worker's ranks sent or received (UDP payload bytes)."""
+        row = self.classes.get(tos >> 2)
+        if row is None:
+            row = self.classes[tos >> 2] = [0, 0, 0, 0]
+        at = 0 if sent else 2
+        row[at] += packets
+        row[at + 1] += udp_bytes
 
     def _sendmsg(
         self,
@@ -498,6 +516,7 @@ class Worker:
             count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
             rank.rx_bytes += nbytes + IP_UDP_BYTES * count
             self.counters["packets_received"] += count
+            self._count_class(tos, count, nbytes, sent=False)
             # the segments of one read at once: ACKs to one sender, or data for one known QP
             # (the fast paths only for the QP's own peer; anything else goes through the codec,
             # which counts foreign sources as drops)
@@ -595,11 +614,13 @@ class Worker:
                     conn.rank,
                 )
                 conn.rank.tx_bytes += used + IP_UDP_BYTES * (j - i)
+                self._count_class(self.tos_ack, j - i, used, sent=True)
             else:
                 data = encode(packet, conn.icrc, 0)
                 tos = self.tos_cnp if type(packet) is CnpPacket else self.tos_ack
                 self._sendmsg(conn.sock, [data], (tos_cmsg(tos),), conn.dest, conn.rank)
                 conn.rank.tx_bytes += len(data) + IP_UDP_BYTES
+                self._count_class(tos, 1, len(data), sent=True)
             i = j
 
     # -- events ---------------------------------------------------------------------------
@@ -695,6 +716,7 @@ class Worker:
             "nic": {r.spec.rank: (r.tx_bytes, r.rx_bytes) for r in self.ranks.values()},
             "drops": dict(drops),
             "counters": dict(self.counters),
+            "classes": {dscp: list(row) for dscp, row in self.classes.items()},
             "cpu_s": _cpu_s(),
             "run_cpu_s": _cpu_s() - self._cpu_at_start_s if self.started else 0.0,
             "max_tick_gap_s": self.max_tick_gap_s,

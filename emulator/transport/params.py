@@ -12,6 +12,7 @@ configuration) with the unit added to the name. Sources:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from emulator.config import param
 
@@ -22,6 +23,10 @@ HPCC_CONFIG = (
 
 # Fixed-point scale NVIDIA uses for dce_tcp_g and initial_alpha_value (10 fraction bits).
 ALPHA_SCALE = 1024
+
+
+# The two ECN bits of the IP ToS byte (RFC 3168) for each data_ecn choice.
+DATA_ECN_BITS = {"not_ect": 0b00, "ect1": 0b01, "ect0": 0b10, "ce": 0b11}
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,24 @@ class TransportParams:
         min_exclusive=True,
     )
     dscp: int = param(
-        26, doc="DSCP of data packets (sent ECT(0)); CNPs use cnp_dscp", min=0, max=63
+        26,
+        doc="DSCP of data packets (of every QP qp_dscp does not name); CNPs use cnp_dscp",
+        min=0,
+        max=63,
+    )
+    qp_dscp: tuple[int, ...] = param(
+        (),
+        doc="traffic class per queue pair: DSCP of the data of a peer's QP 0, 1, ... (QPs past "
+        "the list use dscp); with qps_per_peer 2, [26, 24] puts each peer's second QP in class 24",
+    )
+    ack_dscp: int | None = param(
+        None, doc="DSCP of ACKs and NAKs (default: dscp, as they follow their data)", min=0, max=63
+    )
+    data_ecn: Literal["not_ect", "ect0", "ect1", "ce"] = param(
+        "ect0",
+        doc="ECN field data packets leave with: ect0 (ECN-capable, what DCQCN expects), ect1, "
+        "not_ect (switches drop instead of marking), ce (already marked: every packet asks for "
+        "a CNP)",
     )
     cnp_dscp: int = param(
         48,
@@ -210,7 +232,22 @@ class TransportParams:
         default_factory=DcqcnParams,
     )
 
+    def data_dscp(self, qp: int) -> int:
+        """The DSCP of a queue pair's data (qp: its index among a peer's QPs)."""
+        return self.qp_dscp[qp] if qp < len(self.qp_dscp) else self.dscp
+
+    @property
+    def ack_dscp_value(self) -> int:
+        return self.dscp if self.ack_dscp is None else self.ack_dscp
+
+    @property
+    def data_ecn_bits(self) -> int:
+        return DATA_ECN_BITS[self.data_ecn]
+
     def __post_init__(self) -> None:
+        for value in self.qp_dscp:
+            if not 0 <= value <= 63:
+                raise ValueError(f"qp_dscp: {value} is not a DSCP (0..63)")
         mtu = self.path_mtu_bytes
         if mtu not in (256, 512, 1024, 2048, 4096):
             raise ValueError("path_mtu_bytes: must be one of 256, 512, 1024, 2048, 4096")

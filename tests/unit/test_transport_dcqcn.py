@@ -188,3 +188,16 @@ def test_params_reject_bad_values() -> None:
         TransportParams(congestion_control="cubic")
     with pytest.raises(ValueError, match="kmax_bytes"):
         EcnMarkingParams(kmin_bytes=10, kmax_bytes=5)
+
+
+def test_traffic_classes_of_a_transport() -> None:
+    from emulator.transport.params import TransportParams
+
+    t = TransportParams(dscp=26, qp_dscp=(26, 10), data_ecn="ect1")
+    assert [t.data_dscp(qp) for qp in range(4)] == [26, 10, 26, 26]  # past the list: dscp
+    assert t.ack_dscp_value == 26 and t.data_ecn_bits == 0b01
+    assert TransportParams(ack_dscp=46).ack_dscp_value == 46
+    assert TransportParams(data_ecn="ce").data_ecn_bits == 0b11
+    assert TransportParams().data_ecn_bits == 0b10  # ECT(0), what DCQCN expects
+    with pytest.raises(ValueError, match="qp_dscp: 64 is not a DSCP"):
+        TransportParams(qp_dscp=(26, 64))
