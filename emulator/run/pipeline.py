@@ -35,10 +35,12 @@ from collectors.summary import RunMeta
 from collectors.tables import column
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.plan import RankEndpoint
-from emulator.errors import EnvironmentProblem
+from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.run.link_events import LinkEventRunner, flows_crossing
 from emulator.run.link_events import resolve as resolve_link_events
 from emulator.run.options import RunOptions, RunResult
+from emulator.run.pfc_generator import PfcGenerator
+from emulator.run.pfc_generator import interval_s as pfc_interval_s
 from emulator.run.progress import ProgressLine, ProgressState
 from emulator.run.sampling import Sampler
 from emulator.run.tdf import TdfChoice, auto_tdf
@@ -319,6 +321,12 @@ def _run_on_fabric(
     ):
         cables = resolve_link_events(fabric_spec, live.topology)
         links = LinkEventRunner(live, fabric_spec.link_events, cables, choice.tdf, options.say)
+    pfc = _pfc_generators(scenario, live, choice.tdf, world, stack)
+    if pfc and isinstance(live, LiveFabric):
+        options.say(
+            "warning: PFC frames are sent, but the emulated Linux fabric does not pause for "
+            "them (a switch under test does)"
+        )
     if isinstance(live, LiveFabric):
         counters = {r: NetlinkCounters(HOST_IFNAME, live.rank_netns(r)) for r in range(world)}
         fabric = live
@@ -367,7 +375,7 @@ def _run_on_fabric(
         transport=scenario.transport,
         engine=engine,
         on_events=replay.on_events,
-        on_start=lambda start_wall_s: _started(start_wall_s, sampler, links),
+        on_start=lambda start_wall_s: _started(start_wall_s, sampler, links, pfc),
         driver=replay.job,
     )
     partial = True
@@ -382,6 +390,8 @@ def _run_on_fabric(
     finally:
         if links is not None:
             links.stop()
+        for generator in pfc:
+            generator.stop()
         sampler.stop()
         progress.done(replay.progress(sampler))
     metadata = outcome.metadata if outcome is not None else coordinator.metadata()
@@ -438,6 +448,13 @@ def _run_on_fabric(
             impairments["link_event_errors"] = links.errors
     if impairments:
         extra["impairments"] = impairments
+    if pfc:
+        extra["pfc_frames_sent"] = {
+            str(spec.rank): g.sent for spec, g in zip(scenario.run.pfc_frames, pfc, strict=True)
+        }
+        errors = [e for g in pfc for e in g.errors]
+        if errors:
+            extra["pfc_frame_errors"] = errors[:5]
     if error is not None:
         extra["stopped_by"] = (
             "interrupt" if isinstance(error, KeyboardInterrupt) else f"error: {error}"
@@ -456,11 +473,53 @@ def _run_on_fabric(
     return RunResult(writer.target, summary, partial)
 
 
-def _started(start_wall_s: float, sampler: Sampler, links: LinkEventRunner | None) -> None:
-    """The replay's start: sampling and the link events count from here."""
+def _started(
+    start_wall_s: float,
+    sampler: Sampler,
+    links: LinkEventRunner | None,
+    pfc: list[PfcGenerator],
+) -> None:
+    """The replay's start: sampling, link events and PFC frames count from here."""
     sampler.set_start(start_wall_s)
     if links is not None:
         links.start(start_wall_s)
+    for generator in pfc:
+        generator.start(start_wall_s)
+
+
+def _pfc_generators(
+    scenario: Scenario, live: Any, tdf: float, world: int, stack: contextlib.ExitStack
+) -> list[PfcGenerator]:
+    """One generator per run.pfc_frames entry, on its rank's interface (sockets closed by
+    `stack` whatever happens)."""
+    from fabrics.netns import LiveFabric
+    from fabrics.topology import HOST_IFNAME
+
+    out = []
+    for i, spec in enumerate(scenario.run.pfc_frames):
+        if spec.rank >= world:
+            raise ScenarioError(
+                f"run.pfc_frames[{i}].rank: {spec.rank} is not a rank (0..{world - 1})"
+            )
+        ifname = HOST_IFNAME if isinstance(live, LiveFabric) else live.spec.interfaces[spec.rank]
+        quanta = spec.quanta_by_priority
+        generator = PfcGenerator(
+            live.rank_netns(spec.rank),
+            ifname,
+            quanta,
+            interval_s=pfc_interval_s(
+                spec.frames_per_s,
+                spec.duty_cycle,
+                max(quanta.values()),
+                target_rate_bps(scenario.fabric),
+            ),
+            start_s=spec.start_us * 1e-6,
+            stop_s=None if spec.stop_us is None else spec.stop_us * 1e-6,
+            tdf=tdf,
+        )
+        stack.callback(generator.stop)
+        out.append(generator)
+    return out
 
 
 def loss_by_tier(fabric: Any) -> dict[str, float]:

@@ -76,6 +76,51 @@ class MetricsSpec:
 
 
 @dataclass(frozen=True)
+class PfcFramesSpec:
+    """A rank sending IEEE 802.1Qbb PFC frames during the replay (a switch under test pauses
+    for them; the emulated Linux fabric does not)."""
+
+    rank: int = param(doc="the rank whose interface sends them", min=0)
+    pause_quanta: dict[str, int] = param(
+        doc="priority (0..7) -> pause time in quanta of 512 bit times (0..65535; 0 resumes)"
+    )
+    frames_per_s: float | None = param(
+        None,
+        doc="frames per second (target time); or give duty_cycle",
+        unit="1/s",
+        min=0.0,
+        min_exclusive=True,
+    )
+    duty_cycle: float | None = param(
+        None,
+        doc="share of time the paused priorities stay paused at the rank's line rate (0..1]; "
+        "or give frames_per_s",
+        min=0.0,
+        max=1.0,
+        min_exclusive=True,
+    )
+    start_us: float = param(0.0, doc="first frame, after the replay starts", unit="us", min=0.0)
+    stop_us: float | None = param(
+        None, doc="no frame after this (default: the run's end)", unit="us", min=0.0
+    )
+
+    def __post_init__(self) -> None:
+        if (self.frames_per_s is None) == (self.duty_cycle is None):
+            raise ValueError("frames_per_s: give exactly one of frames_per_s and duty_cycle")
+        if not self.pause_quanta:
+            raise ValueError("pause_quanta: name at least one priority")
+        for priority, quanta in self.pause_quanta.items():
+            if not (priority.isdigit() and 0 <= int(priority) <= 7):
+                raise ValueError(f"pause_quanta: priority {priority!r} is not 0..7")
+            if not (isinstance(quanta, int) and 0 <= quanta <= 0xFFFF):
+                raise ValueError(f"pause_quanta: {priority}: {quanta!r} is not 0..65535 quanta")
+
+    @property
+    def quanta_by_priority(self) -> dict[int, int]:
+        return {int(p): q for p, q in self.pause_quanta.items()}
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """How the replay is run: time dilation, deadline, seed."""
 
@@ -100,6 +145,9 @@ class RunSpec:
         "emulated peak load (every NIC at line rate) may use",
         min=0.01,
         max=1.0,
+    )
+    pfc_frames: tuple[PfcFramesSpec, ...] = param(
+        (), doc="PFC frame generators (switch tests: PFC propagation, pause handling)"
     )
 
 
