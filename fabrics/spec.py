@@ -117,7 +117,7 @@ class TierSpec:
     ecn: EcnSpec = field(default_factory=EcnSpec)
     loss_probability: float = param(
         0.0,
-        doc="impairment: share of packets every egress port of this tier drops at random "
+        doc="impairment: share of IPv4 packets every egress port of this tier drops at random "
         "(needs the eBPF marker: this kernel has no netem); flows still complete through "
         "go-back-N, and the fidelity verdict does not count these drops against a lossless "
         "fabric",
@@ -199,7 +199,7 @@ class ClosSpec:
     super_spine: TierSpec = field(default_factory=TierSpec)
     link_loss: dict[str, float] = param(
         default_factory=dict,
-        doc="impairment: switch egress port -> share of its packets dropped at random (l0-s1: "
+        doc="impairment: switch egress port -> share of its IPv4 packets dropped at random (l0-s1: "
         "0.01), over the tier's loss_probability; needs the eBPF marker like it",
     )
     link_events: tuple[LinkEventSpec, ...] = param(

@@ -6,7 +6,7 @@
  * drains at the port's link rate (computed from bpf_ktime_get_ns), and marks CE on ECN-capable
  * IPv4 packets with the DCQCN switch rule (Zhu et al., SIGCOMM 2015, section 3.1): probability 0
  * up to Kmin, rising linearly to Pmax at Kmax, 1 above Kmax.
- * It also drops packets at random with `loss_u32` / 2^32 probability (the scenario's loss
+ * It also drops IPv4 packets at random with `loss_u32` / 2^32 probability (the scenario's loss
  * impairment: netem is missing on such kernels); those count in `loss_drops`, not in the queue.
  * Parameters come from the `params` map (written from Python); counters go to the `state` map.
  * A GSO/GRO skb counts as one packet here: the fabric turns those off on its interfaces.
@@ -75,9 +75,11 @@ int phantom_marker(struct __sk_buff *skb)
 	struct ethhdr *eth = data;
 	struct iphdr *ip = data + sizeof(*eth);
 	int ect = 0;
+	int ipv4 = 0;
 	if ((void *)(ip + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP)) {
 		__u8 ecn = ip->tos & 3;
 		ect = ecn == 1 || ecn == 2;
+		ipv4 = 1;
 	}
 
 	/* Helpers cannot be called under the spin lock: take time and randomness first. */
@@ -96,7 +98,9 @@ int phantom_marker(struct __sk_buff *skb)
 		bpf_spin_unlock(&s->lock);
 		return TC_ACT_OK;
 	}
-	if (p->loss_u32 && loss_rnd < p->loss_u32) {
+	/* Loss takes IPv4 packets only: an ARP exchange lost on a static fabric stalls a next hop
+	 * for a whole retransmission second, which is not the impairment asked for. */
+	if (ipv4 && p->loss_u32 && loss_rnd < p->loss_u32) {
 		/* Lost on the wire: never queued, never marked. */
 		s->loss_drops++;
 		bpf_spin_unlock(&s->lock);
