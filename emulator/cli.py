@@ -10,8 +10,9 @@ import argparse
 import importlib
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 from emulator import __version__
 from emulator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EmulatorError
@@ -64,11 +65,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"emulate {args.command}: interrupted", file=sys.stderr)
+        # A Ctrl-C can land inside a library's constructor (pyroute2 builds asyncio loops);
+        # the half-built object then complains when collected. Say it in one line, not a trace.
+        sys.unraisablehook = _one_line_unraisable(args.command)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error worth a traceback.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         return 0
+
+
+def _one_line_unraisable(command: str) -> Callable[[Any], None]:
+    def hook(unraisable: Any) -> None:
+        exc = unraisable.exc_value
+        print(
+            f"emulate {command}: after the interrupt, ignored {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+
+    return hook
 
 
 if __name__ == "__main__":

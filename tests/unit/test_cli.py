@@ -53,3 +53,32 @@ def test_run_bad_input_is_one_line_before_anything_is_built(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err and "Traceback" not in err
+
+
+def test_after_an_interrupt_a_half_built_object_complains_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+    import sys
+
+    import emulator.commands.validate as validate
+
+    class HalfBuilt:
+        def __del__(self) -> None:
+            raise AttributeError("'Loop' object has no attribute '_signal_handlers'")
+
+    def interrupted(args: object) -> int:
+        del args
+        # what a Ctrl-C inside a library constructor leaves behind, alive until the handler ends
+        raise KeyboardInterrupt(HalfBuilt())
+
+    monkeypatch.setattr(validate, "main", interrupted)
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored afterwards
+    assert main(["validate", "x"]) == 130
+    gc.collect()
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "emulate validate: interrupted",
+        "emulate validate: after the interrupt, ignored AttributeError: "
+        "'Loop' object has no attribute '_signal_handlers'",
+    ]
