@@ -48,7 +48,9 @@ def test_frames_leave_at_their_rate_and_parse_as_pfc(veth_pair: PairInfo, tmp_pa
         capture.stop()
     frames = rdpcap(path)
     assert capture.kernel_drops == 0
-    assert len(frames) == generator.sent and 80 <= generator.sent <= 101  # 200 frames/s, 0.5 s
+    # 200 frames/s for 0.5 s: 100, fewer if a busy machine starves the thread (late frames are
+    # skipped, never bunched), never more
+    assert len(frames) == generator.sent and 60 <= generator.sent <= 101
     for frame in frames:
         assert frame.dst == "01:80:c2:00:00:01" and frame.type == 0x8808
         pfc = frame[MACControlClassBasedFlowControl]
