@@ -11,8 +11,6 @@ from emulator.errors import EnvironmentProblem
 from emulator.transport.pfc import PfcSchedule, interval_for_duty_cycle, pfc_frame
 from fabrics.iproute import in_netns
 
-ETH_P_ALL = 0x0003
-
 
 class PfcGenerator:
     """Sends `frame` on `ifname` (in namespace `netns`, None: this one) on a schedule whose
@@ -29,32 +27,28 @@ class PfcGenerator:
         stop_s: float | None,
         tdf: float,
     ) -> None:
+        # protocol 0: a send-only packet socket (ETH_P_ALL would also get a copy of every frame
+        # the interface carries, data path included)
+        if netns is None:
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        else:
+            with in_netns(netns):
+                self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         try:
-            if netns is None:
-                self.sock = socket.socket(
-                    socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL)
-                )
-            else:
-                with in_netns(netns):
-                    self.sock = socket.socket(
-                        socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL)
-                    )
             self.sock.bind((ifname, 0))
         except OSError as exc:
+            self.sock.close()
             raise EnvironmentProblem(
-                f"cannot open a raw socket on {ifname} to send PFC frames: {exc.strerror}"
+                f"cannot bind a raw socket to {ifname} to send PFC frames: {exc.strerror}"
             ) from None
         mac = self.sock.getsockname()[4]
         self.frame = pfc_frame(mac, pause_quanta)
         self.schedule = PfcSchedule(interval_s, start_s, stop_s)
         self.tdf = tdf
         self.errors: list[str] = []
+        self.sent = 0  # frames the kernel took
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-
-    @property
-    def sent(self) -> int:
-        return self.schedule.sent
 
     def start(self, start_wall_s: float) -> None:
         self._thread = threading.Thread(
@@ -74,6 +68,7 @@ class PfcGenerator:
             if self.schedule.due(now):
                 try:
                     self.sock.send(self.frame)
+                    self.sent += 1
                 except OSError as exc:  # counted, not fatal: the run goes on
                     self.errors.append(exc.strerror or str(exc))
                     if len(self.errors) > 20:
