@@ -25,6 +25,7 @@ import pytest
 from emulator.run import RunOptions, run_scenario
 from emulator.run.calibrate import CACHE_ENV
 from emulator.scenario import load_scenario
+from tests.system.runs import stop_run
 
 pytestmark = pytest.mark.system
 
@@ -199,9 +200,7 @@ def test_interrupted_run_writes_partial_results_and_cleans_up(
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_run(proc, tmp_path)
     assert proc.returncode == 130, "".join(seen) + stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["partial"] is True and summary["stopped_by"] == "interrupt"

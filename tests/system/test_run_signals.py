@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.system.runs import stop_run
 from tests.system.test_run_end_to_end import MINI, REPO, _netns
 
 pytestmark = pytest.mark.system
@@ -135,9 +136,7 @@ def test_signals_at_random_moments_leave_partial_results_and_a_clean_machine(
             proc.wait(timeout=60)
             took = time.monotonic() - sent
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_run(proc, tmp_path)
         time.sleep(0.2)  # the readers drain what is left
         output = "".join(seen)
         where = f"try {i}: {sig.name} {offset:.2f} s into {phase}"
@@ -178,9 +177,16 @@ def test_after_sigkill_emulate_clean_restores_the_machine(fabric_env: str, tmp_p
         proc.kill()
         proc.wait(timeout=10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_run(proc, tmp_path)
+    try:
+        _check_clean_after_kill(tmp_path, workers, netns_before, bpf_before)
+    finally:  # whatever failed, nothing of this run stays on the machine
+        stop_run(proc, tmp_path, clean_after=True)
+
+
+def _check_clean_after_kill(
+    tmp_path: Path, workers: set[int], netns_before: set[str], bpf_before: set[str]
+) -> None:
     assert _netns() != netns_before  # SIGKILL leaves the fabric behind...
     # ...and the engine's workers notice their coordinator is gone and exit on their own
     deadline = time.monotonic() + 10
@@ -222,8 +228,6 @@ def test_a_second_run_while_one_is_active_refuses_and_leaves_the_first_alone(
         assert not (tmp_path / "second").exists()
         assert first.wait(timeout=120) == 0, "".join(seen)
     finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
+        stop_run(first, tmp_path)
     summary = json.loads((tmp_path / "first" / "summary.json").read_text())
     assert summary["partial"] is False
