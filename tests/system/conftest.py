@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from emulator.engine.testbed import NetnsBed, PairInfo, pair
 from fabrics.iproute import in_netns
 from tests.system.prereq import require
 
@@ -44,6 +45,16 @@ def fabric_env(system: None, tmp_path: object, monkeypatch: pytest.MonkeyPatch) 
     """A private state file and namespace prefix for one test; yields the prefix."""
     monkeypatch.setenv("CHAKRA_EMULATOR_STATE_DIR", str(tmp_path))
     yield f"et{os.getpid() % 100000}-"
+
+
+@pytest.fixture
+def veth_pair(system: None) -> Iterator[PairInfo]:
+    """Two namespaces joined by a veth (emulator.engine.testbed.pair), removed afterwards."""
+    bed = NetnsBed()
+    try:
+        yield pair(bed)
+    finally:
+        bed.close()
 
 
 def _checksum(data: bytes) -> int:

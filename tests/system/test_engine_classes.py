@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,22 +14,13 @@ from scapy.layers.inet import IP
 from emulator.engine.coordinator import run_plan
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
-from emulator.engine.testbed import Capture, NetnsBed, PairInfo, pair, read_pcap_ipv4
+from emulator.engine.testbed import Capture, PairInfo, read_pcap_ipv4
 from emulator.transport.packets import AckPacket, CnpPacket, DataPacket, Packet
 from emulator.transport.params import TransportParams
 from emulator.transport.wire import decode, parse_ipv4_packet
 
 pytestmark = pytest.mark.system
 MTU_BYTES = 4096
-
-
-@pytest.fixture
-def veth_pair(system: None) -> Iterator[PairInfo]:
-    bed = NetnsBed()
-    try:
-        yield pair(bed)
-    finally:
-        bed.close()
 
 
 def _capture_run(

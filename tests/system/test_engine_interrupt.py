@@ -13,25 +13,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from emulator.engine.testbed import NetnsBed, PairInfo, pair
+from emulator.engine.testbed import PairInfo
 from emulator.errors import EXIT_EXPECTATION_FAILED, EXIT_INTERRUPTED
 
 pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def veth_pair(system: None) -> Iterator[PairInfo]:
-    bed = NetnsBed()
-    try:
-        yield pair(bed)
-    finally:
-        bed.close()
 
 
 def _alive(pid: int) -> bool:

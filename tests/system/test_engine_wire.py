@@ -8,7 +8,6 @@ and lengths the wire really carries.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 from scapy.compat import raw
@@ -18,7 +17,7 @@ from scapy.layers.inet import IP, UDP
 from emulator.engine.coordinator import run_plan
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
-from emulator.engine.testbed import Capture, NetnsBed, PairInfo, pair, read_pcap_ipv4
+from emulator.engine.testbed import Capture, PairInfo, read_pcap_ipv4
 from emulator.transport.packets import AckPacket, DataPacket, Opcode
 from emulator.transport.params import TransportParams
 from emulator.transport.wire import decode, parse_ipv4_packet
@@ -28,15 +27,6 @@ pytestmark = pytest.mark.system
 MESSAGE_BYTES = 64 << 20
 MTU_BYTES = 4096
 SPORT = 49321
-
-
-@pytest.fixture
-def veth_pair(system: None) -> Iterator[PairInfo]:
-    bed = NetnsBed()
-    try:
-        yield pair(bed)
-    finally:
-        bed.close()
 
 
 def _scapy_icrc_ok(packet: bytes) -> bool:

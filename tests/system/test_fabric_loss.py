@@ -13,7 +13,7 @@ from emulator.errors import ScenarioError
 from emulator.run import RunOptions, run_scenario
 from emulator.run.calibrate import CACHE_ENV
 from emulator.scenario import load_scenario
-from fabrics.counters import read_port_counters
+from fabrics.counters import PortCounters, read_port_counters
 from fabrics.netns import bring_up
 from fabrics.spec import ClosSpec, TierSpec
 from fabrics.topology import build_clos
@@ -24,22 +24,30 @@ pytestmark = pytest.mark.system
 LOSS = 0.05
 
 
+def _send_h0_to_h3(
+    spec: ClosSpec, prefix: str
+) -> tuple[int, int, dict[tuple[str, str], PortCounters]]:
+    """1,000-byte datagrams from h0 to h3 for 1 s at half the (scaled) link rate: (sent, lost,
+    every switch port's counters)."""
+    topo = build_clos(spec)
+    with bring_up(topo, rate_scale=0.05, marker="ebpf", prefix=prefix) as live:
+        dst = (str(topo.host_address("h3")), 5000)
+        with Receiver(live.netns_of("h3"), port=5000) as rx:
+            s = udp_socket(live.netns_of("h0"))
+            sent = paced_send([(s, dst)], 1e9 * 0.05 / 2, 1000, 1.0)
+            s.close()
+            rx.wait_for(sent, timeout_s=3)  # returns early only if nothing was lost
+        counters = read_port_counters(live)
+    return sent, sent - rx.packets, counters
+
+
 def test_lossy_ports_drop_their_share_and_count_every_drop(fabric_env: str) -> None:
     lossy = TierSpec(loss_probability=LOSS)
     spec = ClosSpec(
         hosts_per_leaf=2, leaves=2, spines=1, host_link_gbps=1, fabric_link_gbps=1, leaf=lossy,
         spine=lossy, mtu_bytes=1500,
     )  # fmt: skip
-    topo = build_clos(spec)
-    with bring_up(topo, rate_scale=0.05, marker="ebpf", prefix=fabric_env) as live:
-        dst = (str(topo.host_address("h3")), 5000)
-        with Receiver(live.netns_of("h3"), port=5000) as rx:
-            s = udp_socket(live.netns_of("h0"))
-            sent = paced_send([(s, dst)], 1e9 * 0.05 / 2, 1000, 1.0)  # half the link rate
-            s.close()
-            rx.wait_for(sent, timeout_s=3)  # returns early only if nothing was lost
-        counters = read_port_counters(live)
-    lost = sent - rx.packets
+    sent, lost, counters = _send_h0_to_h3(spec, fabric_env)
     # every packet lost was dropped by a lossy port, and counted there: nothing else dropped
     assert sum(c.loss_drops for c in counters.values()) == lost
     assert sum(c.drops for c in counters.values()) == 0
@@ -53,16 +61,7 @@ def test_loss_on_one_port_only(fabric_env: str) -> None:
         hosts_per_leaf=2, leaves=2, spines=1, host_link_gbps=1, fabric_link_gbps=1,
         mtu_bytes=1500, link_loss={"l1-h3": LOSS},
     )  # fmt: skip
-    topo = build_clos(spec)
-    with bring_up(topo, rate_scale=0.05, marker="ebpf", prefix=fabric_env) as live:
-        dst = (str(topo.host_address("h3")), 5000)
-        with Receiver(live.netns_of("h3"), port=5000) as rx:
-            s = udp_socket(live.netns_of("h0"))
-            sent = paced_send([(s, dst)], 1e9 * 0.05 / 2, 1000, 1.0)
-            s.close()
-            rx.wait_for(sent, timeout_s=3)
-        counters = read_port_counters(live)
-    lost = sent - rx.packets
+    sent, lost, counters = _send_h0_to_h3(spec, fabric_env)
     assert counters[("l1", "l1-h3")].loss_drops == lost
     assert all(c.loss_drops == 0 for key, c in counters.items() if key != ("l1", "l1-h3"))
     assert 0.6 * sent * LOSS <= lost <= 1.4 * sent * LOSS, (sent, lost)

@@ -7,29 +7,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.utils import rdpcap
 
-from emulator.engine.testbed import Capture, NetnsBed, PairInfo, pair
+from emulator.engine.testbed import Capture, PairInfo
 from emulator.run import RunOptions, run_scenario
 from emulator.run.pfc_generator import PfcGenerator
 from emulator.scenario import load_scenario
 from tests.system.test_run_end_to_end import MINI
 
 pytestmark = pytest.mark.system
-
-
-@pytest.fixture
-def veth_pair(system: None) -> Iterator[PairInfo]:
-    bed = NetnsBed()
-    try:
-        yield pair(bed)
-    finally:
-        bed.close()
 
 
 def test_frames_leave_at_their_rate_and_parse_as_pfc(veth_pair: PairInfo, tmp_path: Path) -> None:

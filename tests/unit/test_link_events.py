@@ -3,6 +3,7 @@ order of a run's actions, and which flows crossed a cable while it was down."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -11,13 +12,13 @@ from emulator.errors import ScenarioError
 from emulator.run.link_events import LinkEventRunner, flows_crossing, plan_actions, resolve
 from emulator.scenario import load_scenario
 from fabrics.spec import ClosSpec, LinkEventSpec
-from fabrics.topology import Cable, build_clos, cable_named, routes_without
+from fabrics.topology import Cable, Route, build_clos, cable_named, routes_without
 
 SPEC = ClosSpec(hosts_per_leaf=2, leaves=2, spines=2)
 
 
-def _gateways(routes: dict[str, tuple[object, ...]], node: str) -> list[list[str]]:
-    return [[h.peer for h in r.nexthops] for r in routes[node]]  # type: ignore[attr-defined]
+def _gateways(routes: Mapping[str, tuple[Route, ...]], node: str) -> list[list[str]]:
+    return [[h.peer for h in r.nexthops] for r in routes[node]]
 
 
 def test_routes_without_a_cable_go_around_it() -> None:

@@ -78,7 +78,7 @@ def _instance(iid: int, collective: str, group: str, iteration: int = 0) -> Coll
 
 def test_iteration_numbering_maps_each_pair_onto_the_steps() -> None:
     # one pass holding 3 steps: All-Reduce once per step, All-to-All twice (dispatch, combine)
-    plan = []
+    plan: list[CollectiveInstance] = []
     for step in range(3):
         plan += [
             _instance(len(plan), "ALL_TO_ALL", "ep", 0),

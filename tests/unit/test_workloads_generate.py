@@ -161,7 +161,7 @@ def test_moe_mix_alone_is_the_mix_minus_one_collective_type(
         expert_compute_us=11.0,
         post_compute_us=13.0,
     )
-    alone = dataclasses.replace(mix, **{switch: False})
+    alone = dataclasses.replace(mix, **{switch: False})  # type: ignore[arg-type]
     write_workload(mix, tmp_path / "mix")
     write_workload(alone, tmp_path / "alone")
     assert main(["validate", str(tmp_path / "alone")]) == 0
