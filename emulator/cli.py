@@ -52,8 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        # Building the parser imports every command; a Ctrl-C that early is an interrupt too.
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("emulate: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT

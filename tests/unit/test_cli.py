@@ -82,3 +82,16 @@ def test_after_an_interrupt_a_half_built_object_complains_in_one_line(
         "emulate validate: after the interrupt, ignored AttributeError: "
         "'Loop' object has no attribute '_signal_handlers'",
     ]
+
+
+def test_an_interrupt_while_the_commands_load_is_an_interrupt(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import emulator.cli as cli
+
+    def slow_import(name: str) -> object:
+        raise KeyboardInterrupt  # Ctrl-C while a command module (matplotlib...) is imported
+
+    monkeypatch.setattr(cli, "_load", slow_import)
+    assert main(["validate", "x"]) == 130
+    assert capsys.readouterr().err == "emulate: interrupted\n"
