@@ -208,6 +208,17 @@ class ClosSpec:
         "routes avoid a dead cable where another path exists",
     )
 
+    @property
+    def tiers(self) -> dict[str, TierSpec]:
+        """Switch tier name (a node role) -> its settings."""
+        return {"leaf": self.leaf, "spine": self.spine, "super_spine": self.super_spine}
+
+    def loss_impairment(self) -> dict[str, float]:
+        """Where random loss is set: tier name or switch port -> probability."""
+        out = {name: t.loss_probability for name, t in self.tiers.items() if t.loss_probability}
+        out.update({port: share for port, share in self.link_loss.items() if share > 0})
+        return out
+
     def __post_init__(self) -> None:
         for port, share in self.link_loss.items():
             if not 0.0 <= share <= 0.5:

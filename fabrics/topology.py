@@ -259,22 +259,18 @@ def build_clos(spec: ClosSpec) -> Topology:
                 for k in range(spec.parallel_links):
                     cables.append(switch_cable(spine, core, k))
 
-    bare = Topology(tuple(nodes), tuple(cables), {}, _tiers(spec), spec.mtu_bytes)
+    bare = Topology(tuple(nodes), tuple(cables), {}, spec.tiers, spec.mtu_bytes)
     return Topology(
         tuple(nodes),
         tuple(cables),
         _ecmp_routes(bare, spec.leaves * spec.pods),
-        _tiers(spec),
+        spec.tiers,
         spec.mtu_bytes,
         spec.host_buffer_bytes,
         spec.link_delay_us * 1e-6,
         spec.ecmp_hash_seed,
         dict(spec.link_loss),
     )
-
-
-def _tiers(spec: ClosSpec) -> dict[str, TierSpec]:
-    return {"leaf": spec.leaf, "spine": spec.spine, "super_spine": spec.super_spine}
 
 
 def cable_named(topo: Topology, ifname: str) -> Cable:

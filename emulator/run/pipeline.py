@@ -115,11 +115,8 @@ def _terminate_as_interrupt() -> Iterator[None]:
 
     def handler(signum: int, frame: FrameType | None) -> None:
         del frame
-        if os.getpid() != owner:  # a forked helper (pyroute2's netns child) inherited this
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise KeyboardInterrupt
+        if not _forked_helper_died(signum, owner):
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
@@ -408,7 +405,8 @@ def _run_on_fabric(
     if links is not None and links.errors:
         reasons.append(f"link events failed: {'; '.join(links.errors[:2])}")
     limits = scenario.metrics.fidelity
-    if loss_by_tier(scenario.fabric) or links is not None:
+    loss = fabric_spec.loss_impairment() if isinstance(fabric_spec, ClosSpec) else {}
+    if loss or links is not None:
         # drops and retransmissions are what the impairment asked for
         limits = dataclasses.replace(limits, lossless=False)
     fidelity = assess_fidelity(tables, limits, reasons)
@@ -427,7 +425,6 @@ def _run_on_fabric(
     if scenario.compute.stragglers:
         impairments["stragglers"] = dict(scenario.compute.stragglers)
         impairments["collectives_with_a_straggler"] = dict(replay.affected)
-    loss = loss_by_tier(scenario.fabric)
     if loss and ports is not None:
         impairments["loss_probability"] = loss
         try:
@@ -522,21 +519,21 @@ def _pfc_generators(
     return out
 
 
-def loss_by_tier(fabric: Any) -> dict[str, float]:
-    """The loss impairment of a Clos: tier or port -> probability, where it is set."""
-    if not isinstance(fabric, ClosSpec):
-        return {}
-    tiers = {"leaf": fabric.leaf, "spine": fabric.spine, "super_spine": fabric.super_spine}
-    out = {name: t.loss_probability for name, t in tiers.items() if t.loss_probability > 0}
-    out.update({port: share for port, share in fabric.link_loss.items() if share > 0})
-    return out
-
-
 def _teardown(live: Any, options: RunOptions) -> None:
     # close() raises EnvironmentProblem naming what it could not release (left for `emulate clean`)
     with signals_deferred():
         removed = live.close()
     options.say(f"fabric torn down ({len(removed)} resources released)")
+
+
+def _forked_helper_died(signum: int, owner: int) -> bool:
+    """In a process forked from the run (pyroute2's netns child) that inherited a handler of
+    ours: die of the signal as usual (returns only in the run's own process, with False)."""
+    if os.getpid() == owner:
+        return False
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    return True
 
 
 @contextlib.contextmanager
@@ -550,11 +547,8 @@ def signals_deferred() -> Iterator[None]:
 
     def note(signum: int, frame: FrameType | None) -> None:
         del frame
-        if os.getpid() != owner:  # a forked helper inherited this: it dies as usual
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        noted.append(signum)
+        if not _forked_helper_died(signum, owner):
+            noted.append(signum)
 
     previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from emulator.config import param
+from emulator.transport.wire import ECN_CE, ECN_ECT0, ECN_ECT1, ECN_NOT_ECT
 
 NVIDIA_DCQCN = "NVIDIA DOCA 'DCQCN CC Parameters' (ConnectX-4 and later)"
 HPCC_CONFIG = (
@@ -26,7 +27,7 @@ ALPHA_SCALE = 1024
 
 
 # The two ECN bits of the IP ToS byte (RFC 3168) for each data_ecn choice.
-DATA_ECN_BITS = {"not_ect": 0b00, "ect1": 0b01, "ect0": 0b10, "ce": 0b11}
+DATA_ECN_BITS = {"not_ect": ECN_NOT_ECT, "ect1": ECN_ECT1, "ect0": ECN_ECT0, "ce": ECN_CE}
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ _LEN_ID = struct.Struct("!HH")
 _MASKED_BTH_BYTE = b"\xff"
 
 ECN_NOT_ECT = 0
+ECN_ECT1 = 1
 ECN_ECT0 = 2
 ECN_CE = 3
 PKEY_DEFAULT = 0xFFFF
