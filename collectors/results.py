@@ -1,6 +1,7 @@
 """The results folder of a run, written atomically with private permissions.
 
-Layout: summary.json, flows.parquet, collectives.parquet, nic.parquet, ports.parquet,
+Layout: summary.json, flows.parquet, collectives.parquet, nic.parquet, ports.parquet, cpu.parquet,
+queue_pairs.parquet (the tester's per-QP counters),
 scenario.yaml (a copy of the scenario as run) and plots/*.png (collectors.plots).
 
 Atomicity: everything is written into a hidden temporary folder beside the target

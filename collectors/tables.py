@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors.queue_pairs import QpRow
 from collectors.records import CollectiveRecord, FlowRecord
 from collectors.samples import CpuRow, NicRow, PortRow
 from emulator.errors import InputError
@@ -45,9 +46,10 @@ TABLES: dict[str, type] = {
     "nic": NicRow,
     "ports": PortRow,
     "cpu": CpuRow,
+    "queue_pairs": QpRow,
 }
 # Tables a results folder may lack (read as empty): added after the first folders were written.
-OPTIONAL_TABLES = frozenset({"cpu"})
+OPTIONAL_TABLES = frozenset({"cpu", "queue_pairs"})
 
 
 def to_table(rows: Sequence[Any], cls: type) -> pa.Table:
@@ -63,6 +65,7 @@ class RunTables:
     nic: pa.Table
     ports: pa.Table
     cpu: pa.Table = field(default_factory=lambda: to_table([], CpuRow))
+    queue_pairs: pa.Table = field(default_factory=lambda: to_table([], QpRow))
 
     @classmethod
     def from_rows(
@@ -72,6 +75,7 @@ class RunTables:
         nic: Sequence[NicRow] = (),
         ports: Sequence[PortRow] = (),
         cpu: Sequence[CpuRow] = (),
+        queue_pairs: Sequence[QpRow] = (),
     ) -> RunTables:
         return cls(
             flows=to_table(flows, FlowRecord),
@@ -79,6 +83,7 @@ class RunTables:
             nic=to_table(nic, NicRow),
             ports=to_table(ports, PortRow),
             cpu=to_table(cpu, CpuRow),
+            queue_pairs=to_table(queue_pairs, QpRow),
         )
 
     def by_name(self) -> Mapping[str, pa.Table]:

@@ -26,6 +26,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from collectors.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
+from collectors.queue_pairs import QpRow, qp_rows
 from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver
 from emulator.engine.params import EngineParams
@@ -414,6 +415,16 @@ class Coordinator:
             self._drain(w)
             if not w.process.is_alive():
                 w.gone = True
+
+    def queue_pairs(self) -> list[QpRow]:
+        """The tester's per-QP counters, as the workers reported them when they stopped (a
+        worker that was killed reports none)."""
+        send: dict[int, list[int]] = {}
+        recv: dict[int, list[int]] = {}
+        for w in self.workers:
+            send.update(w.stats.get("send_qps", {}))
+            recv.update(w.stats.get("recv_qps", {}))
+        return qp_rows(self.connections, send, recv)
 
     def metadata(self) -> dict[str, Any]:
         """The run's metadata so far (also after a run that failed or was interrupted)."""

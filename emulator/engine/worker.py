@@ -721,6 +721,38 @@ class Worker:
             "max_tick_gap_s": self.max_tick_gap_s,
         }
 
+    def _queue_pairs(self) -> dict[str, Any]:
+        """The tester's per-QP counters, each half where it lives (sent once, at the end: a
+        run may have thousands of QPs). Rows are lists in the order of SEND_QP_COLUMNS and
+        RECV_QP_COLUMNS, by QP number."""
+        return {
+            "send_qps": {
+                qpn: [
+                    c.qp.packets_sent,
+                    c.qp.bytes_acked,
+                    c.qp.packets_retransmitted,
+                    c.qp.acks_received,
+                    c.qp.naks_received,
+                    c.cnps_received,
+                    c.tos >> 2,
+                ]
+                for qpn, c in self.send_conns.items()
+            },
+            "recv_qps": {
+                qpn: [
+                    c.qp.packets_received,
+                    c.qp.delivered_bytes,
+                    c.qp.drops["out_of_sequence"],
+                    c.qp.drops["duplicate"],
+                    c.qp.acks_sent,
+                    c.qp.naks_sent,
+                    c.qp.ce_packets,
+                    c.cnps_sent,
+                ]
+                for qpn, c in self.recv_conns.items()
+            },
+        }
+
     def _flush(self, now: float) -> None:
         self.flush_now = False
         out, self.out = self.out, []
@@ -785,7 +817,7 @@ class Worker:
             loop.run_until_complete(self.finished)
             now = self.clock.now()
             self._handle_events()
-            self.pipe.send(("bye", self.out, self._stats(now)))
+            self.pipe.send(("bye", self.out, {**self._stats(now), **self._queue_pairs()}))
         finally:
             loop.close()
             self.close()

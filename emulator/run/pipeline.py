@@ -27,12 +27,14 @@ from collectors.fidelity import assess_fidelity
 from collectors.live import RunInfo
 from collectors.nic import NetlinkCounters, NicSampler
 from collectors.prometheus import exporter_for, push
+from collectors.queue_pairs import QpRow, rank_totals
+from collectors.queue_pairs import totals as qp_totals
 from collectors.recorder import RunRecorder
 from collectors.records import CollectiveMeta, FlowMeta
 from collectors.report import summary_table
 from collectors.results import ResultsWriter, default_results_dir
 from collectors.summary import RunMeta
-from collectors.tables import column
+from collectors.tables import column, to_table
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem, ScenarioError
@@ -392,7 +394,8 @@ def _run_on_fabric(
         sampler.stop()
         progress.done(replay.progress(sampler))
     metadata = outcome.metadata if outcome is not None else coordinator.metadata()
-    tables = recorder.tables()
+    qp_rows = coordinator.queue_pairs()
+    tables = dataclasses.replace(recorder.tables(), queue_pairs=to_table(qp_rows, QpRow))
     reasons = engine_reasons(metadata, engine.tick_s)
     if (short := burst_reason(column(tables.flows, "bytes"), live.metadata())) is not None:
         reasons.append(short)
@@ -420,6 +423,9 @@ def _run_on_fabric(
         "warnings": planned.warnings,
         # NIC readings whose time was uncertain (the sampler lost the CPU while reading)
         "nic_readings_left_out": sampler.nic.skipped,
+        # the tester's counters (per QP in queue_pairs.parquet): totals, and per rank
+        "queue_pair_totals": qp_totals(qp_rows),
+        "ranks": rank_totals(qp_rows),
     }
     impairments: dict[str, Any] = {}
     if scenario.compute.stragglers:

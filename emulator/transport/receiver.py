@@ -69,6 +69,9 @@ class ReceiveQueuePair:
         self.delivered_bytes = 0
         self.ce_packets = 0
         self.cnps_sent = 0
+        self.packets_received = 0  # every data packet, in sequence or not
+        self.acks_sent = 0
+        self.naks_sent = 0
         self.drops: Counter[str] = Counter()
         self.deliveries: list[Delivery] | None = [] if record_deliveries else None
 
@@ -79,6 +82,7 @@ class ReceiveQueuePair:
     def on_data(self, *, now: float, packet: DataPacket, ce: bool) -> list[Packet]:
         """Handle one data packet; returns the ACK/NAK/CNP packets to send back."""
         out: list[Packet] = []
+        self.packets_received += 1
         if ce:
             self.ce_packets += 1
             if self.notification_point.on_ce(now=now):
@@ -92,6 +96,7 @@ class ReceiveQueuePair:
             self._drop(now, "out_of_sequence")
             if not self._nak_sent:
                 self._nak_sent = True
+                self.naks_sent += 1
                 out.append(
                     AckPacket(
                         self.remote_qp,
@@ -113,6 +118,7 @@ class ReceiveQueuePair:
         self.events.append(PacketDropped(now, reason, self.qpn))
 
     def _ack(self) -> AckPacket:
+        self.acks_sent += 1
         return AckPacket(
             self.remote_qp, psn_add(self._expected_psn, -1), AETH_ACK, self._message_index
         )
@@ -169,6 +175,8 @@ class ReceiveQueuePair:
             return out
         self._expected_psn = (psn + count) & PSN_MASK
         self._nak_sent = False
+        self.packets_received += count
+        self.acks_sent += len(ack_req_at)
         self.delivered_bytes += payload_bytes * (count - 1) + last_payload_bytes
         index = self._message_index
         offset = self._message_offset

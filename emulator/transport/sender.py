@@ -137,6 +137,8 @@ class SendQueuePair:
         self.packets_retransmitted = 0
         self.bytes_acked = 0
         self.cnps_received = 0
+        self.acks_received = 0
+        self.naks_received = 0
         self.drops: Counter[str] = Counter()
 
     # -- posting and transmitting ------------------------------------------------------
@@ -447,6 +449,10 @@ class SendQueuePair:
     # -- feedback ------------------------------------------------------------------------
     def on_ack(self, *, now: float, packet: AckPacket) -> None:
         """An ACK or NAK for this QP."""
+        if packet.is_nak:
+            self.naks_received += 1
+        else:
+            self.acks_received += 1
         acked = psn_diff(packet.psn, self._una_psn) + (0 if packet.is_nak else 1)
         if acked < 0:
             return  # an older ACK overtaken by a newer one: nothing new
@@ -476,6 +482,7 @@ class SendQueuePair:
                 return
             if d > furthest:
                 furthest = d
+        self.acks_received += len(psns)
         if furthest >= 0:
             self._acknowledge(now, furthest + 1)
 

@@ -75,6 +75,7 @@ def test_complete_folder_contents_and_summary(tmp_path: Path) -> None:
         "nic.parquet",
         "plots",
         "ports.parquet",
+        "queue_pairs.parquet",
         "scenario.yaml",
         "summary.json",
     ]

@@ -1,0 +1,126 @@
+"""The tester's per-QP counters: each queue pair's two halves (sender and receiver) in one row.
+
+A switch tester reports, per QP, what left and what arrived: data packets and bytes, loss
+(packets sent, retransmissions included, that never reached the receiver), sequence errors,
+ACKs and NAKs each way, ECN-CE marks received, CNPs each way and retransmissions. The engine's
+workers keep the counters in the transport's queue pairs and hand them over once, at the end
+(see emulator.engine.worker.Worker._queue_pairs); this module only joins and sums them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+# Column order of the lists a worker sends (emulator.engine.worker.Worker._queue_pairs).
+SEND_QP_COLUMNS = (
+    "data_packets_sent",
+    "data_bytes_acked",
+    "packets_retransmitted",
+    "acks_received",
+    "naks_received",
+    "cnps_received",
+    "dscp",
+)
+RECV_QP_COLUMNS = (
+    "data_packets_received",
+    "data_bytes_received",
+    "sequence_errors",
+    "duplicates",
+    "acks_sent",
+    "naks_sent",
+    "ce_received",
+    "cnps_sent",
+)
+ConnectionKey = tuple[int, int, int, int]  # (src rank, dst rank, QP index, UDP source port)
+
+
+@dataclass(frozen=True, slots=True)
+class QpRow:
+    src_rank: int
+    dst_rank: int
+    qp: int  # the QP's index among the pair's QPs
+    udp_sport: int
+    qpn: int
+    dscp: int
+    data_packets_sent: int
+    data_bytes_acked: int
+    packets_retransmitted: int
+    acks_received: int
+    naks_received: int
+    cnps_received: int
+    data_packets_received: int
+    data_bytes_received: int
+    sequence_errors: int  # packets past a gap (each run of them draws one NAK)
+    duplicates: int
+    acks_sent: int
+    naks_sent: int
+    ce_received: int
+    cnps_sent: int
+    lost_packets: int  # sent (retransmissions too) but never received
+
+
+COUNTER_COLUMNS = tuple(
+    f.name for f in fields(QpRow) if f.name not in ("src_rank", "dst_rank", "qp", "udp_sport")
+)
+SUMMED = tuple(c for c in COUNTER_COLUMNS if c not in ("qpn", "dscp"))
+
+
+def qp_rows(
+    connections: Mapping[ConnectionKey, int],
+    send_qps: Mapping[int, Sequence[int]],
+    recv_qps: Mapping[int, Sequence[int]],
+) -> list[QpRow]:
+    """One row per connection (QP number = connection id + 1) that has either half; a half
+    that never opened (no packet arrived) counts zeros."""
+    rows = []
+    for key, conn_id in sorted(connections.items(), key=lambda kv: kv[1]):
+        qpn = conn_id + 1
+        sent = send_qps.get(qpn)
+        got = recv_qps.get(qpn)
+        if sent is None and got is None:
+            continue
+        s = dict(zip(SEND_QP_COLUMNS, sent or [0] * len(SEND_QP_COLUMNS), strict=True))
+        r = dict(zip(RECV_QP_COLUMNS, got or [0] * len(RECV_QP_COLUMNS), strict=True))
+        src, dst, qp, sport = key
+        rows.append(
+            QpRow(
+                src_rank=src,
+                dst_rank=dst,
+                qp=qp,
+                udp_sport=sport,
+                qpn=qpn,
+                **s,
+                **r,
+                lost_packets=max(0, s["data_packets_sent"] - r["data_packets_received"]),
+            )
+        )
+    return rows
+
+
+def rank_totals(rows: Iterable[QpRow]) -> dict[str, dict[str, int]]:
+    """Per rank: the counters of its QPs, each on the side it happens (what a rank sent as a
+    sender, what it received as a receiver, and the replies each way)."""
+    out: dict[str, dict[str, int]] = {}
+    for row in rows:
+        values = asdict(row)
+        for rank, side in ((row.src_rank, SEND_QP_COLUMNS), (row.dst_rank, RECV_QP_COLUMNS)):
+            totals = out.setdefault(str(rank), dict.fromkeys(SUMMED, 0))
+            for name in side:
+                if name in totals:
+                    totals[name] += values[name]
+        out[str(row.src_rank)]["lost_packets"] += row.lost_packets
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
+
+
+def totals(rows: Iterable[QpRow]) -> dict[str, Any]:
+    """The run's totals of every counter, and how many QPs carried data."""
+    out: dict[str, Any] = dict.fromkeys(SUMMED, 0)
+    n = 0
+    for row in rows:
+        n += 1
+        for name in SUMMED:
+            out[name] += getattr(row, name)
+    out["queue_pairs"] = n
+    return out
