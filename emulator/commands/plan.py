@@ -114,6 +114,8 @@ def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple
 
     scenario = load_scenario(args.scenario)
     workload = scenario.workload
+    if workload is None or scenario.traffic:
+        return _plan_with_traffic(scenario, args.iterations), scenario.collectives
     iterations = args.iterations or workload.iterations
     collectives = _with_algorithms(scenario.collectives, overrides)
     compute = scenario.compute
@@ -136,6 +138,29 @@ def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple
         write_workload(workload.generate, prefix)
         outcome = _plan(prefix, groups, scenario.fabric, collectives, compute, iterations)
         return outcome, collectives
+
+
+def _plan_with_traffic(scenario: Any, iterations: int | None) -> Any:
+    """Traffic patterns (with or without a trace) are planned as `emulate run` plans them."""
+    from emulator.run.pipeline import fabric_ranks, target_rate_bps
+    from emulator.run.workload import plan_workload, trace_prefix
+    from emulator.schedule.fabric import describe_fabric
+    from emulator.schedule.planner import PlanOutcome
+
+    if iterations is not None:
+        if scenario.workload is None:
+            raise InputError("--iterations: the scenario has traffic patterns only, no trace")
+        import dataclasses
+
+        workload = dataclasses.replace(scenario.workload, iterations=iterations)
+        scenario = dataclasses.replace(scenario, workload=workload)
+    with trace_prefix(scenario) as prefix:
+        planned = plan_workload(
+            scenario, prefix, fabric_ranks(scenario.fabric), target_rate_bps(scenario.fabric)
+        )
+    return PlanOutcome(
+        planned.ideal, planned.world_size, describe_fabric(scenario.fabric), planned.warnings
+    )
 
 
 def _si(value: float | None, unit: str) -> str:

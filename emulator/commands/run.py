@@ -109,6 +109,8 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"--iterations {args.iterations}: must be at least 1")
     scenario = load_scenario(args.scenario) if args.scenario else quick_scenario(args)
     if args.iterations is not None:
+        if scenario.workload is None:
+            raise InputError("--iterations: the scenario has traffic patterns only, no trace")
         workload = dataclasses.replace(scenario.workload, iterations=args.iterations)
         scenario = dataclasses.replace(scenario, workload=workload)
     options = RunOptions(

@@ -73,9 +73,10 @@ def _trace_of(raw: str, args: argparse.Namespace) -> tuple[Path, Path | None] | 
     except ImportError as exc:
         raise InputError(f"{raw}: scenario validation not available yet ({exc})") from None
     workload = scenario.workload
-    if workload.trace is None:
+    if workload is None or workload.trace is None:
         if not args.json:
-            print(f"{raw}: scenario ok; workload is generated, no trace to validate")
+            what = "traffic patterns only" if workload is None else "workload is generated"
+            print(f"{raw}: scenario ok; {what}, no trace to validate")
         return None
     groups = explicit
     if groups is None and workload.comm_groups is not None:

@@ -31,9 +31,11 @@ from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import (
+    DEFAULT_PROFILE,
     MAX_CONNECTIONS,
     EngineFlow,
     FlowLike,
+    QpProfile,
     RankEndpoint,
     check_plan,
     from_schedule_flow,
@@ -111,8 +113,10 @@ class Coordinator:
         on_ready: Callable[[list[int]], None] | None = None,
         driver: FlowDriver | None = None,
         on_start: Callable[[float], None] | None = None,
+        profiles: Sequence[QpProfile] = (),
     ) -> None:
         """Run `flows` (a static plan), or the flows `driver` hands out as the run goes.
+        `profiles[i]` says how the QPs of flows with profile i send (0: the transport's way).
 
         on_start is told the common start instant (a time.perf_counter reading) before the
         workers are released: target time is (perf_counter - start) / TDF from then on."""
@@ -120,6 +124,9 @@ class Coordinator:
         if driver is not None and flows:
             raise PlanError("give the engine either a static plan or a driver, not both")
         check_plan(flows, ranks)
+        self.profiles = (DEFAULT_PROFILE, *profiles[1:]) if profiles else (DEFAULT_PROFILE,)
+        for f in flows:
+            self._check_profile(f)
         self.on_ready = on_ready
         self.driver = driver
         self.known_ranks = {r.rank for r in ranks}
@@ -197,6 +204,7 @@ class Coordinator:
                 connections={f.connection_key: self.connections[f.connection_key] for f in flows},
                 transport=self.transport,
                 engine=self.engine,
+                profiles=self.profiles,
                 relay=frozenset(f.id for f in flows if f.id in self.needers),
             )
             parent, child = ctx.Pipe(duplex=True)
@@ -284,7 +292,16 @@ class Coordinator:
                 continue
             # the driver releases a flow once its dependencies completed: none left to wait for
             flow = from_schedule_flow(action)
-            flow = EngineFlow(flow.id, flow.src, flow.dst, flow.qp, flow.udp_sport, flow.bytes)
+            flow = EngineFlow(
+                flow.id,
+                flow.src,
+                flow.dst,
+                flow.qp,
+                flow.udp_sport,
+                flow.bytes,
+                profile=flow.profile,
+            )
+            self._check_profile(flow)
             for rank in (flow.src, flow.dst):
                 if rank not in self.known_ranks:
                     raise PlanError(f"flow {flow.id}: rank {rank} has no endpoint")
@@ -415,6 +432,13 @@ class Coordinator:
             self._drain(w)
             if not w.process.is_alive():
                 w.gone = True
+
+    def _check_profile(self, flow: EngineFlow) -> None:
+        if not 0 <= flow.profile < len(self.profiles):
+            raise PlanError(
+                f"flow {flow.id}: QP profile {flow.profile} is not one of the run's "
+                f"{len(self.profiles)}"
+            )
 
     def queue_pairs(self) -> list[QpRow]:
         """The tester's per-QP counters, as the workers reported them when they stopped (a

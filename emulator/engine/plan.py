@@ -30,6 +30,21 @@ class RankEndpoint:
     line_rate_bps: float = 100e9
 
 
+@dataclass(frozen=True, slots=True)
+class QpProfile:
+    """How a queue pair sends where it differs from the transport section (a traffic pattern's
+    QPs): its data DSCP, a cap on its rate (target time), its congestion control, its path MTU.
+    A flow names its profile by index; profile 0 is always the transport's own."""
+
+    dscp: int | None = None
+    max_rate_bps: float | None = None
+    congestion_control: str | None = None
+    path_mtu_bytes: int | None = None
+
+
+DEFAULT_PROFILE = QpProfile()
+
+
 class FlowLike(Protocol):
     """The fields of emulator.schedule.plan.Flow the engine reads."""
 
@@ -47,6 +62,8 @@ class FlowLike(Protocol):
     def bytes(self) -> int: ...
     @property
     def deps(self) -> tuple[int, ...]: ...
+    @property
+    def profile(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +79,7 @@ class EngineFlow:
     bytes: int
     deps: tuple[int, ...] = ()
     start_delay_s: float = 0.0
+    profile: int = 0  # index into the run's QpProfile table
 
     @property
     def connection_key(self) -> tuple[int, int, int, int]:
@@ -80,6 +98,7 @@ def from_schedule_flow(flow: FlowLike, start_delay_s: float = 0.0) -> EngineFlow
         flow.bytes,
         tuple(flow.deps),
         start_delay_s,
+        flow.profile,
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import heapq
 import os
@@ -43,7 +44,7 @@ from emulator.engine.clock import DilatedClock
 from emulator.engine.nicpacer import NicPacer
 from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
 from emulator.engine.params import EngineParams
-from emulator.engine.plan import EngineFlow, RankEndpoint
+from emulator.engine.plan import DEFAULT_PROFILE, EngineFlow, QpProfile, RankEndpoint
 from emulator.engine.sockets import (
     ANCILLARY_BYTES,
     Offloads,
@@ -119,6 +120,7 @@ class WorkerSpec:
     connections: dict[tuple[int, int, int, int], int]  # EngineFlow.connection_key -> conn id
     transport: TransportParams
     engine: EngineParams
+    profiles: tuple[QpProfile, ...] = (DEFAULT_PROFILE,)  # EngineFlow.profile -> how its QP sends
     relay: frozenset[int] = frozenset()  # flow ids other workers wait for: report at once
 
 
@@ -222,6 +224,7 @@ class Worker:
         self.tos_cnp = t.cnp_dscp << 2 | ECN_NOT_ECT
         # per traffic class (DSCP): [packets sent, bytes sent, packets received, bytes received]
         self.classes: dict[int, list[int]] = {}
+        self._profile_params: dict[int, TransportParams] = {}
         self._open_ranks()
         self._add_flows(spec.flows, spec.connections)
 
@@ -264,18 +267,19 @@ class Worker:
             if qpn not in self.send_conns:
                 rank = self.ranks[f.src]
                 dst = self.spec.addresses[f.dst]
+                params, rate_bps, dscp = self._profile(f, rank.spec.line_rate_bps)
                 qp = SendQueuePair(
                     qpn=qpn,
                     dest_qp=qpn,
-                    params=self.transport,
-                    line_rate_bps=rank.spec.line_rate_bps,
+                    params=params,
+                    line_rate_bps=rate_bps,
                     events=self.events,
                 )
                 # its ACKs, NAKs and CNPs come from the receiver's socket bound to our source port
                 rank.endpoint.add_sender(qp, peer=(dst, f.udp_sport))
                 address = FlowAddress(rank.spec.address, dst, f.udp_sport, dscp=self.transport.dscp)
                 icrc = IcrcContext(address)
-                tos = self.transport.data_dscp(f.qp) << 2 | self.transport.data_ecn_bits
+                tos = dscp << 2 | self.transport.data_ecn_bits
                 self.send_conns[qpn] = _SendConn(
                     conn_id,
                     rank,
@@ -295,6 +299,25 @@ class Worker:
                 self.dependents.setdefault(d, []).append(f.id)
             if not pending and self.started:
                 self._ready(f, self.clock.now())
+
+    def _profile(
+        self, flow: EngineFlow, line_rate_bps: float
+    ) -> tuple[TransportParams, float, int]:
+        """The transport parameters, starting (and highest) rate and data DSCP of a new QP."""
+        t = self.transport
+        if flow.profile == 0:
+            return t, line_rate_bps, t.data_dscp(flow.qp)
+        p = self.spec.profiles[flow.profile]
+        changes: dict[str, Any] = {}
+        if p.congestion_control is not None:
+            changes["congestion_control"] = p.congestion_control
+        if p.path_mtu_bytes is not None:
+            changes["path_mtu_bytes"] = p.path_mtu_bytes
+        params = self._profile_params.get(flow.profile)
+        if params is None:
+            params = self._profile_params[flow.profile] = dataclasses.replace(t, **changes)
+        rate = min(line_rate_bps, p.max_rate_bps or line_rate_bps)
+        return params, rate, t.data_dscp(flow.qp) if p.dscp is None else p.dscp
 
     # -- flows ----------------------------------------------------------------------------
     def _ready(self, flow: EngineFlow, now: float) -> None:

@@ -46,10 +46,9 @@ from emulator.run.pfc_generator import interval_s as pfc_interval_s
 from emulator.run.progress import ProgressLine, ProgressState
 from emulator.run.sampling import Sampler
 from emulator.run.tdf import TdfChoice, auto_tdf
-from emulator.run.workload import PlannedWorkload, instance_key, plan_workload, trace_prefix
+from emulator.run.workload import Driver, PlannedWorkload, plan_workload, trace_prefix
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
-from emulator.schedule.job import JobSchedule
 from emulator.schedule.plan import CollectiveInstance
 from fabrics.spec import ClosSpec, DutSpec
 
@@ -139,16 +138,14 @@ class Replay:
         self.stragglers = {int(r) for r in scenario.compute.stragglers}
         # collective instances with a straggler among their members, by type
         self.affected: Counter[str] = Counter()
-        self.job: JobSchedule = planned.schedule(
-            scenario, self._on_instance, self._on_member_issued
-        )
+        self.job: Driver = planned.schedule(scenario, self._on_instance, self._on_member_issued)
 
     def _on_instance(self, inst: CollectiveInstance) -> None:
         if self.stragglers.intersection(inst.members):
             self.affected[inst.collective] += 1
         iteration = self.planned.numbering.number(inst)
         self.iteration_of[inst.id] = iteration
-        ideal = self.planned.ideal_time_s.get(instance_key(inst))
+        ideal = self.planned.ideal_time(inst)
         if ideal is None:
             self.unpaired.append(f"{inst.collective} #{inst.id}")
         coll = CollectiveMeta(
@@ -247,7 +244,9 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
         raise EnvironmentProblem("emulate run needs root (network namespaces, qdiscs, BPF)")
     with contextlib.ExitStack() as stack:
         prefix = stack.enter_context(trace_prefix(scenario))
-        planned = plan_workload(scenario, prefix, fabric_ranks(scenario.fabric))
+        planned = plan_workload(
+            scenario, prefix, fabric_ranks(scenario.fabric), target_rate_bps(scenario.fabric)
+        )
         for warning in planned.warnings:
             options.say(f"warning: {warning}")
         if isinstance(scenario.fabric, ClosSpec) and scenario.fabric.link_events:
@@ -376,6 +375,7 @@ def _run_on_fabric(
         on_events=replay.on_events,
         on_start=lambda start_wall_s: _started(start_wall_s, sampler, links, pfc),
         driver=replay.job,
+        profiles=planned.profiles,
     )
     partial = True
     error: BaseException | None = None

@@ -1,9 +1,11 @@
-"""The scenario's workload as a trace set on disk, a live JobSchedule and its ideal-time plan.
+"""The scenario's work (a trace set on disk, traffic patterns, or both), the driver of a run and
+its ideal-time plan.
 
 A generated workload is written to a private temporary folder that lives as long as the run. The
 schedule is built twice from the same trace set: once for the ideal-time model (planning, before
 the fabric exists) and once to drive the engine. Their collective instances are paired by what
-identifies an instance independently of matching order: its replay pass and its trace nodes.
+identifies an instance independently of matching order: its replay pass and its trace nodes
+(a traffic message: its number on its QP and its QP).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emulator.engine.plan import DEFAULT_PROFILE, QpProfile
 from emulator.errors import ScenarioError
 from emulator.run.iterations import IterationNumbering
 from emulator.scenario.model import Scenario
@@ -23,6 +26,7 @@ from emulator.schedule.ideal import IdealResult, simulate
 from emulator.schedule.job import JobSchedule
 from emulator.schedule.plan import CollectiveInstance, NodeRef
 from emulator.schedule.tracesource import TraceSource, open_trace_set
+from emulator.traffic.schedule import TRAFFIC_ID_BASE, CombinedDriver, TrafficSchedule
 
 InstanceKey = tuple[int, tuple[NodeRef, ...]]
 
@@ -33,52 +37,121 @@ def instance_key(instance: CollectiveInstance) -> InstanceKey:
 
 @dataclass
 class PlannedWorkload:
-    """The trace set, its ideal-time plan, and a factory for the schedule that drives a run."""
+    """The trace set and/or traffic patterns, their ideal-time plan, and a factory for the
+    driver of a run."""
 
-    prefix: str
-    source: TraceSource
+    prefix: str | None
+    world_size: int
     ideal: IdealResult
     ideal_time_s: dict[InstanceKey, float]
     collectives_by_type: Counter[str]
-    numbering: IterationNumbering
+    numbering: Numbering
+    line_rate_bps: float
     warnings: list[str] = field(default_factory=list)
-
-    @property
-    def world_size(self) -> int:
-        return self.source.world_size
+    profiles: tuple[QpProfile, ...] = (DEFAULT_PROFILE,)
+    # a traffic QP's (its instances' nodes) last message in the ideal run: time, bytes
+    last_message_ideal: dict[tuple[NodeRef, ...], tuple[float, int]] = field(default_factory=dict)
 
     @property
     def collectives(self) -> int:
         return sum(self.collectives_by_type.values())
+
+    def ideal_time(self, instance: CollectiveInstance) -> float | None:
+        """The instance's ideal time. A traffic message the ideal run did not post (a
+        duration-bound QP posts as many as fit) gets its QP's last ideal time, scaled by size."""
+        exact = self.ideal_time_s.get(instance_key(instance))
+        if exact is not None or instance.id < TRAFFIC_ID_BASE:
+            return exact
+        last = self.last_message_ideal.get(instance.nodes)
+        if last is None:
+            return None
+        time_s, size = last
+        return time_s * instance.size_bytes / size if size else time_s
 
     def schedule(
         self,
         scenario: Scenario,
         on_instance: Callable[[CollectiveInstance], None],
         on_member_issued: Callable[[int, int, float], None] | None = None,
-    ) -> JobSchedule:
-        """A fresh schedule over the same trace set (the ideal model consumed the first one)."""
-        source = open_trace_set(self.prefix, _comm_groups(scenario), scenario.compute)
-        return JobSchedule(
+    ) -> Driver:
+        """A fresh driver over the same work (the ideal model consumed the first one)."""
+        return _driver(
+            scenario, self.prefix, self.line_rate_bps, on_instance, on_member_issued, False
+        )[0]
+
+
+class Numbering:
+    """Iterations of a trace's instances (IterationNumbering) and of traffic messages (their
+    number on their QP)."""
+
+    def __init__(self, trace: IterationNumbering | None, messages_per_qp: int) -> None:
+        self.trace = trace
+        self.messages_per_qp = messages_per_qp
+
+    @property
+    def total(self) -> int:
+        return max(self.trace.total if self.trace else 0, self.messages_per_qp, 1)
+
+    def number(self, inst: CollectiveInstance) -> int:
+        if inst.id >= TRAFFIC_ID_BASE or self.trace is None:
+            return inst.iteration
+        return self.trace.number(inst)
+
+
+Driver = JobSchedule | TrafficSchedule | CombinedDriver
+
+
+def _driver(
+    scenario: Scenario,
+    prefix: str | None,
+    line_rate_bps: float,
+    on_instance: Callable[[CollectiveInstance], None] | None,
+    on_member_issued: Callable[[int, int, float], None] | None,
+    keep_instances: bool,
+) -> tuple[Driver, TraceSource | None, JobSchedule | None, TrafficSchedule | None]:
+    job = source = traffic = None
+    if prefix is not None:
+        source = open_trace_set(prefix, _comm_groups(scenario), scenario.compute)
+        job = JobSchedule(
             source.ranks,
             source.groups,
             scenario.collectives,
             scenario.compute,
-            scenario.workload.iterations,
+            scenario.workload.iterations if scenario.workload else 1,
+            keep_instances=keep_instances,
             on_instance=on_instance,
             on_member_issued=on_member_issued,
         )
+    if scenario.traffic:
+        c = scenario.collectives
+        traffic = TrafficSchedule(
+            scenario.traffic,
+            line_rate_bps=line_rate_bps,
+            sport_range=(c.udp_sport_min, c.udp_sport_max),
+            on_instance=on_instance,
+            on_member_issued=on_member_issued,
+            keep_instances=keep_instances,
+        )
+    if job is not None and traffic is not None:
+        return CombinedDriver(job, traffic), source, job, traffic
+    driver = job if job is not None else traffic
+    assert driver is not None
+    return driver, source, job, traffic
 
 
 def _comm_groups(scenario: Scenario) -> Path | None:
-    groups = scenario.workload.comm_groups
+    groups = scenario.workload.comm_groups if scenario.workload else None
     return scenario.resolve(groups) if groups else None
 
 
 @contextlib.contextmanager
-def trace_prefix(scenario: Scenario) -> Iterator[str]:
-    """The trace set's prefix: the scenario's trace, or a generated set in a temporary folder."""
+def trace_prefix(scenario: Scenario) -> Iterator[str | None]:
+    """The trace set's prefix: the scenario's trace, a generated set in a temporary folder, or
+    None when the scenario has traffic patterns only."""
     workload = scenario.workload
+    if workload is None:
+        yield None
+        return
     if workload.trace is not None:
         yield str(scenario.resolve(workload.trace))
         return
@@ -93,40 +166,63 @@ def trace_prefix(scenario: Scenario) -> Iterator[str]:
 
 def generated_steps(scenario: Scenario) -> int | None:
     """Training steps per pass of a generated trace (its writer knows them), else None."""
-    generate = scenario.workload.generate
+    generate = scenario.workload.generate if scenario.workload else None
     steps = getattr(generate, "iterations", None) if generate is not None else None
     return steps if isinstance(steps, int) else None
 
 
-def plan_workload(scenario: Scenario, prefix: str, fabric_ranks: int) -> PlannedWorkload:
-    """Plan the trace set on the scenario's fabric; refuse a set larger than the fabric."""
-    source = open_trace_set(prefix, _comm_groups(scenario), scenario.compute)
-    n = source.world_size
+def plan_workload(
+    scenario: Scenario, prefix: str | None, fabric_ranks: int, line_rate_bps: float = 100e9
+) -> PlannedWorkload:
+    """Plan the work on the scenario's fabric; refuse ranks the fabric does not have."""
+    driver, source, job, traffic = _driver(scenario, prefix, line_rate_bps, None, None, True)
+    where = scenario.source or "scenario"
+    n = source.world_size if source is not None else 0
     if n > fabric_ranks:
         raise ScenarioError(
-            f"{scenario.source or 'scenario'}: fabric: the trace set has {n} ranks but the "
-            f"fabric has {fabric_ranks} hosts"
+            f"{where}: fabric: the trace set has {n} ranks but the fabric has {fabric_ranks} hosts"
         )
-    job = JobSchedule(
-        source.ranks,
-        source.groups,
-        scenario.collectives,
-        scenario.compute,
-        scenario.workload.iterations,
-        keep_instances=True,
+    for i, pattern in enumerate(scenario.traffic):
+        if pattern.max_rank >= fabric_ranks:
+            raise ScenarioError(
+                f"{where}: traffic[{i}] ({pattern.name}): rank {pattern.max_rank} is not on the "
+                f"fabric (ranks 0..{fabric_ranks - 1})"
+            )
+        mtu = pattern.path_mtu_bytes
+        if mtu is not None and mtu > scenario.transport.path_mtu_bytes:
+            raise ScenarioError(
+                f"{where}: traffic[{i}].path_mtu_bytes: {mtu} is above transport.path_mtu_bytes "
+                f"({scenario.transport.path_mtu_bytes}), the largest packet the receivers take"
+            )
+        n = max(n, pattern.max_rank + 1)
+    ideal = simulate(
+        driver,
+        path_for_fabric(scenario.fabric, n),
+        max_rate_bps=traffic.max_rate_bps if traffic is not None else None,
     )
-    ideal = simulate(job, path_for_fabric(scenario.fabric, n))
-    by_id = {inst.id: inst for inst in job.instances}
+    instances = [*(job.instances if job else ()), *(traffic.instances if traffic else ())]
+    by_id = {inst.id: inst for inst in instances}
     times = {instance_key(by_id[r.id]): r.time_s for r in ideal.instances}
-    warnings = [*source.warnings]
-    for feeder in job.feeders:
+    warnings = [*source.warnings] if source is not None else []
+    for feeder in job.feeders if job is not None else ():
         warnings.extend(feeder.warnings)
+    trace_numbering = None
+    if job is not None:
+        trace_numbering = IterationNumbering(job.instances, generated_steps(scenario))
+    messages = 1 + max((i.iteration for i in (traffic.instances if traffic else ())), default=0)
+    last: dict[tuple[NodeRef, ...], tuple[float, int]] = {}
+    for r in ideal.instances:
+        if r.id >= TRAFFIC_ID_BASE:
+            last[by_id[r.id].nodes] = (r.time_s, r.size_bytes)
     return PlannedWorkload(
         prefix,
-        source,
+        n,
         ideal,
         times,
-        Counter(inst.collective for inst in job.instances),
-        IterationNumbering(job.instances, generated_steps(scenario)),
+        Counter(inst.collective for inst in instances),
+        Numbering(trace_numbering, messages),
+        line_rate_bps,
         list(dict.fromkeys(warnings)),
+        (DEFAULT_PROFILE, *(traffic.profiles if traffic else ())),
+        last,
     )

@@ -15,6 +15,7 @@ from collectors.fidelity import FidelityLimits
 from emulator.config import param
 from emulator.engine.params import EngineParams
 from emulator.schedule.params import CollectivesParams, ComputeParams
+from emulator.traffic.spec import TrafficPattern
 from emulator.transport.params import TransportParams
 from emulator.workloads.params import GENERATORS_PARAMS
 from fabrics.spec import FABRIC_SPECS, ClosSpec
@@ -157,7 +158,12 @@ class Scenario:
 
     name: str = param("scenario", doc="short name, used for the results folder")
     description: str = param("", doc="free text shown in reports")
-    workload: WorkloadSpec = param(doc="what to replay")
+    workload: WorkloadSpec | None = param(
+        None, doc="the trace to replay; optional when `traffic` patterns are given"
+    )
+    traffic: tuple[TrafficPattern, ...] = param(
+        (), doc="synthetic traffic patterns (switch tests), instead of or next to the workload"
+    )
     fabric: Any = param(
         default_factory=ClosSpec, doc="the network: {kind: clos|dut, ...}", kinds=FABRIC_SPECS
     )
@@ -168,6 +174,14 @@ class Scenario:
     run: RunSpec = field(default_factory=RunSpec)
     engine: EngineParams = field(default_factory=EngineParams)
     source: Path | None = field(default=None, compare=False, metadata={"internal": True})
+
+    def __post_init__(self) -> None:
+        if self.workload is None and not self.traffic:
+            raise ValueError("workload: give a workload (a trace), traffic patterns, or both")
+        names = [p.name for p in self.traffic]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"traffic: two patterns are named {name!r}")
 
     def resolve(self, relative: str) -> Path:
         """A path written in the scenario, resolved against the scenario file's folder."""

@@ -58,8 +58,22 @@ class FluidNetwork:
             links = self._paths[key] = tuple(link for link, _ in hops)
         return links
 
-    def add(self, flow_id: int, src: int, dst: int, sport: int, nbytes: int) -> None:
+    def add(
+        self,
+        flow_id: int,
+        src: int,
+        dst: int,
+        sport: int,
+        nbytes: int,
+        max_rate_bps: float | None = None,
+    ) -> None:
+        """A flow of nbytes; `max_rate_bps` caps it (a sender offering less than line rate),
+        modelled as a link of that rate only this flow crosses."""
         links = self.links_of(src, dst, sport)
+        if links and max_rate_bps is not None:
+            cap = ("rate_cap", flow_id)
+            self.capacity[cap] = max_rate_bps / 8.0
+            links = (*links, cap)
         if not links or nbytes <= 0:
             self._instant.append(flow_id)
             return
@@ -112,6 +126,8 @@ class FluidNetwork:
                 del self._on_link[link][key]
                 if not self._on_link[link]:
                     del self._on_link[link]
+                    if isinstance(link, tuple) and link[:1] == ("rate_cap",):
+                        del self.capacity[link]
         if done:
             self._dirty = True
         return done

@@ -11,10 +11,30 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from emulator.errors import EmulatorError
 from emulator.schedule.fluid import FluidNetwork, PathFn
-from emulator.schedule.job import InstanceResult, JobSchedule, StartDelay
+from emulator.schedule.job import InstanceResult, StartDelay
+from emulator.schedule.plan import Flow
+
+
+class Driver(Protocol):
+    """What the model drives: emulator.schedule.job.JobSchedule, a traffic schedule, both."""
+
+    @property
+    def finished(self) -> bool: ...
+    @property
+    def results(self) -> list[InstanceResult]: ...
+    @property
+    def nodes_completed(self) -> int: ...
+    def poll(self, now: float) -> Sequence[StartDelay | Flow]: ...
+    def delay_done(self, token: int, now: float) -> None: ...
+    def flow_done(self, flow_id: int, now: float) -> None: ...
+    def unstall(self) -> bool: ...
+    def stall_error(self) -> EmulatorError: ...
 
 
 @dataclass
@@ -28,7 +48,13 @@ class IdealResult:
     flow_times: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
-def simulate(job: JobSchedule, path: PathFn, keep_flow_times: bool = False) -> IdealResult:
+def simulate(
+    job: Driver,
+    path: PathFn,
+    keep_flow_times: bool = False,
+    max_rate_bps: Callable[[int], float | None] | None = None,
+) -> IdealResult:
+    """`max_rate_bps(profile)`: the cap of flows with that QP profile (None: line rate)."""
     net = FluidNetwork(path)
     delays: list[tuple[float, int]] = []
     starts: dict[int, float] = {}
@@ -41,7 +67,8 @@ def simulate(job: JobSchedule, path: PathFn, keep_flow_times: bool = False) -> I
             if isinstance(action, StartDelay):
                 heapq.heappush(delays, (now + action.delay_s, action.token))
             else:
-                net.add(action.id, action.src, action.dst, action.udp_sport, action.bytes)
+                cap = max_rate_bps(action.profile) if max_rate_bps and action.profile else None
+                net.add(action.id, action.src, action.dst, action.udp_sport, action.bytes, cap)
                 flows_total += 1
                 bytes_total += action.bytes
                 if keep_flow_times:

@@ -46,6 +46,7 @@ class Flow:
     deps: tuple[int, ...] = ()
     node_deps: tuple[NodeRef, ...] = ()
     chunk: int = 0
+    profile: int = 0  # how its QP sends (emulator.engine.plan.QpProfile); 0: the transport's
 
 
 @dataclass(frozen=True, slots=True)
