@@ -129,7 +129,9 @@ def _convert_dataclass(cls: type[Any], node: yaml.Node, key_path: str) -> Any:
             field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
         )
         if required and name not in values:
-            raise _Invalid(node, _join(key_path, name), "missing (this key is required)")
+            raise _Invalid(
+                node, _join(key_path, name), "missing (this key is required)", typed=True
+            )
     try:
         return cls(**values)
     except ValueError as exc:
@@ -139,13 +141,13 @@ def _convert_dataclass(cls: type[Any], node: yaml.Node, key_path: str) -> Any:
         for key, key_node, _ in _mapping_items(node, key_path):
             if key == field_name:
                 raise _Invalid(
-                    key_node, _join(key_path, key), message.split(":", 1)[1].strip()
+                    key_node, _join(key_path, key), message.split(":", 1)[1].strip(), typed=True
                 ) from None
         if field_name in fields:
             # The field the check names was not written: point at the section that lacks it.
             why = message.split(":", 1)[1].strip()
-            raise _Invalid(node, _join(key_path, field_name), why) from None
-        raise _Invalid(node, key_path, message) from None
+            raise _Invalid(node, _join(key_path, field_name), why, typed=True) from None
+        raise _Invalid(node, key_path, message, typed=True) from None
 
 
 def _convert_kind(kinds: Mapping[str, type], node: yaml.Node, key_path: str) -> Any:
