@@ -59,10 +59,13 @@ class QpRow:
     ce_received: int
     cnps_sent: int
     lost_packets: int  # sent (retransmissions too) but never received
+    pattern: str = ""  # the traffic pattern the QP belongs to ("" for a trace's QPs)
 
 
 COUNTER_COLUMNS = tuple(
-    f.name for f in fields(QpRow) if f.name not in ("src_rank", "dst_rank", "qp", "udp_sport")
+    f.name
+    for f in fields(QpRow)
+    if f.name not in ("src_rank", "dst_rank", "qp", "udp_sport", "pattern")
 )
 SUMMED = tuple(c for c in COUNTER_COLUMNS if c not in ("qpn", "dscp"))
 
@@ -81,8 +84,12 @@ def qp_rows(
         got = recv_qps.get(qpn)
         if sent is None and got is None:
             continue
-        s = dict(zip(SEND_QP_COLUMNS, sent or [0] * len(SEND_QP_COLUMNS), strict=True))
-        r = dict(zip(RECV_QP_COLUMNS, got or [0] * len(RECV_QP_COLUMNS), strict=True))
+        s: dict[str, Any] = dict(
+            zip(SEND_QP_COLUMNS, sent or [0] * len(SEND_QP_COLUMNS), strict=True)
+        )
+        r: dict[str, Any] = dict(
+            zip(RECV_QP_COLUMNS, got or [0] * len(RECV_QP_COLUMNS), strict=True)
+        )
         src, dst, qp, sport = key
         rows.append(
             QpRow(

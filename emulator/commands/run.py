@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from emulator.errors import EXIT_OK, InputError
+from emulator.errors import EXIT_EXPECTATION_FAILED, EXIT_OK, InputError
 
 HELP = "Run a scenario: fabric up, replay, measure, results, teardown."
 
@@ -120,5 +120,7 @@ def main(args: argparse.Namespace) -> int:
         recalibrate=args.recalibrate,
         fabric_prefix=args.netns_prefix,
     )
-    run_scenario(scenario, options)
+    result = run_scenario(scenario, options)
+    if result.failed_expectations:
+        return EXIT_EXPECTATION_FAILED
     return EXIT_OK

@@ -25,3 +25,4 @@ class RunResult:
     out_dir: Path
     summary: dict[str, Any]
     partial: bool
+    failed_expectations: int = 0  # the scenario's `expect:` entries that FAILED

@@ -23,6 +23,8 @@ from typing import Any
 import yaml
 
 from collectors.events import CollectiveMemberStarted, NicSample, RunEvent
+from collectors.expectations import judge
+from collectors.expectations import report as expectations_report
 from collectors.fidelity import assess_fidelity
 from collectors.live import RunInfo
 from collectors.nic import NetlinkCounters, NicSampler
@@ -38,6 +40,7 @@ from collectors.tables import column, to_table
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem, ScenarioError
+from emulator.run.expect import PfcReadings, evidence
 from emulator.run.link_events import LinkEventRunner, flows_crossing
 from emulator.run.link_events import resolve as resolve_link_events
 from emulator.run.options import RunOptions, RunResult
@@ -46,7 +49,13 @@ from emulator.run.pfc_generator import interval_s as pfc_interval_s
 from emulator.run.progress import ProgressLine, ProgressState
 from emulator.run.sampling import Sampler
 from emulator.run.tdf import TdfChoice, auto_tdf
-from emulator.run.workload import Driver, PlannedWorkload, plan_workload, trace_prefix
+from emulator.run.workload import (
+    Driver,
+    PlannedWorkload,
+    plan_workload,
+    trace_prefix,
+    traffic_of,
+)
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
 from emulator.schedule.plan import CollectiveInstance
@@ -377,6 +386,7 @@ def _run_on_fabric(
         driver=replay.job,
         profiles=planned.profiles,
     )
+    pfc_readings = PfcReadings(scenario.expect, live)
     partial = True
     error: BaseException | None = None
     outcome = None
@@ -395,6 +405,15 @@ def _run_on_fabric(
         progress.done(replay.progress(sampler))
     metadata = outcome.metadata if outcome is not None else coordinator.metadata()
     qp_rows = coordinator.queue_pairs()
+    traffic = traffic_of(replay.job)
+    qp_pattern = traffic.qp_patterns() if traffic is not None else {}
+    if qp_pattern:
+        qp_rows = [
+            dataclasses.replace(
+                q, pattern=qp_pattern.get((q.src_rank, q.dst_rank, q.qp, q.udp_sport), "")
+            )
+            for q in qp_rows
+        ]
     tables = dataclasses.replace(recorder.tables(), queue_pairs=to_table(qp_rows, QpRow))
     reasons = engine_reasons(metadata, engine.tick_s)
     if (short := burst_reason(column(tables.flows, "bytes"), live.metadata())) is not None:
@@ -462,6 +481,19 @@ def _run_on_fabric(
         extra["stopped_by"] = (
             "interrupt" if isinstance(error, KeyboardInterrupt) else f"error: {error}"
         )
+    verdicts = []
+    if scenario.expect:
+        pfc_sent = {spec.rank: g.sent for spec, g in zip(scenario.run.pfc_frames, pfc, strict=True)}
+        found = evidence(
+            tables,
+            qp_rows,
+            qp_pattern,
+            live,
+            pfc_sent,
+            pfc_readings,
+        )
+        verdicts = judge(scenario.expect, found)
+        extra["expectations"] = [v.to_json() for v in verdicts]
     summary = writer.write(
         RunMeta.from_info(info, fidelity, replay.job_time_s, extra), tables, partial
     )
@@ -469,11 +501,14 @@ def _run_on_fabric(
     if url:
         push(exporter.registry, url)
     print(summary_table(summary))
+    if verdicts:
+        print("\n" + expectations_report(verdicts))
     print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")
     sys.stdout.flush()
     if error is not None:
         raise error
-    return RunResult(writer.target, summary, partial)
+    failed = sum(v.status == "FAIL" for v in verdicts)
+    return RunResult(writer.target, summary, partial, failed)
 
 
 def _started(

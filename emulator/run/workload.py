@@ -101,6 +101,13 @@ class Numbering:
 Driver = JobSchedule | TrafficSchedule | CombinedDriver
 
 
+def traffic_of(driver: Driver) -> TrafficSchedule | None:
+    """The traffic patterns' schedule inside a run's driver, if it has one."""
+    if isinstance(driver, CombinedDriver):
+        return driver.traffic
+    return driver if isinstance(driver, TrafficSchedule) else None
+
+
 def _driver(
     scenario: Scenario,
     prefix: str | None,

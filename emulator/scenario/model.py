@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from collectors.expectations import Expectation
 from collectors.fidelity import FidelityLimits
 from emulator.config import param
 from emulator.engine.params import EngineParams
@@ -172,6 +173,11 @@ class Scenario:
     compute: ComputeParams = field(default_factory=ComputeParams)
     metrics: MetricsSpec = field(default_factory=MetricsSpec)
     run: RunSpec = field(default_factory=RunSpec)
+    expect: tuple[Expectation, ...] = param(
+        (),
+        doc="expected results (switch tests): each printed PASS, FAIL or NOT APPLICABLE after "
+        "the run; `emulate run` exits 1 when one fails",
+    )
     engine: EngineParams = field(default_factory=EngineParams)
     source: Path | None = field(default=None, compare=False, metadata={"internal": True})
 
@@ -182,6 +188,9 @@ class Scenario:
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"traffic: two patterns are named {name!r}")
+        for e in self.expect:
+            if e.pattern is not None and e.pattern not in names:
+                raise ValueError(f"expect: no traffic pattern is named {e.pattern!r}")
 
     def resolve(self, relative: str) -> Path:
         """A path written in the scenario, resolved against the scenario file's folder."""

@@ -25,7 +25,9 @@ from emulator.schedule.plan import CollectiveInstance, Flow
 from emulator.traffic.spec import TrafficPattern
 
 TRAFFIC_ID_BASE = 1 << 40  # above any id a trace's schedule hands out
-MAX_QPS_PER_PAIR = 256  # node ids of a pattern's QPs: pattern index x 256 + QP index
+MAX_QPS_PER_PAIR = 256
+# A message's instance names its QP by a negative node id, -1 - (pattern index x 256 + QP
+# index): trace node ids are never negative, so a trace instance never shares its key.
 
 
 @dataclass(eq=False)
@@ -33,7 +35,7 @@ class _Qp:
     """One QP of one (src, dst) pair: what it still has to send."""
 
     pattern: TrafficPattern
-    node: int  # pattern index x MAX_QPS_PER_PAIR + QP index: the instance's node id
+    node: int  # the instance's node id (negative, see MAX_QPS_PER_PAIR)
     src: int
     dst: int
     qp: int
@@ -99,6 +101,7 @@ class TrafficSchedule:
         self._live: dict[int, tuple[_Qp, CollectiveInstance, float]] = {}  # flow id -> ..., posted
         self._actions: list[Action] = []
         low, high = sport_range
+        self._all: list[_Qp] = []
         immediate: list[_Qp] = []
         for p_index, pattern in enumerate(patterns):
             first_profile = profile_base + len(self.profiles)
@@ -116,7 +119,7 @@ class TrafficSchedule:
                         end_s = start_s + pattern.duration_us * 1e-6
                     qp = _Qp(
                         pattern,
-                        p_index * MAX_QPS_PER_PAIR + q,
+                        -1 - (p_index * MAX_QPS_PER_PAIR + q),
                         src,
                         dst,
                         q,
@@ -126,6 +129,7 @@ class TrafficSchedule:
                         share,
                         end_s,
                     )
+                    self._all.append(qp)
                     if start_s > 0:
                         self._delays[self._token_for(start_s)].append(qp)
                     else:
@@ -144,6 +148,10 @@ class TrafficSchedule:
     def _take_id(self) -> int:
         self._next_id += 1
         return self._next_id - 1
+
+    def qp_patterns(self) -> dict[tuple[int, int, int, int], str]:
+        """Each QP's connection key (src, dst, QP index, UDP source port) -> its pattern."""
+        return {(q.src, q.dst, q.qp, q.sport): q.pattern.name for q in self._all}
 
     def max_rate_bps(self, profile: int) -> float | None:
         """The rate cap of one of this schedule's profiles (for the ideal model)."""

@@ -6,7 +6,6 @@ workload shrunk, as a lab user would adapt it."""
 from __future__ import annotations
 
 import dataclasses
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,98 +14,20 @@ import pytest
 
 from emulator.run import RunOptions, run_scenario
 from emulator.scenario import load_scenario
-from fabrics.ecn import ebpf
-from fabrics.iproute import ip, run, run_batch, tc
+from fabrics.iproute import ip, run
 from fabrics.spec import DutSpec
+from tests.system.software_dut import DUT_RATE_BPS, PORTS
+from tests.system.software_dut import software_dut as make_software_dut
 
 pytestmark = pytest.mark.system
 
 REPO = Path(__file__).resolve().parents[2]
-PORTS = 4
-DUT_RATE_BPS = 1e8
 
 
 @pytest.fixture
 def software_dut(fabric_env: str) -> Iterator[tuple[str, list[str]]]:
-    """A router namespace with PORTS ports marking ECN at DUT_RATE_BPS; the other end of each
-    cable stays in the root namespace as the interface a rank is given. Removed afterwards."""
-    dut = f"{fabric_env}dut"
-    cables = [f"{fabric_env}d{i}" for i in range(PORTS)]
-    run_batch([ip("netns", "add", dut)])
-    try:
-        run_batch(
-            [
-                ip("link", "add", name, "type", "veth", "peer", "name", f"p{i}", "netns", dut)
-                for i, name in enumerate(cables)
-            ]
-        )
-        run_batch(
-            [ip("link", "set", "lo", "up", netns=dut)]
-            + [
-                ip("addr", "add", f"192.168.{70 + i}.1/24", "dev", f"p{i}", netns=dut)
-                for i in range(PORTS)
-            ]
-            + [ip("link", "set", f"p{i}", "mtu", "9000", "up", netns=dut) for i in range(PORTS)]
-        )
-        # a switch port drains at its line rate: HTB at DUT_RATE_BPS under the marker
-        shaping = []
-        for i in range(PORTS):
-            shaping += [
-                tc(
-                    "qdisc",
-                    "add",
-                    "dev",
-                    f"p{i}",
-                    "root",
-                    "handle",
-                    "1:",
-                    "htb",
-                    "default",
-                    "1",
-                    netns=dut,
-                ),
-                tc(
-                    "class",
-                    "add",
-                    "dev",
-                    f"p{i}",
-                    "parent",
-                    "1:",
-                    "classid",
-                    "1:1",
-                    "htb",
-                    "rate",
-                    f"{int(DUT_RATE_BPS)}bit",
-                    netns=dut,
-                ),
-                tc(
-                    "qdisc",
-                    "add",
-                    "dev",
-                    f"p{i}",
-                    "parent",
-                    "1:1",
-                    "bfifo",
-                    "limit",
-                    "1000000",
-                    netns=dut,
-                ),
-            ]
-        run_batch(shaping)
-        run(ip("netns", "exec", dut, "sysctl", "-qw", "net.ipv4.ip_forward=1"))
-        obj = ebpf.compiled_object()
-        run_batch([c for i in range(PORTS) for c in ebpf.attach_commands(dut, f"p{i}", obj)])
-        progs = ebpf.discover(dut)
-        maps = ebpf.maps_of(list(progs.values()))
-        for pid in progs.values():
-            ebpf.write_params(
-                maps[pid], ebpf.MarkerParams(DUT_RATE_BPS, 20_000, 80_000, 0.2, 1_000_000)
-            )
-        yield dut, cables
-    finally:
-        for name in cables:
-            subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
-        run_batch([ip("netns", "del", dut)])
+    with make_software_dut(fabric_env) as dut:
+        yield dut
 
 
 def test_moe_mix_dut_scenario_runs_against_the_software_dut(
@@ -115,6 +36,7 @@ def test_moe_mix_dut_scenario_runs_against_the_software_dut(
     _, cables = software_dut
     shipped = load_scenario(REPO / "scenarios" / "moe_mix_dut.yaml")
     assert isinstance(shipped.fabric, DutSpec) and shipped.run.time_dilation == 1
+    assert shipped.workload is not None
     fabric = dataclasses.replace(
         shipped.fabric,
         interfaces=tuple(cables),

@@ -14,6 +14,7 @@ from emulator import chakra
 from emulator.cli import main
 from emulator.errors import ScenarioError
 from emulator.scenario import load_scenario
+from emulator.scenario.model import Scenario, WorkloadSpec
 from emulator.scenario.reference import render
 from fabrics.dut import DestinationRefused, check_destination
 from fabrics.spec import ClosSpec, DutSpec
@@ -30,6 +31,12 @@ SHIPPED = {
 }
 
 
+def workload_of(scenario: Scenario) -> WorkloadSpec:
+    """The scenario's trace workload (these scenarios all have one)."""
+    assert scenario.workload is not None
+    return scenario.workload
+
+
 def test_the_issue_8_scenarios_are_shipped() -> None:
     assert {p.stem for p in SCENARIOS} >= SHIPPED
 
@@ -42,14 +49,14 @@ def test_shipped_scenarios_load(path: Path) -> None:
 
 
 def _needs_shared_traces(path: Path) -> bool:
-    trace = load_scenario(path).workload.trace
+    trace = workload_of(load_scenario(path)).trace
     return trace is not None and "shared/traces" in trace
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
 def test_shipped_scenarios_plan(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scenario = load_scenario(path)
-    trace = scenario.workload.trace
+    trace = workload_of(scenario).trace
     if trace is not None and "shared/traces" in trace and not TRACES.is_dir():
         pytest.skip(f"real traces folder {TRACES} is absent")
     assert main(["plan", str(path), "--json"]) == 0
@@ -58,7 +65,7 @@ def test_shipped_scenarios_plan(path: Path, capsys: pytest.CaptureFixture[str]) 
     assert document["ideal_job_time_s"] > 0
     # The workload's world is exactly the fabric's hosts: no idle host, no rank without one.
     if trace is None:
-        world = scenario.workload.generate.ranks
+        world = workload_of(scenario).generate.ranks
     else:
         world = chakra.load_trace_set(scenario.resolve(trace)).world_size
     fabric = scenario.fabric
@@ -69,7 +76,9 @@ def test_shipped_scenarios_plan(path: Path, capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize("suffix", ["", "_strided"])
 def test_study_scenarios_differ_from_the_mix_by_one_switch(suffix: str) -> None:
     mix = load_scenario(ROOT / "scenarios" / f"moe_mix{suffix}.yaml")
-    assert mix.workload.generate.include_alltoall and mix.workload.generate.include_allreduce
+    assert (
+        workload_of(mix).generate.include_alltoall and workload_of(mix).generate.include_allreduce
+    )
     for name, switch in (
         (f"allreduce_only{suffix}", "include_alltoall"),
         (f"alltoall_only{suffix}", "include_allreduce"),
@@ -80,7 +89,8 @@ def test_study_scenarios_differ_from_the_mix_by_one_switch(suffix: str) -> None:
             name=name,
             description=alone.description,
             workload=dataclasses.replace(
-                mix.workload, generate=dataclasses.replace(mix.workload.generate, **{switch: False})
+                workload_of(mix),
+                generate=dataclasses.replace(workload_of(mix).generate, **{switch: False}),
             ),
         )
         assert alone == expected, name
@@ -89,13 +99,13 @@ def test_study_scenarios_differ_from_the_mix_by_one_switch(suffix: str) -> None:
 def test_the_strided_mix_differs_from_the_mix_by_its_placement_only() -> None:
     mix = load_scenario(ROOT / "scenarios" / "moe_mix.yaml")
     strided = load_scenario(ROOT / "scenarios" / "moe_mix_strided.yaml")
-    assert mix.workload.generate.expert_placement == "contiguous"
-    generate = dataclasses.replace(mix.workload.generate, expert_placement="strided")
+    assert workload_of(mix).generate.expert_placement == "contiguous"
+    generate = dataclasses.replace(workload_of(mix).generate, expert_placement="strided")
     expected = dataclasses.replace(
         mix,
         name="moe_mix_strided",
         description=strided.description,
-        workload=dataclasses.replace(mix.workload, generate=generate),
+        workload=dataclasses.replace(workload_of(mix), generate=generate),
     )
     assert strided == expected
 
@@ -106,7 +116,7 @@ def test_dut_scenario_is_the_mix_workload_behind_an_allowlist() -> None:
     assert dut.workload == mix.workload
     assert isinstance(dut.fabric, DutSpec)
     spec = dut.fabric
-    assert len(spec.interfaces) == len(spec.addresses) == dut.workload.generate.ranks == 16
+    assert len(spec.interfaces) == len(spec.addresses) == workload_of(dut).generate.ranks == 16
     assert len(set(spec.interfaces)) == 16 and spec.namespaces
     allowed = [ipaddress.ip_network(p) for p in spec.allowlist]
     for rank, cidr in enumerate(spec.addresses):
@@ -129,8 +139,9 @@ def test_dut_scenario_is_the_mix_workload_behind_an_allowlist() -> None:
 
 def test_real_trace_scenario_resolves_to_the_shared_traces() -> None:
     scenario = load_scenario(ROOT / "scenarios" / "dlrm_trace.yaml")
-    assert scenario.workload.trace is not None
-    prefix = scenario.resolve(scenario.workload.trace).resolve()
+    trace = workload_of(scenario).trace
+    assert trace is not None
+    prefix = scenario.resolve(trace).resolve()
     # From a fresh clone: the traces live in ../shared/traces beside the repository.
     assert prefix.is_relative_to(TRACES.resolve())
     assert isinstance(scenario.fabric, ClosSpec) and scenario.fabric.host_count == 8
@@ -146,7 +157,7 @@ def test_moe_mix_is_the_study_fabric() -> None:
     assert (fabric.leaves, fabric.spines, fabric.hosts_per_leaf) == (2, 2, 8)
     assert fabric.host_link_gbps == 400.0
     assert fabric.parallel_links == 4  # 2 spines x 4 x 400G = the 8 x 400G below each leaf: 1:1
-    assert scenario.workload.generate.ranks == 16
+    assert workload_of(scenario).generate.ranks == 16
     assert scenario.transport.congestion_control == "dcqcn"
 
 
