@@ -113,7 +113,8 @@ class TrafficSchedule:
                     share = None
                     if total is not None:
                         share = total // pattern.qps + (1 if q < total % pattern.qps else 0)
-                    digest = zlib.crc32(f"traffic:{pattern.name}:{src}:{dst}:{q}".encode())
+                    # consecutive ports from a hashed base: a pair's QPs never share a 5-tuple
+                    digest = zlib.crc32(f"traffic:{pattern.name}:{src}:{dst}".encode()) + q
                     end_s = None
                     if pattern.duration_us is not None:
                         end_s = start_s + pattern.duration_us * 1e-6

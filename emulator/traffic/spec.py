@@ -107,19 +107,21 @@ class TrafficPattern:
             4096,
         ):
             raise ValueError("path_mtu_bytes: must be one of 256, 512, 1024, 2048, 4096")
-        expected = {"pairs": "pairs", "incast": "senders", "all_to_all": "ranks"}[self.kind]
+        takes = {"pairs": ("pairs",), "incast": ("senders", "receiver"), "all_to_all": ("ranks",)}
         given = {
             "pairs": bool(self.pairs),
-            "senders": bool(self.senders) or self.receiver is not None,
+            "senders": bool(self.senders),
+            "receiver": self.receiver is not None,
             "ranks": bool(self.ranks),
         }
         for key, present in given.items():
-            if present and key != expected:
-                raise ValueError(f"{key}: not a key of a {self.kind} pattern (it takes {expected})")
+            if present and key not in takes[self.kind]:
+                allowed = " and ".join(takes[self.kind])
+                raise ValueError(f"{key}: not a key of a {self.kind} pattern (it takes {allowed})")
         for i, pair in enumerate(self.pairs):
             if len(pair) != 2 or pair[0] == pair[1]:
                 raise ValueError(
-                    f"pairs[{i}]: expected [src, dst] of two different ranks, got {list(pair)}"
+                    f"pairs: pair {i} is {list(pair)}, expected [src, dst] of two different ranks"
                 )
         if self.kind == "incast":
             if self.receiver is None or not self.senders:

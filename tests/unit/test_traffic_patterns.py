@@ -91,11 +91,11 @@ def test_dscp_of_repeats_the_last_and_defaults_to_none() -> None:
         ({"path_mtu_bytes": 1500}, "path_mtu_bytes: must be one of 256, 512, 1024, 2048, 4096"),
         ({"path_mtu_bytes": 8192}, "path_mtu_bytes: must be one of 256, 512, 1024, 2048, 4096"),
         ({"senders": (2,)}, "senders: not a key of a pairs pattern (it takes pairs)"),
-        ({"receiver": 0}, "senders: not a key of a pairs pattern (it takes pairs)"),
+        ({"receiver": 0}, "receiver: not a key of a pairs pattern (it takes pairs)"),
         ({"ranks": (0, 1)}, "ranks: not a key of a pairs pattern (it takes pairs)"),
         (
             {"kind": "incast", "pairs": ((0, 1),), "senders": (1,), "receiver": 0},
-            "pairs: not a key of a incast pattern (it takes senders)",
+            "pairs: not a key of a incast pattern (it takes senders and receiver)",
         ),
         (
             {"kind": "all_to_all", "ranks": (0, 1), "senders": (2,)},
@@ -103,9 +103,9 @@ def test_dscp_of_repeats_the_last_and_defaults_to_none() -> None:
         ),
         (
             {"pairs": ((0, 1), (2, 2))},
-            "pairs[1]: expected [src, dst] of two different ranks, got [2, 2]",
+            "pairs: pair 1 is [2, 2], expected [src, dst] of two different ranks",
         ),
-        ({"pairs": ((0, 1, 2),)}, "pairs[0]: expected [src, dst] of two different ranks"),
+        ({"pairs": ((0, 1, 2),)}, "pairs: pair 0 is [0, 1, 2], expected [src, dst] of two"),
         ({"pairs": ()}, "pairs: a pairs pattern needs at least one [src, dst]"),
         (
             {"kind": "incast", "senders": (1, 0, 2), "receiver": 0},
@@ -266,23 +266,11 @@ def test_bad_second_pattern_is_named_by_its_index(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TrafficPattern.__post_init__ reports a misplaced `receiver` as `senders` "
-    "(emulator/traffic/spec.py: given['senders'] covers both keys), so the loader names "
-    "traffic[0].senders, a key the file does not have, at the pattern's first line",
-)
 def test_misplaced_receiver_is_named_receiver(tmp_path: Path) -> None:
     message = scenario_error(tmp_path, BAD_PATTERN + "    bytes_per_pair: 10\n    receiver: 3\n")
     assert message.startswith(":6: traffic[0].receiver: not a key of a pairs pattern")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TrafficPattern.__post_init__ says 'pairs[0]: ...', which is not a field name, so "
-    "the loader falls back to 'traffic[0]: pairs[0]: ...' at the pattern's first line (2) "
-    "instead of traffic[0].pairs at the pairs line (4)",
-)
 def test_pair_of_equal_ranks_in_a_file_names_the_pairs_line(tmp_path: Path) -> None:
     text = "traffic:\n  - name: a\n    kind: pairs\n    pairs: [[0, 0]]\n    bytes_per_pair: 1\n"
     message = scenario_error(tmp_path, text)
@@ -292,7 +280,7 @@ def test_pair_of_equal_ranks_in_a_file_names_the_pairs_line(tmp_path: Path) -> N
 def test_pair_of_equal_ranks_in_a_file_is_one_line_naming_the_pattern(tmp_path: Path) -> None:
     text = "traffic:\n  - name: a\n    kind: pairs\n    pairs: [[0, 0]]\n    bytes_per_pair: 1\n"
     message = scenario_error(tmp_path, text)
-    assert "traffic[0]" in message and "two different ranks, got [0, 0]" in message
+    assert "traffic[0]" in message and "pair 0 is [0, 0], expected [src, dst]" in message
 
 
 def test_two_patterns_with_one_name_are_refused(tmp_path: Path) -> None:
@@ -643,7 +631,7 @@ def test_instances_and_results() -> None:
         assert inst.members == (flow.src, flow.dst)
         assert inst.size_bytes == flow.bytes
         assert inst.iteration == flow.iteration
-        node = (0 if inst.group == "bulk" else MAX_QPS_PER_PAIR) + flow.qp
+        node = -1 - ((0 if inst.group == "bulk" else MAX_QPS_PER_PAIR) + flow.qp)
         assert inst.nodes == ((flow.src, node), (flow.dst, node))
         assert flow.id >= 1000 and inst.id >= 1000
         assert issued.count((inst.id, flow.src, posted_at)) == 1
@@ -948,13 +936,6 @@ def test_plan_errors_name_the_scenario_file(tmp_path: Path) -> None:
         plan_workload(scenario, None, 4, LINE)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="emulator/run/workload.py instance_key() is (iteration, nodes) for trace and traffic "
-    "instances alike: traffic QP q of pattern p has node id p*256+q, so a 2-rank trace instance "
-    "((0, 1), (1, 1)) in iteration 0 and QP 1 of a pairs [[0, 1]] pattern's message 0 share a "
-    "key and the ideal_time_s entry of one overwrites the other",
-)
 def test_trace_and_traffic_instances_keep_their_own_ideal_times() -> None:
     workload = WorkloadSpec(generate=AllreduceParams(ranks=2, size_bytes=4 << 20))
     p = pattern(pairs=((0, 1),), qps=2, bytes_per_pair=2 << 20, message_bytes=1 << 20)
