@@ -5,45 +5,45 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from collectors.expectations import Evidence, Expectation, sender_rates_bps
+from collectors.expectations import Evidence, sender_rates_bps
 from collectors.queue_pairs import QpRow
 from collectors.tables import RunTables, rows
 from emulator.traffic.schedule import TRAFFIC_ID_BASE
 
 
 class PfcReadings:
-    """Received-PFC counters of the ranks an expectation names, read before and after the run
-    (the difference is the run's); None for an interface that counts none."""
+    """Received-PFC counters of every rank's NIC, read before and after the run (the difference
+    is the run's); None where the interface counts none (veth: the emulated fabric or a software
+    DUT). Ranks sharing an interface share its reading."""
 
-    def __init__(self, expectations: Sequence[Expectation], live: Any) -> None:
+    def __init__(self, live: Any) -> None:
         from fabrics.dut import LiveDut
 
-        ranks = sorted(
-            {r for e in expectations if e.check == "pfc_frames_received" for r in e.ranks}
-        )
         self.live = live
         self.dut = isinstance(live, LiveDut)
-        self.ranks = ranks
         self.before = self._read()
 
     def _read(self) -> dict[int, int | None]:
         from fabrics.pfc_counters import rx_pfc_frames
 
+        ranks = range(self.live.ranks)
         if not self.dut:  # veth ports of the emulated fabric count no PFC
-            return dict.fromkeys(self.ranks)
+            return dict.fromkeys(ranks)
         interfaces = self.live.spec.interfaces
-        return {
-            r: rx_pfc_frames(interfaces[r], self.live.rank_netns(r))
-            if r < len(interfaces)
-            else None
-            for r in self.ranks
-        }
+        by_port: dict[tuple[str, str | None], int | None] = {}
+        out = {}
+        for r in ranks:
+            port = (interfaces[r], self.live.rank_netns(r))
+            if port not in by_port:
+                by_port[port] = rx_pfc_frames(*port)
+            out[r] = by_port[port]
+        return out
 
     def received(self) -> dict[int, int | None]:
         after = self._read()
         out: dict[int, int | None] = {}
-        for r in self.ranks:
-            a, b = after.get(r), self.before.get(r)
+        for r, a in after.items():
+            b = self.before.get(r)
             out[r] = None if a is None or b is None else max(0, a - b)
         return out
 
@@ -71,7 +71,7 @@ def evidence(
     qp_pattern: Mapping[tuple[int, int, int, int], str],
     live: Any,
     pfc_sent: Mapping[int, int],
-    pfc: PfcReadings,
+    pfc_received: Mapping[int, int | None],
 ) -> Evidence:
     pattern_of = {
         cid: group
@@ -84,7 +84,7 @@ def evidence(
         sender_rates_bps=sender_rates_bps(tables.flows.to_pylist(), pattern_of),
         uplink_bytes=uplink_bytes(tables, live),
         pfc_sent=pfc_sent,
-        pfc_received=(received := pfc.received()),
-        pfc_capable=pfc.dut and all(received.get(r) is not None for r in range(live.ranks)),
+        pfc_received=pfc_received,
+        pfc_capable=bool(pfc_received) and all(v is not None for v in pfc_received.values()),
         patterns=frozenset(qp_pattern.values()),
     )

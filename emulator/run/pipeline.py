@@ -386,7 +386,7 @@ def _run_on_fabric(
         driver=replay.job,
         profiles=planned.profiles,
     )
-    pfc_readings = PfcReadings(scenario.expect, live)
+    pfc_readings = PfcReadings(live)
     partial = True
     error: BaseException | None = None
     outcome = None
@@ -405,6 +405,7 @@ def _run_on_fabric(
         progress.done(replay.progress(sampler))
     metadata = outcome.metadata if outcome is not None else coordinator.metadata()
     qp_rows = coordinator.queue_pairs()
+    ranks_table: dict[str, dict[str, Any]] = {}
     traffic = traffic_of(replay.job)
     qp_pattern = traffic.qp_patterns() if traffic is not None else {}
     if qp_pattern:
@@ -444,8 +445,16 @@ def _run_on_fabric(
         "nic_readings_left_out": sampler.nic.skipped,
         # the tester's counters (per QP in queue_pairs.parquet): totals, and per rank
         "queue_pair_totals": qp_totals(qp_rows),
-        "ranks": rank_totals(qp_rows),
+        "ranks": ranks_table,
     }
+    pfc_sent = {spec.rank: g.sent for spec, g in zip(scenario.run.pfc_frames, pfc, strict=True)}
+    pfc_received = pfc_readings.received()
+    ranks_table.update(rank_totals(qp_rows))
+    for rank in sorted({*map(int, ranks_table), *pfc_sent}):
+        # PFC per rank: frames our generators sent, frames its NIC counted (null: it counts none)
+        row = ranks_table.setdefault(str(rank), {})
+        row["pfc_frames_sent"] = pfc_sent.get(rank, 0)
+        row["pfc_frames_received"] = pfc_received.get(rank)
     impairments: dict[str, Any] = {}
     if scenario.compute.stragglers:
         impairments["stragglers"] = dict(scenario.compute.stragglers)
@@ -483,14 +492,13 @@ def _run_on_fabric(
         )
     verdicts = []
     if scenario.expect:
-        pfc_sent = {spec.rank: g.sent for spec, g in zip(scenario.run.pfc_frames, pfc, strict=True)}
         found = evidence(
             tables,
             qp_rows,
             qp_pattern,
             live,
             pfc_sent,
-            pfc_readings,
+            pfc_received,
         )
         verdicts = judge(scenario.expect, found)
         extra["expectations"] = [v.to_json() for v in verdicts]

@@ -92,6 +92,11 @@ def test_dut_case_against_the_software_dut(
     statuses = [v["status"] for v in verdicts]
     assert statuses == DUT_CASES[case], json.dumps(verdicts, indent=1)
     assert result.failed_expectations == 0 and not result.partial
+    # PFC per rank: what our generator sent; veth ports count no PFC received (null, not 0)
+    ranks = result.summary["ranks"]
+    assert all(r["pfc_frames_received"] is None for r in ranks.values())
+    sent = {int(k): r["pfc_frames_sent"] for k, r in ranks.items() if r["pfc_frames_sent"]}
+    assert sorted(sent) == sorted(g.rank for g in scenario.run.pfc_frames)
     # the tester's counters are in the results, one row per QP with its pattern
     qps = pq.read_table(result.out_dir / "queue_pairs.parquet").to_pylist()
     names = {p.name for p in scenario.traffic}
