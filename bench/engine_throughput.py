@@ -55,8 +55,9 @@ def emit(metric: str, value: float, unit: str, **peer: Any) -> None:
     )
 
 
-def ours(p: PairInfo, payload: int, seconds: float) -> dict[str, float]:
-    """Flat-out single QP: (delivered packets/s, payload Gb/s, sender run CPU s, wall s)."""
+def ours(p: PairInfo, payload: int, seconds: float, latency: bool = True) -> dict[str, float]:
+    """Flat-out single QP: (delivered packets/s, payload Gb/s, sender run CPU s, wall s);
+    `latency`: with the one-way latency stamps and histograms (the default) or without."""
     ranks = [
         RankEndpoint(0, p.sender_addr, p.sender_ns, 100e9),
         RankEndpoint(1, p.receiver_addr, p.receiver_ns, 100e9),
@@ -68,7 +69,7 @@ def ours(p: PairInfo, payload: int, seconds: float) -> dict[str, float]:
         retransmit_timeout_s=0.05,
         window_packets=2048,
     )
-    engine = EngineParams(workers=2)
+    engine = EngineParams(workers=2, one_way_latency=latency)
     size = payload * 20_000
     for _ in range(2):
         out = run_plan(
@@ -154,7 +155,7 @@ def _floor_receiver(p: PairInfo, stop_at: float, pipe: Connection) -> None:
             nbytes, anc, _, _ = sock.recvmsg_into([buf], ANCILLARY_BYTES)
         except TimeoutError:
             continue
-        _, gso_size = read_ancillary(anc)
+        _, gso_size, _ = read_ancillary(anc)
         last = time.perf_counter()
         if not segments:
             first = last
@@ -297,6 +298,15 @@ def main(argv: list[str]) -> int:
                 ratio=round(peer_cpu_per_gbps / cpu_per_gbps, 3),
             )
             emit(f"retransmitted_packets_{payload}B", us["retransmitted"], "packets")
+            plain = ours(p, payload, args.seconds, latency=False)
+            emit(
+                f"one_way_latency_cost_{payload}B (packets/s with latency stamps / without)",
+                us["pps"] / plain["pps"],
+                "ratio",
+                peer="the engine without engine.one_way_latency",
+                peer_value=round(plain["pps"], 1),
+                ratio=round(us["pps"] / plain["pps"], 3),
+            )
             floor = bare_gso_floor(p, payload, args.seconds)
             emit(
                 f"bare_gso_floor_packets_per_s_{payload}B (a Python ceiling; ratio floor/iperf3)",

@@ -11,7 +11,10 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+
+from collectors.latency import LatencyHistogram
 
 # FCT histogram bucket upper bounds (seconds, target timescale): 1-2-5 steps from 1 us to 100 s,
 # covering a 4 KB message at 400 Gb/s up to a multi-GB collective on a congested link.
@@ -94,6 +97,9 @@ class LiveMetrics:
         self.port_queue_bytes: dict[tuple[str, str], int] = {}
         self.port_utilization: dict[tuple[str, str], float] = {}
         self.cpu_busy_ratio: float | None = None
+        # one-way latency per traffic class, read at scrape time from the engine (its workers'
+        # last reports); None until a run's engine is there
+        self.latency_source: Callable[[], Mapping[int, LatencyHistogram]] | None = None
 
     def advance(self, time_s: float) -> None:
         if time_s > self.target_time_s:

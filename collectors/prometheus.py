@@ -41,6 +41,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from collectors.latency import BOUNDS_S
 from collectors.live import CONGESTION_COUNTERS, LiveMetrics
 from emulator.errors import EnvironmentProblem
 
@@ -61,6 +62,10 @@ _PORT_COUNTERS = (
     ("switch_port_ecn_marked_packets", "Packets CE-marked at a switch egress port"),
     ("switch_port_dropped_packets", "Packets dropped at a switch egress port"),
 )
+
+
+# Prometheus buckets of the latency histogram: every 5th of collectors.latency's (4 a decade)
+LATENCY_BUCKETS_S = tuple(float(b) for b in BOUNDS_S[4::5])
 
 
 class LiveCollector(Collector):
@@ -128,6 +133,16 @@ class LiveCollector(Collector):
         for ctype, hist in sorted(live.fct.items()):
             fct.add_metric([ctype], hist.cumulative(), sum_value=hist.sum_s)
         yield fct
+
+        latency = HistogramMetricFamily(
+            p + "one_way_latency_seconds",
+            "One-way latency of data packets per traffic class (DSCP), target timescale",
+            labels=["dscp"],
+        )
+        source = live.latency_source
+        for dscp, h in sorted((source() if source is not None else {}).items()):
+            latency.add_metric([str(dscp)], h.cumulative(LATENCY_BUCKETS_S), sum_value=h.sum_s)
+        yield latency
 
         ccount = CounterMetricFamily(
             p + "collectives_completed", "Collective instances completed", labels=by_type

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from collectors.latency import LatencyHistogram
+
 # Column order of the lists a worker sends (emulator.engine.worker.Worker._queue_pairs).
 SEND_QP_COLUMNS = (
     "data_packets_sent",
@@ -60,12 +62,19 @@ class QpRow:
     cnps_sent: int
     lost_packets: int  # sent (retransmissions too) but never received
     pattern: str = ""  # the traffic pattern the QP belongs to ("" for a trace's QPs)
+    # one-way latency of its data packets, target timescale (None: none measured)
+    latency_packets: int = 0
+    latency_avg_us: float | None = None
+    latency_p50_us: float | None = None
+    latency_p99_us: float | None = None
+    latency_max_us: float | None = None
 
 
 COUNTER_COLUMNS = tuple(
     f.name
     for f in fields(QpRow)
     if f.name not in ("src_rank", "dst_rank", "qp", "udp_sport", "pattern")
+    and not f.name.startswith("latency_")
 )
 SUMMED = tuple(c for c in COUNTER_COLUMNS if c not in ("qpn", "dscp"))
 
@@ -74,9 +83,10 @@ def qp_rows(
     connections: Mapping[ConnectionKey, int],
     send_qps: Mapping[int, Sequence[int]],
     recv_qps: Mapping[int, Sequence[int]],
+    latency: Mapping[int, LatencyHistogram] | None = None,
 ) -> list[QpRow]:
     """One row per connection (QP number = connection id + 1) that has either half; a half
-    that never opened (no packet arrived) counts zeros."""
+    that never opened (no packet arrived) counts zeros. `latency`: per QP number."""
     rows = []
     for key, conn_id in sorted(connections.items(), key=lambda kv: kv[1]):
         qpn = conn_id + 1
@@ -91,6 +101,8 @@ def qp_rows(
             zip(RECV_QP_COLUMNS, got or [0] * len(RECV_QP_COLUMNS), strict=True)
         )
         src, dst, qp, sport = key
+        measured = (latency or {}).get(qpn)
+        lat = measured.summary_us() if measured is not None else None
         rows.append(
             QpRow(
                 src_rank=src,
@@ -101,6 +113,11 @@ def qp_rows(
                 **s,
                 **r,
                 lost_packets=max(0, s["data_packets_sent"] - r["data_packets_received"]),
+                latency_packets=lat.packets if lat else 0,
+                latency_avg_us=lat.avg_us if lat else None,
+                latency_p50_us=lat.p50_us if lat else None,
+                latency_p99_us=lat.p99_us if lat else None,
+                latency_max_us=lat.max_us if lat else None,
             )
         )
     return rows

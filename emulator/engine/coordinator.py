@@ -26,6 +26,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from collectors.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
+from collectors.latency import LatencyHistogram
 from collectors.queue_pairs import QpRow, qp_rows
 from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver
@@ -445,10 +446,24 @@ class Coordinator:
         worker that was killed reports none)."""
         send: dict[int, list[int]] = {}
         recv: dict[int, list[int]] = {}
+        latency: dict[int, LatencyHistogram] = {}
         for w in self.workers:
             send.update(w.stats.get("send_qps", {}))
             recv.update(w.stats.get("recv_qps", {}))
-        return qp_rows(self.connections, send, recv)
+            for qpn, wire in w.stats.get("qp_latency", {}).items():
+                latency[qpn] = LatencyHistogram.from_wire(wire)
+        return qp_rows(self.connections, send, recv, latency)
+
+    def latency_by_class(self) -> dict[int, LatencyHistogram]:
+        """One-way latency so far per traffic class (DSCP as received), over every worker
+        (safe to call from another thread: it only reads the workers' last reports)."""
+        out: dict[int, LatencyHistogram] = {}
+        for w in list(self.workers):
+            for dscp, wire in dict(w.stats.get("latency", {})).items():
+                out.setdefault(int(dscp), LatencyHistogram()).merge(
+                    LatencyHistogram.from_wire(wire)
+                )
+        return out
 
     def metadata(self) -> dict[str, Any]:
         """The run's metadata so far (also after a run that failed or was interrupted)."""
@@ -494,6 +509,11 @@ class Coordinator:
                 (w.stats.get("max_tick_gap_s", 0.0) for w in self.workers), default=0.0
             ),
             "wall_s": wall_s,
+            # one-way latency of data packets per traffic class (DSCP), target timescale
+            "latency_by_class": {
+                str(dscp): h.summary_us().to_json()
+                for dscp, h in sorted(self.latency_by_class().items())
+            },
         }
 
 

@@ -74,6 +74,12 @@ class EngineParams:
         unit="s",
         min=0.0,
     )
+    one_way_latency: bool = param(
+        False,
+        doc="stamp every data packet with its send time and histogram one-way latency per QP "
+        "and class (set by the run from metrics.one_way_latency)",
+        internal=True,
+    )
     start_timeout_s: float = param(
         30.0, doc="Wall-clock limit for every worker to open its sockets", unit="s", min=0.1
     )

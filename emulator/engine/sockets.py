@@ -31,7 +31,9 @@ SO_RCVBUFFORCE = 33
 
 _GSO_CMSG = struct.Struct("=H")
 _INT = struct.Struct("=i")
-ANCILLARY_BYTES = socket.CMSG_SPACE(4) * 4
+ANCILLARY_BYTES = socket.CMSG_SPACE(4) * 4 + socket.CMSG_SPACE(16)  # + SO_TIMESTAMPNS
+SO_TIMESTAMPNS = 35  # include/uapi/asm-generic/socket.h (SO_TIMESTAMPNS_OLD)
+_TIMESPEC = struct.Struct("=qq")
 
 
 @dataclass(frozen=True)
@@ -107,17 +109,22 @@ def tos_cmsg(tos: int) -> tuple[int, int, bytes]:
     return (socket.IPPROTO_IP, IP_TOS, _INT.pack(tos))
 
 
-def read_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, int]:
-    """(ToS byte, GRO segment size or 0) from recvmsg's control messages."""
+def read_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[int, int, int]:
+    """(ToS byte, GRO segment size or 0, kernel receive time in CLOCK_REALTIME ns or 0) from
+    recvmsg's control messages."""
     tos = 0
     gso_size = 0
+    rx_ns = 0
     for level, kind, data in ancdata:
         if level == socket.IPPROTO_IP and kind == IP_TOS and data:
             tos = data[0]
+        elif level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            seconds, nanoseconds = _TIMESPEC.unpack_from(data)
+            rx_ns = seconds * 1_000_000_000 + nanoseconds
         elif level == SOL_UDP and kind == UDP_GRO and len(data) >= 2:
             # the kernel writes gso_size as an int (udp_cmsg_recv in net/ipv4/udp.c)
             gso_size = _INT.unpack_from(data.ljust(4, b"\0"))[0] if len(data) >= 4 else data[0]
-    return tos, gso_size
+    return tos, gso_size, rx_ns
 
 
 def segments(total_bytes: int, gso_size: int) -> list[tuple[int, int]]:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from collectors.latency import LatencyHistogram
 from emulator.engine.clock import DilatedClock
 from emulator.engine.nicpacer import NicPacer
 from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
@@ -47,6 +48,7 @@ from emulator.engine.params import EngineParams
 from emulator.engine.plan import DEFAULT_PROFILE, EngineFlow, QpProfile, RankEndpoint
 from emulator.engine.sockets import (
     ANCILLARY_BYTES,
+    SO_TIMESTAMPNS,
     Offloads,
     detect_offloads,
     gso_cmsg,
@@ -60,6 +62,7 @@ from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import (
     BurstBuffer,
     BurstWriter,
+    departed_ns,
     read_ack_run,
     read_data_run,
 )
@@ -79,6 +82,7 @@ from emulator.transport.packets import (
     BTH_BYTES,
     ICRC_BYTES,
     IPV4_HEADER_BYTES,
+    RETH_OPCODES,
     ROCEV2_UDP_PORT,
     UDP_HEADER_BYTES,
     AckPacket,
@@ -131,6 +135,7 @@ class _Rank:
     rx_sock: socket.socket
     nic: NicPacer
     sport_socks: dict[int, socket.socket] = field(default_factory=dict)
+    ns_per_byte: float = 0.0  # wall time of one byte on its link (line rate, dilated)
     tx_bytes: int = 0
     rx_bytes: int = 0
 
@@ -163,6 +168,7 @@ class _RecvConn:
     icrc: IcrcContext
     cnps_sent: int = 0
     snapshot: tuple[int, int] = (0, 0)
+    latency: LatencyHistogram | None = None  # one-way latency of its data packets
 
 
 class Worker:
@@ -190,7 +196,11 @@ class Worker:
         self.delayed: list[tuple[float, int]] = []
         self.clock = DilatedClock(p.tdf)
         self.buf = bytearray(RECV_BUFFER_BYTES)
-        self.gso_buf = BurstBuffer(RECV_BUFFER_BYTES)
+        self.latency = p.one_way_latency
+        self.gso_buf = BurstBuffer(RECV_BUFFER_BYTES, stamps=self.latency)
+        # one-way latency per traffic class as received (DSCP), target seconds
+        self.latency_classes: dict[int, LatencyHistogram] = {}
+        self._target_s_per_ns = 1e-9 / p.tdf
         self.gso_view = memoryview(self.gso_buf.data)
         self._gso_cmsgs: dict[tuple[int, int], list[tuple[int, int, bytes]]] = {}
         self.reply_buf = bytearray(RECV_BUFFER_BYTES)
@@ -240,8 +250,14 @@ class Worker:
                 buffer_bytes=p.socket_buffer_bytes,
             )
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos_data)
+            if self.latency:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             self.ranks[r.rank] = _Rank(
-                r, RoceEndpoint(self.events), sock, NicPacer(r.line_rate_bps)
+                r,
+                RoceEndpoint(self.events),
+                sock,
+                NicPacer(r.line_rate_bps),
+                ns_per_byte=8e9 * p.tdf / r.line_rate_bps,
             )
 
     def _sport_socket(self, rank: _Rank, sport: int) -> socket.socket:
@@ -444,7 +460,14 @@ class Worker:
         the UDP payload bytes handed to the kernel."""
         count = burst.count
         gso = self.offloads.gso
-        used = conn.writer.write(burst, gso=gso)
+        if self.latency:
+            # a burst's packets leave back to back at the rank's line rate (dilated)
+            spacing = (burst.segment_bytes + IPV4_FRAME_OVERHEAD_BYTES) * conn.rank.ns_per_byte
+            used = conn.writer.write(
+                burst, gso=gso, departed_ns=time.time_ns(), spacing_ns=int(spacing)
+            )
+        else:
+            used = conn.writer.write(burst, gso=gso)
         view = self.gso_view
         if count == 1:
             self._sendmsg(conn.sock, [view[:used]], conn.tos_cmsgs, conn.dest, conn.rank)
@@ -534,7 +557,7 @@ class Worker:
             except (BlockingIOError, InterruptedError):
                 break
             got = True
-            tos, gso_size = read_ancillary(anc)
+            tos, gso_size, rx_ns = read_ancillary(anc)
             ce = (tos & 3) == ECN_CE
             count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
             rank.rx_bytes += nbytes + IP_UDP_BYTES * count
@@ -566,6 +589,8 @@ class Worker:
                             last_payload_bytes=run.last_payload_bytes,
                             ce=ce,
                         )
+                        if rx_ns:
+                            self._observe(run.dest_qp, tos, buf, nbytes, run.psn, rx_ns)
                         if replies:
                             self._send_replies(replies)
                         continue
@@ -583,6 +608,13 @@ class Worker:
                         continue
                     self._open_receiver(rank, packet.dest_qp, source)
                 replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
+                if (
+                    rx_ns
+                    and type(packet) is DataPacket
+                    and packet.opcode not in RETH_OPCODES
+                    and endpoint.receiver_peers.get(packet.dest_qp) == source
+                ):
+                    self._observe(packet.dest_qp, tos, mv[a:b], b - a, packet.psn, rx_ns)
                 if replies:
                     self._send_replies(replies)
         if got:
@@ -591,6 +623,29 @@ class Worker:
                 self._pump(self.clock.now())
             if self.flush_now:
                 self._flush(now)
+
+    def _observe(
+        self, qpn: int, tos: int, data: bytearray | memoryview, nbytes: int, psn: int, rx_ns: int
+    ) -> None:
+        """The one-way latency of the first data segment of one read. The kernel stamps a GRO
+        batch once, with its first segment's arrival: that segment's latency is exact, the
+        others' would be read against the wrong arrival, so one segment per read is measured
+        (every packet when they arrive one per read; a sample of them under load)."""
+        conn = self.recv_conns.get(qpn)
+        if conn is None:
+            return
+        departed = departed_ns(data, nbytes, psn)
+        if not departed:
+            return
+        # a stamp from the future (a clock step) counts as 0, not as a negative latency
+        latency_s = max(rx_ns - departed, 0) * self._target_s_per_ns
+        if conn.latency is None:
+            conn.latency = LatencyHistogram()
+        conn.latency.observe(latency_s)
+        by_class = self.latency_classes.get(tos >> 2)
+        if by_class is None:
+            by_class = self.latency_classes[tos >> 2] = LatencyHistogram()
+        by_class.observe(latency_s)
 
     def _open_receiver(self, rank: _Rank, qpn: int, source: tuple[str, int]) -> None:
         qp = ReceiveQueuePair(qpn=qpn, remote_qp=qpn, params=self.transport, events=self.events)
@@ -742,6 +797,7 @@ class Worker:
             "cpu_s": _cpu_s(),
             "run_cpu_s": _cpu_s() - self._cpu_at_start_s if self.started else 0.0,
             "max_tick_gap_s": self.max_tick_gap_s,
+            "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
         }
 
     def _queue_pairs(self) -> dict[str, Any]:
@@ -773,6 +829,11 @@ class Worker:
                     c.cnps_sent,
                 ]
                 for qpn, c in self.recv_conns.items()
+            },
+            "qp_latency": {
+                qpn: c.latency.to_wire()
+                for qpn, c in self.recv_conns.items()
+                if c.latency is not None
             },
         }
 

@@ -355,8 +355,10 @@ def _run_on_fabric(
         options.say(
             f"live metrics on http://{scenario.metrics.prometheus.bind_address}:{exporter.port}/metrics"
         )
+    latency = scenario.metrics.one_way_latency
     engine = dataclasses.replace(
         scenario.engine,
+        one_way_latency=latency == "on" or (latency == "auto" and bool(scenario.traffic)),
         tdf=choice.tdf,
         run_timeout_s=scenario.run.deadline_s
         or max(120.0, 20 * planned.ideal.job_time_s * choice.tdf + 60.0),
@@ -387,6 +389,7 @@ def _run_on_fabric(
         profiles=planned.profiles,
     )
     pfc_readings = PfcReadings(live)
+    recorder.live.latency_source = coordinator.latency_by_class
     partial = True
     error: BaseException | None = None
     outcome = None
@@ -509,6 +512,13 @@ def _run_on_fabric(
     if url:
         push(exporter.registry, url)
     print(summary_table(summary))
+    if by_class := metadata.get("latency_by_class"):
+        print("\none-way latency (target time, us):")
+        for dscp, row in by_class.items():
+            print(
+                f"  dscp {dscp:>2}: {row['packets']} packets, avg {row['avg_us']:.3g}, "
+                f"p50 {row['p50_us']:.3g}, p99 {row['p99_us']:.3g}, max {row['max_us']:.3g}"
+            )
     if verdicts:
         print("\n" + expectations_report(verdicts))
     print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")

@@ -75,6 +75,14 @@ class MetricsSpec:
     prometheus: PrometheusSpec = field(default_factory=PrometheusSpec)
     fidelity: FidelityLimits = field(default_factory=FidelityLimits)
     results_dir: str = param("results", doc="parent folder of results/<scenario>-<timestamp>/")
+    one_way_latency: Literal["auto", "on", "off"] = param(
+        "auto",
+        doc="one-way latency of data packets (a send stamp in each packet's payload, the "
+        "kernel's receive time; every rank is on this machine, so one clock): per QP and class "
+        "in the results and as a Prometheus histogram. It costs the engine about 12% of its "
+        "packet rate (bench/engine_throughput.py), so auto means on with traffic patterns and "
+        "off for a trace replay alone",
+    )
 
 
 @dataclass(frozen=True)

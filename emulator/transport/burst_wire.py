@@ -53,7 +53,14 @@ _IP_ID_AT = _LRH + 4
 _BTH_AT = _LRH + IPV4_HEADER_BYTES + UDP_HEADER_BYTES
 _OPCODE_AT = _BTH_AT
 _PSN_WORD_AT = _BTH_AT + 8
+_STAMP_AT = _BTH_AT + BTH_BYTES  # a SEND's payload starts right after the BTH
 _ACK_REQ = np.uint32(1 << 31)
+# The send stamp in the first payload bytes of every data packet (one-way latency), the same in
+# every segment of a burst so the ICRC changes by one constant: when the burst's first packet
+# left (CLOCK_REALTIME ns), its PSN, and the wire time of one packet at the sender's line rate
+# (ns); packet p left at departed_ns + ((p - first_psn) mod 2^24) x spacing_ns.
+SEND_STAMP = struct.Struct("<QII")
+STAMP_BYTES = SEND_STAMP.size
 
 
 def crc_byte_tables(length: int, positions: Sequence[int]) -> list[U32]:
@@ -79,7 +86,7 @@ class _Tables:
     """CRC deltas for one segment size (they depend only on the input length, not on the flow):
     by opcode, by the PSN word's high and low 16 bits, and by segment index (the IP id)."""
 
-    __slots__ = ("by_index", "high", "low", "opcode", "segment")
+    __slots__ = ("by_index", "high", "low", "opcode", "segment", "stamp")
 
     def __init__(self, segment: int, max_segments: int) -> None:
         self.segment = segment
@@ -93,6 +100,20 @@ class _Tables:
         self.low: U32 = (w2[:, None] ^ w3[None, :]).ravel()
         ids = np.arange(max_segments, dtype=np.uint32)
         self.by_index: U32 = id_hi[ids >> 8] ^ id_lo[ids & 0xFF]
+        # the send stamp's bytes (when the payload holds them): one table per byte
+        room = length - _STAMP_AT >= STAMP_BYTES
+        self.stamp: list[list[int]] = (
+            [t.tolist() for t in crc_byte_tables(length, range(_STAMP_AT, _STAMP_AT + STAMP_BYTES))]
+            if room
+            else []
+        )
+
+    def stamp_delta(self, stamp: bytes) -> int:
+        """What a send stamp in the payload adds to every full segment's ICRC."""
+        delta = 0
+        for table, byte in zip(self.stamp, stamp, strict=True):
+            delta ^= table[byte]
+        return delta
 
 
 _TABLES: dict[tuple[int, int], _Tables] = {}
@@ -109,7 +130,7 @@ class _Shape:
     """Template segments, their ICRC and a structured view of the buffer, for one segment size,
     payload size and destination QP of one flow."""
 
-    __slots__ = ("block", "by_index", "parts", "tables")
+    __slots__ = ("block", "by_index", "parts", "stamps", "tables")
 
     def __init__(
         self,
@@ -129,15 +150,19 @@ class _Shape:
         self.by_index: U32 = self.tables.by_index ^ base  # the template's ICRC folded in
         self.block = memoryview(bytes(template) * max_segments)
         index = np.arange(max_segments, dtype=np.uint32)
+        # the send-time field, when the payload can hold one
+        stamped = payload_bytes >= STAMP_BYTES and bool(self.tables.stamp)
+        extra = (["stamp"], [f"V{STAMP_BYTES}"], [BTH_BYTES]) if stamped else ([], [], [])
         fields = np.dtype(
             {
-                "names": ["opcode", "psn_word", "icrc"],
-                "formats": ["u1", ">u4", "<u4"],
-                "offsets": [0, 8, segment - ICRC_BYTES],
+                "names": ["opcode", "psn_word", "icrc", *extra[0]],
+                "formats": ["u1", ">u4", "<u4", *extra[1]],
+                "offsets": [0, 8, segment - ICRC_BYTES, *extra[2]],
                 "itemsize": segment,
             }
         )
         view = np.ndarray((min(len(buf) // segment, max_segments),), dtype=fields, buffer=buf)
+        self.stamps = [view[:n]["stamp"] if stamped else None for n in range(len(view) + 1)]
         # per segment count: the fields of that many segments of buf, their indexes and ICRC
         # deltas by index (made once: numpy's per-call cost is most of a write)
         self.parts = [
@@ -157,10 +182,13 @@ class BurstBuffer:
     template it already holds: segments differ from a template only in the bytes every write
     sets, so a write of the same shape copies no template bytes."""
 
-    __slots__ = ("data", "template", "template_bytes")
+    __slots__ = ("data", "stamps", "template", "template_bytes")
 
-    def __init__(self, size_bytes: int) -> None:
+    def __init__(self, size_bytes: int, *, stamps: bool = False) -> None:
+        """`stamps`: every data packet laid out here carries its send time in its first 8
+        payload bytes (one-way latency); all or none, so the template's zeros stay true."""
         self.data = bytearray(size_bytes)
+        self.stamps = stamps
         self.template: tuple[int, int, int] | None = None
         self.template_bytes = 0  # how much of data holds that template
 
@@ -199,16 +227,22 @@ class BurstWriter:
             pattern = self._ack_bits[key] = (bits, crc)
         return pattern
 
-    def write(self, burst: Burst, *, gso: bool = True) -> int:
+    def write(
+        self, burst: Burst, *, gso: bool = True, departed_ns: int = 0, spacing_ns: int = 0
+    ) -> int:
         """Write the burst's segments back to back at buf[0:]; return the bytes used. Each
         segment's ICRC is for the IP id the wire will carry: its index in a GSO buffer, or 0
-        when `gso` is False (every segment then leaves as a datagram of its own)."""
+        when `gso` is False (every segment then leaves as a datagram of its own). With a
+        stamping buffer, every segment carries the send stamp (see SEND_STAMP)."""
+        stamp = b""
+        if self.buffer.stamps and departed_ns:
+            stamp = SEND_STAMP.pack(departed_ns, burst.psn & PSN_MASK, min(spacing_ns, 0xFFFFFFFF))
         count = burst.count
         segment = burst.segment_bytes
         if burst.wire_bytes > len(self.buf):
             raise ValueError(f"a {burst.wire_bytes}-byte burst does not fit the buffer")
         if burst.packets is not None or count > self.max_segments:
-            return self._write_packets(burst.to_packets(), gso)
+            return self._write_packets(burst.to_packets(), gso, stamp)
         full = count if burst.last_payload_bytes == burst.payload_bytes else count - 1
         buf = self.buf
         if full:
@@ -255,6 +289,11 @@ class BurstWriter:
                     bits, ack_crc = self._ack_pattern(shape, full, in_full)
                     words |= bits
                     crc ^= ack_crc
+            if stamp:
+                stamps = shape.stamps[full]
+                if stamps is not None:
+                    stamps[...] = stamp
+                    crc ^= np.uint32(t.stamp_delta(stamp))
             psn_field[...] = words
             icrc_field[...] = crc
         if full == count:
@@ -271,18 +310,38 @@ class BurstWriter:
             burst.last_payload_bytes,
         )
         end = write_packet(buf, at, packet)
+        if stamp and packet.payload_bytes >= STAMP_BYTES:
+            buf[at + BTH_BYTES : at + BTH_BYTES + STAMP_BYTES] = stamp
         self.icrc.seal(last if gso else 0, buf, at, end)
         return end
 
-    def _write_packets(self, packets: Sequence[DataPacket], gso: bool) -> int:
+    def _write_packets(self, packets: Sequence[DataPacket], gso: bool, stamp: bytes) -> int:
         buf = self.buf
         self.buffer.template = None
         at = 0
         for i, packet in enumerate(packets):
             end = write_packet(buf, at, packet)
+            if (
+                stamp
+                and packet.payload is None
+                and packet.payload_bytes >= STAMP_BYTES
+                and packet.opcode not in RETH_OPCODES
+            ):
+                buf[at + BTH_BYTES : at + BTH_BYTES + STAMP_BYTES] = stamp
             self.icrc.seal(i if gso else 0, buf, at, end)
             at = end
         return at
+
+
+def departed_ns(data: bytes | bytearray | memoryview, nbytes: int, psn: int) -> int:
+    """When the data segment at data[0:] with this PSN left its sender (CLOCK_REALTIME ns),
+    from the send stamp BurstWriter laid out; 0 when it carries none (too short, not stamped)."""
+    if nbytes < BTH_BYTES + STAMP_BYTES + ICRC_BYTES:
+        return 0
+    departed, first_psn, spacing_ns = SEND_STAMP.unpack_from(data, BTH_BYTES)
+    if not departed:
+        return 0
+    return int(departed + ((psn - first_psn) & PSN_MASK) * spacing_ns)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ and lengths the wire really carries.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from scapy.compat import raw
@@ -18,8 +19,10 @@ from emulator.engine.coordinator import run_plan
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.testbed import Capture, PairInfo, read_pcap_ipv4
-from emulator.transport.packets import AckPacket, DataPacket, Opcode
+from emulator.transport.burst_wire import SEND_STAMP as STAMP
+from emulator.transport.packets import BTH_BYTES, ICRC_BYTES, AckPacket, DataPacket, Opcode
 from emulator.transport.params import TransportParams
+from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
 from emulator.transport.wire import decode, parse_ipv4_packet
 
 pytestmark = pytest.mark.system
@@ -37,14 +40,15 @@ def _scapy_icrc_ok(packet: bytes) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("offload", "message_bytes"),
-    [("auto", MESSAGE_BYTES), ("off", 8 << 20)],
-    ids=["gso-gro", "one-packet-per-send"],
+    ("offload", "message_bytes", "latency"),
+    [("auto", MESSAGE_BYTES, False), ("off", 8 << 20, False), ("auto", 16 << 20, True)],
+    ids=["gso-gro", "one-packet-per-send", "gso-gro-latency-stamps"],
 )
 def test_message_arrives_whole_as_valid_rocev2(
-    veth_pair: PairInfo, tmp_path, offload: str, message_bytes: int
+    veth_pair: PairInfo, tmp_path, offload: str, message_bytes: int, latency: bool
 ) -> None:
-    """64 MiB with GSO/GRO; a smaller message through the fallback (one packet per call)."""
+    """64 MiB with GSO/GRO; a smaller message through the fallback (one packet per call); and
+    with one-way latency on, every data packet carrying its send stamp under a valid ICRC."""
     p = veth_pair
     ranks = [
         RankEndpoint(0, p.sender_addr, p.sender_ns, line_rate_bps=1e9),
@@ -56,12 +60,24 @@ def test_message_arrives_whole_as_valid_rocev2(
     )
     capture = Capture(p.sender_ns, p.sender_if, os.path.join(tmp_path, "a0.pcap"))
     try:
-        engine = EngineParams(workers=2, gso=offload, gro=offload)  # type: ignore[arg-type]
+        engine = EngineParams(
+            workers=2,
+            gso=offload,  # type: ignore[arg-type]
+            gro=offload,  # type: ignore[arg-type]
+            one_way_latency=latency,
+        )
         outcome = run_plan(ranks, [flow], transport=transport, engine=engine)
     finally:
         capture.stop()
 
     assert outcome.received_bytes[7] == message_bytes
+    measured = outcome.metadata["latency_by_class"]
+    if latency:
+        # one sample per receive read; a packet crosses one veth in well under 10 ms
+        row = measured["26"]
+        assert row["packets"] > 0 and 0 < row["p50_us"] <= row["p99_us"] <= row["max_us"] < 1e4
+    else:
+        assert measured == {}
     assert set(outcome.finished) == {7}
     expected_path = "one_per_send" if offload == "off" else "udp_gso"
     assert outcome.metadata["send_path"] == expected_path
@@ -83,6 +99,15 @@ def test_message_arrives_whole_as_valid_rocev2(
         packet = decode(d.udp_payload)
         assert isinstance(packet, DataPacket)
         data.append((packet, wire))
+        departed, first_psn, spacing = STAMP.unpack_from(d.udp_payload, BTH_BYTES)
+        if latency:
+            # the send stamp: when its burst's first packet left, that packet's PSN (at most a
+            # burst before this one) and the wire time of one packet at the line rate (1 Gb/s)
+            assert abs(departed - time.time_ns()) < 600e9
+            assert 0 <= (packet.psn - first_psn) % (1 << 24) < 64
+            assert spacing == (MTU_BYTES + BTH_BYTES + ICRC_BYTES + IPV4_FRAME_OVERHEAD_BYTES) * 8
+        else:
+            assert (departed, first_psn, spacing) == (0, 0, 0)
     assert capture.kernel_drops == 0, "tcpdump lost packets: the checks below would be partial"
     assert acks > 0
     # First transmissions in PSN order 0..N-1 (a retransmission repeats an earlier PSN).

@@ -28,8 +28,8 @@ def test_gro_reads_split_at_gso_size_with_a_short_last_segment() -> None:
 
 def test_ancillary_gives_tos_and_gro_segment_size() -> None:
     anc = [(socket.IPPROTO_IP, IP_TOS, bytes([0x6B])), (SOL_UDP, UDP_GRO, struct.pack("=i", 4112))]
-    assert read_ancillary(anc) == (0x6B, 4112)
-    assert read_ancillary([]) == (0, 0)
+    assert read_ancillary(anc) == (0x6B, 4112, 0)
+    assert read_ancillary([]) == (0, 0, 0)
 
 
 def test_offload_choices() -> None:
