@@ -19,7 +19,16 @@ from collectors.prometheus import Exporter, exporter_for, make_registry, push
 from collectors.recorder import RunRecorder
 from collectors.synthetic import synthetic_run
 
-BOUNDED_LABELS = {"rank", "collective_type", "iteration", "direction", "switch", "port", "stat"}
+BOUNDED_LABELS = {
+    "rank",
+    "collective_type",
+    "iteration",
+    "direction",
+    "switch",
+    "port",
+    "stat",
+    "dscp",
+}
 
 
 @pytest.fixture(scope="module")
@@ -268,3 +277,37 @@ def test_a_busy_port_is_reported_with_the_scenario_key(recorder: RunRecorder) ->
         with pytest.raises(EnvironmentProblem, match=rf"metrics.prometheus: .*127.0.0.1:{port}"):
             exporter.start()
         assert exporter.port is None
+
+
+def test_one_way_latency_histogram_per_class() -> None:
+    """Read at scrape time from the engine's per-class histograms: bucket counts are the
+    samples at or under each bound, the sum is theirs, one series per DSCP."""
+    import numpy as np
+
+    from collectors.latency import LatencyHistogram
+    from collectors.prometheus import LATENCY_BUCKETS_S
+
+    rec = RunRecorder((), (), RunInfo("synth", 1.0, "dut", "dut"), 1e9)
+    values = {26: [1e-6, 2e-6, 30e-6, 0.5e-3], 48: [3e-6]}
+    hists = {}
+    for dscp, vs in values.items():
+        hists[dscp] = LatencyHistogram()
+        hists[dscp].add(np.array(vs))
+    assert "emulator_one_way_latency_seconds_bucket" not in samples(rec)  # no engine yet
+    rec.live.latency_source = lambda: hists
+    s = samples(rec)
+    for dscp, vs in values.items():
+        buckets = {
+            x.labels["le"]: x.value
+            for x in s["emulator_one_way_latency_seconds_bucket"]
+            if x.labels["dscp"] == str(dscp)
+        }
+        assert buckets["+Inf"] == len(vs)
+        for bound in LATENCY_BUCKETS_S:
+            assert buckets[f"{bound:.3g}"] == sum(1 for v in vs if v <= bound * (1 + 1e-9))
+        (total,) = [
+            x.value
+            for x in s["emulator_one_way_latency_seconds_sum"]
+            if x.labels["dscp"] == str(dscp)
+        ]
+        assert total == pytest.approx(sum(vs))
