@@ -46,13 +46,13 @@ class LiveDut:
     # The engine-facing rank API, shared with fabrics.netns.LiveFabric.
     @property
     def ranks(self) -> int:
-        return len(self.spec.interfaces)
+        return self.spec.rank_count
 
     def rank_netns(self, rank: int) -> str | None:
         return self.netns[rank]
 
     def rank_address(self, rank: int) -> str:
-        return str(ipaddress.IPv4Interface(self.spec.addresses[rank]).ip)
+        return str(ipaddress.IPv4Interface(self.spec.rank_cidr(rank)).ip)
 
     def rank_rate_bps(self, rank: int) -> float:
         del rank
@@ -74,7 +74,12 @@ class LiveDut:
         return GuardedSocket(self, rank, sock)
 
     def metadata(self) -> dict[str, Any]:
-        return {"backend": "dut", "marker": "dut", "ranks": len(self.spec.interfaces)}
+        return {
+            "backend": "dut",
+            "marker": "dut",
+            "ranks": self.spec.rank_count,
+            "ports": len(self.spec.interfaces),
+        }
 
     def close(self) -> list[str]:
         return self.ledger.release()
@@ -87,8 +92,8 @@ class LiveDut:
 
 
 def check_destination(spec: DutSpec, rank: int, dst: str, ifname: str | None = None) -> None:
-    if not 0 <= rank < len(spec.interfaces):
-        raise DestinationRefused(f"rank {rank}: the dut fabric has {len(spec.interfaces)} ranks")
+    if not 0 <= rank < spec.rank_count:
+        raise DestinationRefused(f"rank {rank}: the dut fabric has {spec.rank_count} ranks")
     try:
         addr = ipaddress.ip_address(dst)
     except ValueError:
@@ -98,10 +103,10 @@ def check_destination(spec: DutSpec, rank: int, dst: str, ifname: str | None = N
             f"destination {addr} (rank {rank}) is outside fabric.allowlist "
             f"({', '.join(spec.allowlist)}); refused before sending"
         )
-    if ifname is not None and ifname != spec.interfaces[rank]:
+    if ifname is not None and ifname != spec.rank_interface(rank):
         raise DestinationRefused(
             f"interface {ifname} is not rank {rank}'s declared interface "
-            f"{spec.interfaces[rank]} (fabric.interfaces); refused before sending"
+            f"{spec.rank_interface(rank)} (fabric.interfaces); refused before sending"
         )
 
 
@@ -122,8 +127,10 @@ class GuardedSocket:
 def _bound_socket(spec: DutSpec, rank: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, spec.interfaces[rank].encode())
-        sock.bind((str(ipaddress.IPv4Interface(spec.addresses[rank]).ip), 0))
+        sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_BINDTODEVICE, spec.rank_interface(rank).encode()
+        )
+        sock.bind((str(ipaddress.IPv4Interface(spec.rank_cidr(rank)).ip), 0))
     except OSError:
         sock.close()
         raise
@@ -132,8 +139,8 @@ def _bound_socket(spec: DutSpec, rank: int) -> socket.socket:
 
 def _check_spec(spec: DutSpec) -> None:
     """Every rank is a destination of the others, so every rank address must be allowed."""
-    for rank, cidr in enumerate(spec.addresses):
-        check_destination(spec, rank, str(ipaddress.IPv4Interface(cidr).ip))
+    for rank in range(spec.rank_count):
+        check_destination(spec, rank, str(ipaddress.IPv4Interface(spec.rank_cidr(rank)).ip))
     if not spec.namespaces and len(spec.interfaces) > 1 and spec.gateways:
         raise ScenarioError(
             "fabric.namespaces: ranks with gateways need their own namespaces (namespaces: true)"
@@ -166,47 +173,50 @@ def bring_up_dut(spec: DutSpec, *, prefix: str = DEFAULT_PREFIX) -> LiveDut:
 
 
 def _bring_up(spec: DutSpec, infos: list[dict[str, Any]], ledger: Ledger, prefix: str) -> LiveDut:
-    ranks = range(len(spec.interfaces))
-    netns: tuple[str | None, ...] = tuple(
-        f"{prefix}r{r}" if spec.namespaces else None for r in ranks
+    ports = range(len(spec.interfaces))
+    per_port = spec.ranks_per_interface
+    port_ns: tuple[str | None, ...] = tuple(
+        f"{prefix}r{p}" if spec.namespaces else None for p in ports
     )
+    netns = tuple(port_ns[spec.port_of(r)] for r in range(spec.rank_count))
     if spec.namespaces:
-        ledger.record({"kind": "netns", "name": ns} for ns in netns)
-        run_batch([ip("netns", "add", str(ns)) for ns in netns])
+        ledger.record({"kind": "netns", "name": ns} for ns in port_ns)
+        run_batch([ip("netns", "add", str(ns)) for ns in port_ns])
         ledger.record(
-            {"kind": "moved_link", "netns": netns[r], "name": spec.interfaces[r]} for r in ranks
+            {"kind": "moved_link", "netns": port_ns[p], "name": spec.interfaces[p]} for p in ports
         )
         run_batch(
-            [ip("link", "set", "dev", spec.interfaces[r], "netns", str(netns[r])) for r in ranks]
+            [ip("link", "set", "dev", spec.interfaces[p], "netns", str(port_ns[p])) for p in ports]
         )
     cmds: list[Cmd] = []
     records: list[dict[str, Any]] = []
-    for r in ranks:
-        ns, dev = netns[r], spec.interfaces[r]
+    for p in ports:
+        ns, dev = port_ns[p], spec.interfaces[p]
         if spec.mtu_bytes is not None:
-            records.append({"kind": "mtu", "netns": ns, "dev": dev, "mtu": int(infos[r]["mtu"])})
+            records.append({"kind": "mtu", "netns": ns, "dev": dev, "mtu": int(infos[p]["mtu"])})
             cmds.append(ip("link", "set", "dev", dev, "mtu", str(spec.mtu_bytes), netns=ns))
-        records.append({"kind": "address", "netns": ns, "dev": dev, "cidr": spec.addresses[r]})
-        cmds.append(ip("addr", "add", spec.addresses[r], "dev", dev, netns=ns))
+        for r in range(p * per_port, (p + 1) * per_port):
+            cidr = spec.rank_cidr(r)
+            records.append({"kind": "address", "netns": ns, "dev": dev, "cidr": cidr})
+            cmds.append(ip("addr", "add", cidr, "dev", dev, netns=ns))
         cmds.append(ip("link", "set", "dev", dev, "up", netns=ns))
         if ns is not None:
             cmds.append(ip("link", "set", "lo", "up", netns=ns))
-        if spec.gateways:
+        gateway = spec.rank_gateway(p * per_port)
+        if gateway is not None:
             for prefix_ in spec.routes:
                 records.append({"kind": "route", "netns": ns, "prefix": prefix_})
-                cmds.append(
-                    ip("route", "add", prefix_, "via", spec.gateways[r], "dev", dev, netns=ns)
-                )
+                cmds.append(ip("route", "add", prefix_, "via", gateway, "dev", dev, netns=ns))
     ledger.record(records)
     run_grouped(cmds)
-    # Cap each rank's sending rate at max_rate_gbps with HTB on its egress.
+    # Cap each port's sending rate at max_rate_gbps with HTB on its egress.
     queues: list[Cmd] = []
     records = []
-    for r in ranks:
-        ns, dev = netns[r], spec.interfaces[r]
-        mtu = spec.mtu_bytes or int(infos[r]["mtu"])
+    for p in ports:
+        ns, dev = port_ns[p], spec.interfaces[p]
+        mtu = spec.mtu_bytes or int(infos[p]["mtu"])
         port = EgressPort(
-            f"r{r}", ns or "", dev, spec.max_rate_gbps * 1e9, RANK_QUEUE_BYTES, mtu, 0.0, None
+            f"r{p}", ns or "", dev, spec.max_rate_gbps * 1e9, RANK_QUEUE_BYTES, mtu, 0.0, None
         )
         records.append({"kind": "qdisc", "netns": ns, "dev": dev, "parent": "root"})
         queues += [Cmd(c.tool, c.args, ns) for c in htb_commands(port, drop_tail(port))]
@@ -214,8 +224,10 @@ def _bring_up(spec: DutSpec, infos: list[dict[str, Any]], ledger: Ledger, prefix
     run_grouped(queues)
     if not spec.namespaces:
         return LiveDut(spec, netns, ledger)
-    for r in ranks:
-        out = run(ip("-o", "link", "show", "dev", spec.interfaces[r], netns=netns[r]), check=False)
+    for p in ports:
+        out = run(
+            ip("-o", "link", "show", "dev", spec.interfaces[p], netns=port_ns[p]), check=False
+        )
         if not out:
-            raise EnvironmentProblem(f"{spec.interfaces[r]} did not arrive in {netns[r]}")
+            raise EnvironmentProblem(f"{spec.interfaces[p]} did not arrive in {port_ns[p]}")
     return LiveDut(spec, netns, ledger)

@@ -253,11 +253,27 @@ class DutSpec:
     """Ranks on existing interfaces cabled to a device under test that switches and marks ECN."""
 
     interfaces: tuple[str, ...] = param(
-        (), doc="existing interface per rank (physical port, VLAN or macvlan), rank order"
+        (),
+        doc="existing interface per rank (physical port, VLAN or macvlan), rank order; with "
+        "ranks_per_interface, one per port",
     )
-    addresses: tuple[str, ...] = param((), doc="IPv4 address/prefix per rank, rank order")
+    addresses: tuple[str, ...] = param(
+        (),
+        doc="IPv4 address/prefix per rank, rank order; with ranks_per_interface, the first "
+        "rank's of each port (the port's next ranks take the next addresses)",
+    )
     gateways: tuple[str, ...] = param(
-        (), doc="next hop per rank toward the DUT (empty: all ranks on one subnet)"
+        (),
+        doc="next hop per rank (with ranks_per_interface: per port) toward the DUT (empty: all "
+        "ranks on one subnet)",
+    )
+    ranks_per_interface: int = param(
+        1,
+        doc="endpoints behind each interface: ranks 0..n-1 on the first, n..2n-1 on the next, "
+        "each its own address and QPs, sharing the port's line rate (a tester's many "
+        "endpoints per port)",
+        min=1,
+        max=65536,
     )
     routes: tuple[str, ...] = param(
         (), doc="prefixes each rank reaches through its gateway, e.g. 10.0.0.0/8"
@@ -301,6 +317,40 @@ class DutSpec:
         for name in self.interfaces:
             if not 0 < len(name) <= 15 or "/" in name or " " in name:
                 raise ValueError(f"interfaces: {name!r} is not a Linux interface name")
+        if self.ranks_per_interface > 1:
+            if not self.namespaces:
+                raise ValueError(
+                    "ranks_per_interface: endpoints sharing a port need the port in its own "
+                    "namespace (namespaces: true)"
+                )
+            for cidr in self.addresses:
+                first = ipaddress.IPv4Interface(cidr)
+                last = first.ip + (self.ranks_per_interface - 1)
+                net = first.network
+                if last not in net or (net.prefixlen < 31 and last == net.broadcast_address):
+                    raise ValueError(
+                        f"addresses: {cidr} leaves no room for {self.ranks_per_interface} "
+                        f"ranks (the last would be {last}, outside {net}'s hosts)"
+                    )
+
+    # Per-rank views: with ranks_per_interface n, rank r is endpoint r mod n of port r // n.
+    @property
+    def rank_count(self) -> int:
+        return len(self.interfaces) * self.ranks_per_interface
+
+    def port_of(self, rank: int) -> int:
+        return rank // self.ranks_per_interface
+
+    def rank_interface(self, rank: int) -> str:
+        return self.interfaces[self.port_of(rank)]
+
+    def rank_cidr(self, rank: int) -> str:
+        port = ipaddress.IPv4Interface(self.addresses[self.port_of(rank)])
+        ip = port.ip + rank % self.ranks_per_interface
+        return f"{ip}/{port.network.prefixlen}"
+
+    def rank_gateway(self, rank: int) -> str | None:
+        return self.gateways[self.port_of(rank)] if self.gateways else None
 
 
 def _check(key: str, value: str, parse: object) -> None:

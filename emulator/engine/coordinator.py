@@ -84,12 +84,21 @@ class _WorkerHandle:
     gone: bool = False
 
 
+def _ranks_text(ranks: Sequence[int]) -> str:
+    shown = ", ".join(map(str, list(ranks)[:8]))
+    return f"ranks [{shown}{', ...' if len(ranks) > 8 else ''}] ({len(ranks)})"
+
+
 def shard_ranks(ranks: Sequence[RankEndpoint], workers: int) -> list[tuple[RankEndpoint, ...]]:
-    """Round-robin ranks over at most `workers` shards (0: one per core), none empty."""
+    """Round-robin NICs over at most `workers` shards (0: one per core), none empty: a rank
+    with its own NIC is one unit, ranks sharing a NIC go together (they share its arbiter)."""
+    groups: dict[object, list[RankEndpoint]] = {}
+    for r in sorted(ranks, key=lambda r: r.rank):
+        groups.setdefault(("nic", r.nic) if r.nic is not None else ("rank", r.rank), []).append(r)
+    units = list(groups.values())
     n = workers or (os.cpu_count() or 1)
-    n = max(1, min(n, len(ranks)))
-    ordered = sorted(ranks, key=lambda r: r.rank)
-    return [tuple(ordered[i::n]) for i in range(n)]
+    n = max(1, min(n, len(units)))
+    return [tuple(r for unit in units[i::n] for r in unit) for i in range(n)]
 
 
 def assign_connections(flows: Sequence[EngineFlow]) -> dict[tuple[int, int, int, int], int]:
@@ -329,8 +338,8 @@ class Coordinator:
                 self._drain(w)
                 w.process.join(0.1)
                 raise EngineFailure(
-                    f"engine worker {w.index} (pid {w.process.pid}, ranks {list(w.ranks)}) exited "
-                    f"unexpectedly with code {w.process.exitcode}"
+                    f"engine worker {w.index} (pid {w.process.pid}, {_ranks_text(w.ranks)}) "
+                    f"exited unexpectedly with code {w.process.exitcode}"
                 )
 
     def _drain(self, w: _WorkerHandle) -> None:

@@ -22,12 +22,15 @@ class RankEndpoint:
 
     `netns` is a name under /run/netns, an absolute path to a namespace file (a Mininet host's
     /proc/PID/ns/net), or None for the namespace the engine runs in. `line_rate_bps` is the
-    target rate the congestion control starts from and never exceeds."""
+    target rate the congestion control starts from and never exceeds. Ranks with the same
+    `nic` (a tester's many endpoints behind one port) share one transmit arbiter at that rate
+    and run in one worker."""
 
     rank: int
     address: str
     netns: str | None = None
     line_rate_bps: float = 100e9
+    nic: int | None = None  # ranks naming the same NIC share it (and its line rate)
 
 
 @dataclass(frozen=True, slots=True)

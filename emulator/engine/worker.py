@@ -235,13 +235,19 @@ class Worker:
         # per traffic class (DSCP): [packets sent, bytes sent, packets received, bytes received]
         self.classes: dict[int, list[int]] = {}
         self._profile_params: dict[int, TransportParams] = {}
+        self._nic_sent: dict[int, tuple[int, int]] = {}  # NIC counters as last reported
         self._open_ranks()
         self._add_flows(spec.flows, spec.connections)
 
     # -- set-up ---------------------------------------------------------------------------
     def _open_ranks(self) -> None:
         p = self.params
+        nics: dict[object, NicPacer] = {}  # ranks naming one NIC share its arbiter
         for r in self.spec.ranks:
+            key = ("nic", r.nic) if r.nic is not None else ("rank", r.rank)
+            nic = nics.get(key)
+            if nic is None:
+                nic = nics[key] = NicPacer(r.line_rate_bps)
             sock = open_udp(
                 r.netns,
                 r.address,
@@ -256,7 +262,7 @@ class Worker:
                 r,
                 RoceEndpoint(self.events),
                 sock,
-                NicPacer(r.line_rate_bps),
+                nic,
                 ns_per_byte=8e9 * p.tdf / r.line_rate_bps,
             )
 
@@ -414,12 +420,12 @@ class Worker:
         # fires late without losing rate, never a catch-up burst after idling or a stall.
         floor = now - self._burst_s - late_s
         max_segments = self.params.gso_max_segments if self.offloads.gso else 64
-        per_rank: dict[int, list[tuple[int, _SendConn]]] = {}
+        per_nic: dict[int, list[tuple[int, _SendConn]]] = {}
         for qpn, conn in self.active.items():
-            per_rank.setdefault(conn.rank.spec.rank, []).append((qpn, conn))
-        for conns in per_rank.values():
+            per_nic.setdefault(id(conn.rank.nic), []).append((qpn, conn))
+        for conns in per_nic.values():
             self._serve_nic(conns, now, floor, max_segments)
-        for conns in per_rank.values():
+        for conns in per_nic.values():
             for qpn, conn in conns:
                 if conn.qp.idle:
                     del self.active[qpn]
@@ -790,7 +796,7 @@ class Worker:
     def _stats(self, now: float) -> dict[str, Any]:
         return {
             "time_s": now,
-            "nic": {r.spec.rank: (r.tx_bytes, r.rx_bytes) for r in self.ranks.values()},
+            "nic": self._nic_changes(),
             "drops": dict(self.drops),  # every drop is a PacketDropped event, counted once
             "counters": dict(self.counters),
             "classes": {dscp: list(row) for dscp, row in self.classes.items()},
@@ -799,6 +805,18 @@ class Worker:
             "max_tick_gap_s": self.max_tick_gap_s,
             "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
         }
+
+    def _nic_changes(self) -> dict[int, tuple[int, int]]:
+        """Byte counters of the ranks whose counters moved since the last report (a worker
+        with a thousand idle endpoints would otherwise send them all at every flush)."""
+        out = {}
+        sent = self._nic_sent
+        for r in self.ranks.values():
+            now = (r.tx_bytes, r.rx_bytes)
+            if sent.get(r.spec.rank) != now:
+                sent[r.spec.rank] = now
+                out[r.spec.rank] = now
+        return out
 
     def _queue_pairs(self) -> dict[str, Any]:
         """The tester's per-QP counters, each half where it lives (sent once, at the end: a
@@ -892,6 +910,11 @@ class Worker:
         self.finished = loop.create_future()
         loop.set_exception_handler(self._on_loop_error)
         loop.add_reader(self.pipe.fileno(), self._on_command)
+        # uvloop made the pipe non-blocking: a send into a full pipe (a big batch of events
+        # while the coordinator is busy) would raise mid-message and break its framing.
+        # Blocking, a send waits for the coordinator to read (it reads only what poll() says
+        # is there, so receiving never blocks the loop).
+        os.set_blocking(self.pipe.fileno(), True)
         for rank in self.ranks.values():
             loop.add_reader(rank.rx_sock.fileno(), self._on_readable, rank)
         self.pipe.send(

@@ -29,11 +29,11 @@ class PfcReadings:
         ranks = range(self.live.ranks)
         if not self.dut:  # veth ports of the emulated fabric count no PFC
             return dict.fromkeys(ranks)
-        interfaces = self.live.spec.interfaces
+        spec = self.live.spec
         by_port: dict[tuple[str, str | None], int | None] = {}
         out = {}
         for r in ranks:
-            port = (interfaces[r], self.live.rank_netns(r))
+            port = (spec.rank_interface(r), self.live.rank_netns(r))
             if port not in by_port:
                 by_port[port] = rx_pfc_frames(*port)
             out[r] = by_port[port]

@@ -71,7 +71,7 @@ def fabric_ranks(spec: Any) -> int:
     if isinstance(spec, ClosSpec):
         return spec.hosts_per_leaf * spec.leaves * spec.pods
     if isinstance(spec, DutSpec):
-        return len(spec.interfaces)
+        return spec.rank_count
     raise EnvironmentProblem(f"fabric: {type(spec).__name__} cannot run")
 
 
@@ -299,14 +299,20 @@ def _run_on_fabric(
     )
     stack.callback(_teardown, live, options)
     world = planned.world_size
+    shared = isinstance(scenario.fabric, DutSpec) and scenario.fabric.ranks_per_interface > 1
     ranks = [
-        RankEndpoint(r, live.rank_address(r), live.rank_netns(r), target_rate_bps(scenario.fabric))
+        RankEndpoint(
+            r,
+            live.rank_address(r),
+            live.rank_netns(r),
+            target_rate_bps(scenario.fabric),
+            # endpoints behind one port share its line rate (one transmit arbiter)
+            nic=scenario.fabric.port_of(r) if shared else None,
+        )
         for r in range(world)
     ]
-    for r in range(world):  # a DUT refuses any destination outside its allowlist, before sending
-        for other in ranks:
-            if other.rank != r:
-                live.check_destination(r, other.address)
+    for other in ranks:  # a DUT refuses any destination outside its allowlist, before sending
+        live.check_destination(other.rank, other.address)
     info = RunInfo(scenario.name, choice.tdf, live.marker_name, describe_fabric(scenario.fabric))
     port_rate = (
         scenario.fabric.fabric_link_gbps * 1e9 if isinstance(scenario.fabric, ClosSpec) else None
@@ -343,8 +349,11 @@ def _run_on_fabric(
 
         ports: Any = read_ports
     else:
+        # one reading per port: ranks sharing a port are counted under its first rank
+        dut_spec = live.spec
         counters = {
-            r: NetlinkCounters(live.spec.interfaces[r], live.rank_netns(r)) for r in range(world)
+            r: NetlinkCounters(dut_spec.rank_interface(r), live.rank_netns(r))
+            for r in range(0, world, dut_spec.ranks_per_interface)
         }
         ports = None
     for c in counters.values():
@@ -557,7 +566,9 @@ def _pfc_generators(
             raise ScenarioError(
                 f"run.pfc_frames[{i}].rank: {spec.rank} is not a rank (0..{world - 1})"
             )
-        ifname = HOST_IFNAME if isinstance(live, LiveFabric) else live.spec.interfaces[spec.rank]
+        ifname = (
+            HOST_IFNAME if isinstance(live, LiveFabric) else live.spec.rank_interface(spec.rank)
+        )
         quanta = spec.quanta_by_priority
         generator = PfcGenerator(
             live.rank_netns(spec.rank),

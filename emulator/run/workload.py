@@ -27,6 +27,7 @@ from emulator.schedule.job import JobSchedule
 from emulator.schedule.plan import CollectiveInstance, NodeRef
 from emulator.schedule.tracesource import TraceSource, open_trace_set
 from emulator.traffic.schedule import TRAFFIC_ID_BASE, CombinedDriver, TrafficSchedule
+from emulator.traffic.spec import TrafficPattern
 
 InstanceKey = tuple[int, tuple[NodeRef, ...]]
 
@@ -178,6 +179,23 @@ def generated_steps(scenario: Scenario) -> int | None:
     return steps if isinstance(steps, int) else None
 
 
+def _check_pairs_cross_the_dut(scenario: Scenario, index: int, pattern: TrafficPattern) -> None:
+    """Ranks sharing a DUT port reach each other inside the port's namespace, never through
+    the switch: a pattern asking for that traffic is refused, not run without the DUT."""
+    from fabrics.spec import DutSpec
+
+    fabric = scenario.fabric
+    if not isinstance(fabric, DutSpec) or fabric.ranks_per_interface == 1:
+        return
+    for src, dst in pattern.flow_pairs():
+        if fabric.port_of(src) == fabric.port_of(dst):
+            raise ScenarioError(
+                f"{scenario.source or 'scenario'}: traffic[{index}] ({pattern.name}): ranks "
+                f"{src} and {dst} share interface {fabric.rank_interface(src)}, so their "
+                "traffic would not cross the DUT; pair ranks on different ports"
+            )
+
+
 def plan_workload(
     scenario: Scenario, prefix: str | None, fabric_ranks: int, line_rate_bps: float = 100e9
 ) -> PlannedWorkload:
@@ -202,6 +220,7 @@ def plan_workload(
                 f"({scenario.transport.path_mtu_bytes}), the largest packet the receivers take"
             )
         n = max(n, pattern.max_rank + 1)
+        _check_pairs_cross_the_dut(scenario, i, pattern)
     ideal = simulate(
         driver,
         path_for_fabric(scenario.fabric, n),

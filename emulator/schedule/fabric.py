@@ -50,15 +50,18 @@ def clos_path(spec: Any, ranks: int) -> PathFn:
     return path
 
 
-def star_path(rate_gbps: float) -> PathFn:
-    """Each rank's uplink and downlink at rate_gbps through an ideal switch."""
+def star_path(rate_gbps: float, ranks_per_port: int = 1) -> PathFn:
+    """Each port's uplink and downlink at rate_gbps through an ideal switch; ranks 0..n-1
+    share the first port, n..2n-1 the next (n = ranks_per_port). Ranks on one port reach each
+    other without the switch (the port's namespace delivers locally): no link."""
     rate_bps = rate_gbps * 1e9
 
     def path(src: int, dst: int, sport: int) -> Sequence[tuple[Hashable, float]]:
         del sport
-        if src == dst:
+        a, b = src // ranks_per_port, dst // ranks_per_port
+        if a == b:
             return []
-        return [(("up", src), rate_bps), (("down", dst), rate_bps)]
+        return [(("up", a), rate_bps), (("down", b), rate_bps)]
 
     return path
 
@@ -69,9 +72,9 @@ def path_for_fabric(fabric: Any, ranks: int) -> PathFn:
     if isinstance(fabric, ClosSpec):
         return clos_path(fabric, ranks)
     if isinstance(fabric, DutSpec):
-        if len(fabric.interfaces) < ranks:
-            raise PlanError(f"fabric: {len(fabric.interfaces)} DUT interfaces for {ranks} ranks")
-        return star_path(fabric.max_rate_gbps)
+        if fabric.rank_count < ranks:
+            raise PlanError(f"fabric: {fabric.rank_count} DUT ranks for {ranks} ranks")
+        return star_path(fabric.max_rate_gbps, fabric.ranks_per_interface)
     raise PlanError(f"fabric: no ideal-time model for {type(fabric).__name__}")
 
 
@@ -89,5 +92,13 @@ def describe_fabric(fabric: Any) -> str:
             f"{fabric.fabric_link_gbps:g} Gb/s"
         )
     if isinstance(fabric, DutSpec):
-        return f"DUT: ideal switch, {len(fabric.interfaces)} ports at {fabric.max_rate_gbps:g} Gb/s"
+        shared = (
+            f", {fabric.ranks_per_interface} ranks per port"
+            if fabric.ranks_per_interface > 1
+            else ""
+        )
+        return (
+            f"DUT: ideal switch, {len(fabric.interfaces)} ports at "
+            f"{fabric.max_rate_gbps:g} Gb/s{shared}"
+        )
     return type(fabric).__name__

@@ -126,55 +126,64 @@ def _tables(segment: int, max_segments: int) -> _Tables:
     return t
 
 
-class _Shape:
-    """Template segments, their ICRC and a structured view of the buffer, for one segment size,
-    payload size and destination QP of one flow."""
+class _Layout:
+    """Template segments and a structured view of one buffer, for one segment size and payload
+    size: shared by every flow laying out bursts in that buffer (a worker's thousands of QPs
+    would otherwise each hold a 64-segment template block)."""
 
-    __slots__ = ("block", "by_index", "parts", "stamps", "tables")
+    __slots__ = ("block", "parts", "stamps", "tables")
 
-    def __init__(
-        self,
-        icrc: IcrcContext,
-        buf: bytearray,
-        segment: int,
-        payload_bytes: int,
-        dest_qp: int,
-        max_segments: int,
-    ) -> None:
-        template = bytearray(segment)  # opcode 0, PSN word 0, zero payload, ICRC 0
+    def __init__(self, buf: bytearray, segment: int, payload_bytes: int, max_segments: int):
+        template = bytearray(segment)  # opcode 0, PSN word 0, dest QP 0, zero payload, ICRC 0
         pad = -payload_bytes & 3
-        # flags (pad count), P_Key and destination QP as write_packet writes them
-        struct.pack_into("!BBHI", template, 0, 0, pad << 4, PKEY_DEFAULT, dest_qp & QPN_MASK)
-        base = np.uint32(icrc.compute(0, template))
+        # flags (pad count) and P_Key as write_packet writes them; the QP word is per flow
+        struct.pack_into("!BBH", template, 0, 0, pad << 4, PKEY_DEFAULT)
         self.tables = _tables(segment, max_segments)
-        self.by_index: U32 = self.tables.by_index ^ base  # the template's ICRC folded in
         self.block = memoryview(bytes(template) * max_segments)
-        index = np.arange(max_segments, dtype=np.uint32)
         # the send-time field, when the payload can hold one
         stamped = payload_bytes >= STAMP_BYTES and bool(self.tables.stamp)
         extra = (["stamp"], [f"V{STAMP_BYTES}"], [BTH_BYTES]) if stamped else ([], [], [])
         fields = np.dtype(
             {
-                "names": ["opcode", "psn_word", "icrc", *extra[0]],
-                "formats": ["u1", ">u4", "<u4", *extra[1]],
-                "offsets": [0, 8, segment - ICRC_BYTES, *extra[2]],
+                "names": ["opcode", "qp_word", "psn_word", "icrc", *extra[0]],
+                "formats": ["u1", ">u4", ">u4", "<u4", *extra[1]],
+                "offsets": [0, 4, 8, segment - ICRC_BYTES, *extra[2]],
                 "itemsize": segment,
             }
         )
         view = np.ndarray((min(len(buf) // segment, max_segments),), dtype=fields, buffer=buf)
         self.stamps = [view[:n]["stamp"] if stamped else None for n in range(len(view) + 1)]
-        # per segment count: the fields of that many segments of buf, their indexes and ICRC
-        # deltas by index (made once: numpy's per-call cost is most of a write)
+        index = np.arange(max_segments, dtype=np.uint32)
+        # per segment count: the fields of that many segments of buf and their indexes (made
+        # once: numpy's per-call cost is most of a write)
         self.parts = [
             (
                 view[:n]["opcode"],
+                view[:n]["qp_word"],
                 view[:n]["psn_word"],
                 view[:n]["icrc"],
                 index[:n],
-                self.by_index[:n],
             )
             for n in range(len(view) + 1)
         ]
+
+
+class _Shape:
+    """One flow's view of a layout: the template's ICRC with its destination QP, folded into
+    the per-index deltas (a few hundred bytes per flow)."""
+
+    __slots__ = ("by_index", "dest_qp", "layout", "tables")
+
+    def __init__(
+        self, icrc: IcrcContext, layout: _Layout, segment: int, payload_bytes: int, dest_qp: int
+    ) -> None:
+        template = bytearray(layout.block[:segment])
+        struct.pack_into("!I", template, 4, dest_qp & QPN_MASK)
+        base = np.uint32(icrc.compute(0, template))
+        self.layout = layout
+        self.tables = layout.tables
+        self.dest_qp = dest_qp & QPN_MASK
+        self.by_index: U32 = self.tables.by_index ^ base  # the template's ICRC folded in
 
 
 class BurstBuffer:
@@ -182,15 +191,23 @@ class BurstBuffer:
     template it already holds: segments differ from a template only in the bytes every write
     sets, so a write of the same shape copies no template bytes."""
 
-    __slots__ = ("data", "stamps", "template", "template_bytes")
+    __slots__ = ("data", "layouts", "stamps", "template", "template_bytes")
 
     def __init__(self, size_bytes: int, *, stamps: bool = False) -> None:
-        """`stamps`: every data packet laid out here carries its send time in its first 8
+        """`stamps`: every data packet laid out here carries its send stamp in its first
         payload bytes (one-way latency); all or none, so the template's zeros stay true."""
         self.data = bytearray(size_bytes)
         self.stamps = stamps
-        self.template: tuple[int, int, int] | None = None
+        self.layouts: dict[tuple[int, int, int], _Layout] = {}
+        self.template: tuple[int, int] | None = None  # (segment, payload bytes) it holds
         self.template_bytes = 0  # how much of data holds that template
+
+    def layout(self, segment: int, payload_bytes: int, max_segments: int) -> _Layout:
+        key = (segment, payload_bytes, max_segments)
+        layout = self.layouts.get(key)
+        if layout is None:
+            layout = self.layouts[key] = _Layout(self.data, segment, payload_bytes, max_segments)
+        return layout
 
 
 class BurstWriter:
@@ -208,7 +225,8 @@ class BurstWriter:
         shape = self._shapes.get(key)
         if shape is None:
             segment, payload_bytes, dest_qp = key
-            shape = _Shape(self.icrc, self.buf, segment, payload_bytes, dest_qp, self.max_segments)
+            layout = self.buffer.layout(segment, payload_bytes, self.max_segments)
+            shape = _Shape(self.icrc, layout, segment, payload_bytes, dest_qp)
             self._shapes[key] = shape
         return shape
 
@@ -235,8 +253,11 @@ class BurstWriter:
         when `gso` is False (every segment then leaves as a datagram of its own). With a
         stamping buffer, every segment carries the send stamp (see SEND_STAMP)."""
         stamp = b""
-        if self.buffer.stamps and departed_ns:
+        if self.buffer.stamps:
+            # zeros when no departure is given: the field may hold an earlier burst's stamp
             stamp = SEND_STAMP.pack(departed_ns, burst.psn & PSN_MASK, min(spacing_ns, 0xFFFFFFFF))
+            if not departed_ns:
+                stamp = bytes(STAMP_BYTES)
         count = burst.count
         segment = burst.segment_bytes
         if burst.wire_bytes > len(self.buf):
@@ -246,20 +267,23 @@ class BurstWriter:
         full = count if burst.last_payload_bytes == burst.payload_bytes else count - 1
         buf = self.buf
         if full:
-            key = (segment, burst.payload_bytes, burst.dest_qp)
-            shape = self._shape(key)
+            shape = self._shape((segment, burst.payload_bytes, burst.dest_qp))
+            layout = shape.layout
             t = shape.tables
             used = full * segment
             held = self.buffer
-            if held.template != key or held.template_bytes < used:
-                buf[:used] = shape.block[:used]
-                held.template = key
+            form = (segment, burst.payload_bytes)
+            if held.template != form or held.template_bytes < used:
+                buf[:used] = layout.block[:used]
+                held.template = form
                 held.template_bytes = used
             psn = burst.psn
             opcodes = burst.opcodes
             first_op = opcodes[0]
             same_op = opcodes.count(first_op, 0, full) == full
-            opcode_field, psn_field, icrc_field, index, by_index = shape.parts[full]
+            opcode_field, qp_field, psn_field, icrc_field, index = layout.parts[full]
+            by_index = shape.by_index[:full]
+            qp_field[...] = shape.dest_qp  # the layout is shared: every flow writes its QP
             words = index + np.uint32(psn)
             low = psn & 0xFFFF
             if low + full <= 0x10000:
@@ -290,7 +314,7 @@ class BurstWriter:
                     words |= bits
                     crc ^= ack_crc
             if stamp:
-                stamps = shape.stamps[full]
+                stamps = layout.stamps[full]
                 if stamps is not None:
                     stamps[...] = stamp
                     crc ^= np.uint32(t.stamp_delta(stamp))

@@ -20,11 +20,21 @@ def port_address(i: int) -> str:
     return f"192.168.{70 + i}.2/24"
 
 
+def wide_port_address(i: int) -> str:
+    """Port i's first rank address in a /20 (room for 4,093 endpoints; the DUT's side is .1)."""
+    return f"10.{100 + i}.0.2/20"
+
+
+def wide_gateway(i: int) -> str:
+    return f"10.{100 + i}.0.1"
+
+
 @contextmanager
 def software_dut(
-    prefix: str, ports: int = PORTS, rate_bps: float = DUT_RATE_BPS
+    prefix: str, ports: int = PORTS, rate_bps: float = DUT_RATE_BPS, *, wide: bool = False
 ) -> Iterator[tuple[str, list[str]]]:
-    """The router namespace and the rank-side interface names; everything removed afterwards."""
+    """The router namespace and the rank-side interface names; everything removed afterwards.
+    `wide`: the DUT's ports in /20s (wide_port_address), for many endpoints per port."""
     dut = f"{prefix}dut"
     cables = [f"{prefix}d{i}" for i in range(ports)]
     run_batch([ip("netns", "add", dut)])
@@ -38,7 +48,14 @@ def software_dut(
         run_batch(
             [ip("link", "set", "lo", "up", netns=dut)]
             + [
-                ip("addr", "add", f"192.168.{70 + i}.1/24", "dev", f"p{i}", netns=dut)
+                ip(
+                    "addr",
+                    "add",
+                    f"{wide_gateway(i)}/20" if wide else f"192.168.{70 + i}.1/24",
+                    "dev",
+                    f"p{i}",
+                    netns=dut,
+                )
                 for i in range(ports)
             ]
             + [ip("link", "set", f"p{i}", "mtu", "9000", "up", netns=dut) for i in range(ports)]
@@ -102,3 +119,30 @@ def software_dut(
         for name in cables:
             subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
         run_batch([ip("netns", "del", dut)])
+
+
+def pin_neighbors(prefix: str, port: int, cable: str, addresses: list[str]) -> None:
+    """Permanent ARP entries on the DUT's port for ranks behind `cable`: a real switch has a
+    large table, while Linux keeps one machine-wide table of 1,024 learned neighbors (shared
+    by every namespace) that a thousand endpoints would overflow. Permanent entries do not
+    count toward that limit. They go with the DUT's namespace."""
+    import json
+
+    mac = json.loads(run(ip("-j", "link", "show", "dev", cable)))[0]["address"]
+    run_batch(
+        [
+            ip(
+                "neigh",
+                "replace",
+                a,
+                "lladdr",
+                mac,
+                "nud",
+                "permanent",
+                "dev",
+                f"p{port}",
+                netns=f"{prefix}dut",
+            )
+            for a in addresses
+        ]
+    )

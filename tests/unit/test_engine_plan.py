@@ -74,3 +74,13 @@ def test_connections_number_queue_pairs_by_src_dst_qp_and_sport() -> None:
     ]
     conns = assign_connections(flows)
     assert conns == {(0, 1, 0, 50000): 0, (0, 1, 1, 50001): 1, (1, 0, 0, 50000): 2}
+
+
+def test_ranks_sharing_a_nic_stay_in_one_shard() -> None:
+    """Endpoints behind one port share its transmit arbiter, so one worker has them all."""
+    ranks = [RankEndpoint(r, f"10.0.0.{r + 1}", nic=r // 4) for r in range(8)] + [
+        RankEndpoint(8, "10.0.0.9")
+    ]
+    shards = shard_ranks(ranks, 2)
+    assert [[r.rank for r in s] for s in shards] == [[0, 1, 2, 3, 8], [4, 5, 6, 7]]
+    assert len(shard_ranks(ranks[:4], 8)) == 1
