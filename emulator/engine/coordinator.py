@@ -506,6 +506,8 @@ class Coordinator:
                 for dscp, row in sorted(classes.items())
             },
             "worker_cpu_s": [w.stats.get("cpu_s", 0.0) for w in self.workers],
+            # each worker's peak resident memory (getrusage ru_maxrss)
+            "worker_max_rss_kb": [w.stats.get("max_rss_kb", 0) for w in self.workers],
             # CPU seconds each worker spent from the common start on (set-up excluded)
             "worker_run_cpu_s": [w.stats.get("run_cpu_s", 0.0) for w in self.workers],
             # share of the run each worker was on a CPU: near 1 means it could not keep up

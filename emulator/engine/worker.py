@@ -801,6 +801,7 @@ class Worker:
             "counters": dict(self.counters),
             "classes": {dscp: list(row) for dscp, row in self.classes.items()},
             "cpu_s": _cpu_s(),
+            "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "run_cpu_s": _cpu_s() - self._cpu_at_start_s if self.started else 0.0,
             "max_tick_gap_s": self.max_tick_gap_s,
             "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
