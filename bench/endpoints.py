@@ -12,7 +12,9 @@ growth of the workers' peak resident memory and CPU seconds (set-up plus run), s
 endpoints, so the interpreter's own size cancels out.
 Peer: one bare Python process per side that opens the same sockets (a receive socket per
 endpoint and a source-port socket per sender) and sends/receives the same number of datagrams
-of the same size; its memory and CPU growth over the same two sizes.
+of the same size; its resident memory growth from before the sockets, and its CPU, over the
+same two sizes. Both sides pin their neighbours (Linux keeps one machine-wide table of 1,024
+learned ones, which 2,048 endpoints would overflow).
 Prints one JSON object per figure; ratio = ours / peer (lower is better).
 """
 
@@ -68,6 +70,14 @@ def _bed(bed: NetnsBed, n: int) -> tuple[str, str, list[str], list[str]]:
     for ns, dev, addrs in ((a, "a0", left), (b, "b0", right)):
         batch = "".join(f"addr add {x}/16 dev {dev}\n" for x in addrs)
         bed.ns_run(ns, "ip", "-batch", "-", input_text=batch)
+    # Linux keeps one machine-wide table of 1,024 learned neighbours: pinned (permanent)
+    # entries for the other side's endpoints do not count toward it, and need no ARP
+    for ns, dev, peer_ns, peer_dev, addrs in ((a, "a0", b, "b0", right), (b, "b0", a, "a0", left)):
+        mac = json.loads(bed.ns_run(peer_ns, "ip", "-j", "link", "show", "dev", peer_dev))[0]
+        batch = "".join(
+            f"neigh replace {x} lladdr {mac['address']} nud permanent dev {dev}\n" for x in addrs
+        )
+        bed.ns_run(ns, "ip", "-batch", "-", input_text=batch)
     return a, b, left, right
 
 
@@ -91,7 +101,16 @@ def ours(n: int) -> tuple[float, float]:
         return rss, cpu
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def _peer_side(netns: str, mine: list[str], theirs: list[str], send: bool, conn: Any) -> None:
+    before = _rss_mib()
     with entered(netns):
         rx = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in mine]
         tx = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in mine] if send else []
@@ -127,7 +146,8 @@ def _peer_side(netns: str, mine: list[str], theirs: list[str], send: bool, conn:
                 except BlockingIOError:
                     pass
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    conn.send((usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime, got))
+    # its memory growth from before the sockets (the interpreter's own size is not the peer's)
+    conn.send((_rss_mib() - before, usage.ru_utime + usage.ru_stime, got))
 
 
 def peer(n: int) -> tuple[float, float]:
