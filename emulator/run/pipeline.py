@@ -23,14 +23,12 @@ from typing import Any
 import yaml
 
 from collectors.events import CollectiveMemberStarted, NicSample, RunEvent
-from collectors.expectations import judge
 from collectors.expectations import report as expectations_report
 from collectors.fidelity import assess_fidelity
 from collectors.live import RunInfo
 from collectors.nic import NetlinkCounters, NicSampler
 from collectors.prometheus import exporter_for, push
-from collectors.queue_pairs import QpRow, rank_totals
-from collectors.queue_pairs import totals as qp_totals
+from collectors.queue_pairs import QpRow
 from collectors.recorder import RunRecorder
 from collectors.records import CollectiveMeta, FlowMeta
 from collectors.report import summary_table
@@ -40,7 +38,6 @@ from collectors.tables import column, to_table
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem, ScenarioError
-from emulator.run.expect import PfcReadings, evidence
 from emulator.run.link_events import LinkEventRunner, flows_crossing
 from emulator.run.link_events import resolve as resolve_link_events
 from emulator.run.options import RunOptions, RunResult
@@ -49,6 +46,7 @@ from emulator.run.pfc_generator import interval_s as pfc_interval_s
 from emulator.run.progress import ProgressLine, ProgressState
 from emulator.run.sampling import Sampler
 from emulator.run.tdf import TdfChoice, auto_tdf
+from emulator.run.tester import PfcReadings, TesterResults, latency_lines
 from emulator.run.workload import (
     Driver,
     PlannedWorkload,
@@ -117,29 +115,56 @@ def _plain(value: Any) -> Any:
     return value
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the run like Ctrl-C: partial results written, everything released."""
+class Interrupts:
+    """Ctrl-C and SIGTERM stop the run: partial results written, everything released.
 
-    owner = os.getpid()
+    Python raises a signal's KeyboardInterrupt wherever the main thread is; when that is a
+    callback the garbage collector runs (an import's module-lock cleanup), the exception is
+    printed as "ignored" and lost, and the run would go on to the end. So the signal is also
+    remembered, and the run's checkpoints (fabric up, replay start, every batch of engine
+    events) raise one that was not delivered."""
 
-    def handler(signum: int, frame: FrameType | None) -> None:
-        del frame
-        if not _forked_helper_died(signum, owner):
+    def __init__(self) -> None:
+        self.pending = False
+
+    def check(self) -> None:
+        if self.pending:
+            self.pending = False
             raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    @contextlib.contextmanager
+    def handled(self) -> Iterator[None]:
+        owner = os.getpid()
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            del frame
+            if not _forked_helper_died(signum, owner):
+                self.pending = True
+                raise KeyboardInterrupt
+
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        except KeyboardInterrupt:
+            self.pending = False  # delivered
+            raise
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
 
 
 class Replay:
     """One replay on a live fabric: the schedule, the recorder, and their bookkeeping."""
 
-    def __init__(self, scenario: Scenario, planned: PlannedWorkload, recorder: RunRecorder) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        planned: PlannedWorkload,
+        recorder: RunRecorder,
+        interrupts: Interrupts | None = None,
+    ) -> None:
         self.scenario = scenario
+        self.interrupts = interrupts or Interrupts()
         self.planned = planned
         self.recorder = recorder
         self.unpaired: list[str] = []
@@ -188,6 +213,7 @@ class Replay:
         self.recorder.on_events([CollectiveMemberStarted(collective_id, rank, time_s)])
 
     def on_events(self, batch: list[RunEvent]) -> None:
+        self.interrupts.check()
         # NIC samples come from the interfaces' own counters (the sampler), not the engine's
         self.recorder.on_events([e for e in batch if not isinstance(e, NicSample)])
 
@@ -289,7 +315,8 @@ def _run_on_fabric(
     from fabrics.registry import bring_up_fabric
     from fabrics.topology import HOST_IFNAME
 
-    stack.enter_context(_terminate_as_interrupt())
+    interrupts = Interrupts()
+    stack.enter_context(interrupts.handled())
     options.say(f"bringing up the fabric: {describe_fabric(scenario.fabric)}")
     live = bring_up_fabric(
         scenario.fabric,
@@ -298,6 +325,7 @@ def _run_on_fabric(
         progress=lambda m: options.say(m),
     )
     stack.callback(_teardown, live, options)
+    interrupts.check()
     world = planned.world_size
     shared = isinstance(scenario.fabric, DutSpec) and scenario.fabric.ranks_per_interface > 1
     ranks = [
@@ -324,7 +352,7 @@ def _run_on_fabric(
         nic_line_rate_bps=target_rate_bps(scenario.fabric),
         port_line_rate_bps=port_rate,
     )
-    replay = Replay(scenario, planned, recorder)
+    replay = Replay(scenario, planned, recorder, interrupts)
     links: LinkEventRunner | None = None
     fabric_spec = scenario.fabric
     if (
@@ -393,7 +421,7 @@ def _run_on_fabric(
         transport=scenario.transport,
         engine=engine,
         on_events=replay.on_events,
-        on_start=lambda start_wall_s: _started(start_wall_s, sampler, links, pfc),
+        on_start=lambda start_wall_s: _started(start_wall_s, sampler, links, pfc, interrupts),
         driver=replay.job,
         profiles=planned.profiles,
     )
@@ -407,6 +435,7 @@ def _run_on_fabric(
         outcome = coordinator.run()
         partial = not replay.job.finished
     except (KeyboardInterrupt, EngineFailure) as exc:
+        interrupts.pending = False
         error = exc
     finally:
         if links is not None:
@@ -416,18 +445,13 @@ def _run_on_fabric(
         sampler.stop()
         progress.done(replay.progress(sampler))
     metadata = outcome.metadata if outcome is not None else coordinator.metadata()
-    qp_rows = coordinator.queue_pairs()
-    ranks_table: dict[str, dict[str, Any]] = {}
-    traffic = traffic_of(replay.job)
-    qp_pattern = traffic.qp_patterns() if traffic is not None else {}
-    if qp_pattern:
-        qp_rows = [
-            dataclasses.replace(
-                q, pattern=qp_pattern.get((q.src_rank, q.dst_rank, q.qp, q.udp_sport), "")
-            )
-            for q in qp_rows
-        ]
-    tables = dataclasses.replace(recorder.tables(), queue_pairs=to_table(qp_rows, QpRow))
+    tester = TesterResults.gather(
+        coordinator.queue_pairs(),
+        traffic_of(replay.job),
+        {spec.rank: g.sent for spec, g in zip(scenario.run.pfc_frames, pfc, strict=True)},
+        pfc_readings,
+    )
+    tables = dataclasses.replace(recorder.tables(), queue_pairs=to_table(tester.queue_pairs, QpRow))
     reasons = engine_reasons(metadata, engine.tick_s)
     if (short := burst_reason(column(tables.flows, "bytes"), live.metadata())) is not None:
         reasons.append(short)
@@ -456,17 +480,8 @@ def _run_on_fabric(
         # NIC readings whose time was uncertain (the sampler lost the CPU while reading)
         "nic_readings_left_out": sampler.nic.skipped,
         # the tester's counters (per QP in queue_pairs.parquet): totals, and per rank
-        "queue_pair_totals": qp_totals(qp_rows),
-        "ranks": ranks_table,
+        **tester.summary(),
     }
-    pfc_sent = {spec.rank: g.sent for spec, g in zip(scenario.run.pfc_frames, pfc, strict=True)}
-    pfc_received = pfc_readings.received()
-    ranks_table.update(rank_totals(qp_rows))
-    for rank in sorted({*map(int, ranks_table), *pfc_sent}):
-        # PFC per rank: frames our generators sent, frames its NIC counted (null: it counts none)
-        row = ranks_table.setdefault(str(rank), {})
-        row["pfc_frames_sent"] = pfc_sent.get(rank, 0)
-        row["pfc_frames_received"] = pfc_received.get(rank)
     impairments: dict[str, Any] = {}
     if scenario.compute.stragglers:
         impairments["stragglers"] = dict(scenario.compute.stragglers)
@@ -502,17 +517,8 @@ def _run_on_fabric(
         extra["stopped_by"] = (
             "interrupt" if isinstance(error, KeyboardInterrupt) else f"error: {error}"
         )
-    verdicts = []
-    if scenario.expect:
-        found = evidence(
-            tables,
-            qp_rows,
-            qp_pattern,
-            live,
-            pfc_sent,
-            pfc_received,
-        )
-        verdicts = judge(scenario.expect, found)
+    verdicts = tester.judge(scenario.expect, tables, live) if scenario.expect else []
+    if verdicts:
         extra["expectations"] = [v.to_json() for v in verdicts]
     summary = writer.write(
         RunMeta.from_info(info, fidelity, replay.job_time_s, extra), tables, partial
@@ -521,13 +527,8 @@ def _run_on_fabric(
     if url:
         push(exporter.registry, url)
     print(summary_table(summary))
-    if by_class := metadata.get("latency_by_class"):
-        print("\none-way latency (target time, us):")
-        for dscp, row in by_class.items():
-            print(
-                f"  dscp {dscp:>2}: {row['packets']} packets, avg {row['avg_us']:.3g}, "
-                f"p50 {row['p50_us']:.3g}, p99 {row['p99_us']:.3g}, max {row['max_us']:.3g}"
-            )
+    if lines := latency_lines(metadata):
+        print("\n" + "\n".join(lines))
     if verdicts:
         print("\n" + expectations_report(verdicts))
     print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")
@@ -543,8 +544,10 @@ def _started(
     sampler: Sampler,
     links: LinkEventRunner | None,
     pfc: list[PfcGenerator],
+    interrupts: Interrupts,
 ) -> None:
     """The replay's start: sampling, link events and PFC frames count from here."""
+    interrupts.check()
     sampler.set_start(start_wall_s)
     if links is not None:
         links.start(start_wall_s)

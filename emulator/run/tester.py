@@ -1,14 +1,16 @@
-"""The evidence a scenario's `expect:` entries are judged on, gathered from a finished run."""
+"""The tester's side of a finished run: per-QP counters with their patterns, PFC frames per
+rank, the one-way latency lines, and the evidence the scenario's `expect:` entries are judged on."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from collectors.expectations import Evidence, sender_rates_bps
-from collectors.queue_pairs import QpRow
+from collectors.expectations import Evidence, Expectation, Verdict, judge, sender_rates_bps
+from collectors.queue_pairs import QpRow, rank_totals, totals
 from collectors.tables import RunTables, rows
-from emulator.traffic.schedule import TRAFFIC_ID_BASE
+from emulator.traffic.schedule import TRAFFIC_ID_BASE, TrafficSchedule
 
 
 class PfcReadings:
@@ -88,3 +90,63 @@ def evidence(
         pfc_capable=bool(pfc_received) and all(v is not None for v in pfc_received.values()),
         patterns=frozenset(qp_pattern.values()),
     )
+
+
+@dataclasses.dataclass
+class TesterResults:
+    """What the tester measured: per-QP rows (with their traffic pattern) and PFC per rank."""
+
+    queue_pairs: list[QpRow]
+    qp_pattern: dict[tuple[int, int, int, int], str]
+    pfc_sent: dict[int, int]
+    pfc_received: dict[int, int | None]
+
+    @classmethod
+    def gather(
+        cls,
+        rows_: Sequence[QpRow],
+        traffic: TrafficSchedule | None,
+        pfc_sent: Mapping[int, int],
+        pfc: PfcReadings,
+    ) -> TesterResults:
+        qp_pattern = traffic.qp_patterns() if traffic is not None else {}
+        named = [
+            dataclasses.replace(
+                q, pattern=qp_pattern.get((q.src_rank, q.dst_rank, q.qp, q.udp_sport), "")
+            )
+            for q in rows_
+        ]
+        return cls(named, qp_pattern, dict(pfc_sent), pfc.received())
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json's tester sections: counter totals, and per rank (PFC frames included:
+        sent by our generators, received as its NIC counted them; null where it counts none)."""
+        ranks: dict[str, dict[str, Any]] = dict(rank_totals(self.queue_pairs))
+        for rank in sorted({*map(int, ranks), *self.pfc_sent}):
+            row = ranks.setdefault(str(rank), {})
+            row["pfc_frames_sent"] = self.pfc_sent.get(rank, 0)
+            row["pfc_frames_received"] = self.pfc_received.get(rank)
+        ordered = dict(sorted(ranks.items(), key=lambda kv: int(kv[0])))
+        return {"queue_pair_totals": totals(self.queue_pairs), "ranks": ordered}
+
+    def judge(
+        self, expectations: Sequence[Expectation], tables: RunTables, live: Any
+    ) -> list[Verdict]:
+        found = evidence(
+            tables, self.queue_pairs, self.qp_pattern, live, self.pfc_sent, self.pfc_received
+        )
+        return judge(expectations, found)
+
+
+def latency_lines(metadata: Mapping[str, Any]) -> list[str]:
+    """The per-class one-way latency the run printed (empty when none was measured)."""
+    by_class = metadata.get("latency_by_class") or {}
+    if not by_class:
+        return []
+    lines = ["one-way latency (target time, us):"]
+    for dscp, row in by_class.items():
+        lines.append(
+            f"  dscp {dscp:>2}: {row['packets']} packets, avg {row['avg_us']:.3g}, "
+            f"p50 {row['p50_us']:.3g}, p99 {row['p99_us']:.3g}, max {row['max_us']:.3g}"
+        )
+    return lines
