@@ -616,6 +616,7 @@ class Worker:
                 replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
                 if (
                     rx_ns
+                    and a == 0  # the segment the kernel's stamp is for (see _observe)
                     and type(packet) is DataPacket
                     and packet.opcode not in RETH_OPCODES
                     and endpoint.receiver_peers.get(packet.dest_qp) == source
