@@ -270,11 +270,6 @@ def sender_rates_bps(
 
 
 def report(verdicts: Sequence[Verdict]) -> str:
-    lines = ["expectations:"]
-    for v in verdicts:
-        lines.append(f"  {v.status:<14} {v.title}: {v.detail}")
-    failed = sum(v.status == "FAIL" for v in verdicts)
-    na = sum(v.status == "NOT APPLICABLE" for v in verdicts)
-    passed = len(verdicts) - failed - na
-    lines.append(f"  {passed} passed, {failed} failed, {na} not applicable")
-    return "\n".join(lines)
+    from collectors.report import expectation_lines
+
+    return "\n".join(expectation_lines([v.to_json() for v in verdicts]))

@@ -109,7 +109,39 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         for ctype, stats in collectives.items()
     ]
     headers = ["collective", *(h for h, *_ in TYPE_COLUMNS)]
-    return "\n".join([*head, "", _render(headers, body)])
+    lines = [*head, "", _render(headers, body)]
+    latency = latency_lines((summary.get("engine") or {}).get("latency_by_class") or {})
+    if latency:
+        lines += ["", *latency]
+    if summary.get("expectations"):
+        lines += ["", *expectation_lines(summary["expectations"])]
+    return "\n".join(lines)
+
+
+def latency_lines(by_class: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One-way latency per traffic class (engine.latency_by_class), target time."""
+    if not by_class:
+        return []
+    lines = ["one-way latency (target time, us):"]
+    for dscp, row in by_class.items():
+        if not row.get("packets"):
+            continue
+        lines.append(
+            f"  dscp {dscp:>2}: {row['packets']} packets, avg {row['avg_us']:.3g}, "
+            f"p50 {row['p50_us']:.3g}, p99 {row['p99_us']:.3g}, max {row['max_us']:.3g}"
+        )
+    return lines
+
+
+def expectation_lines(verdicts: Sequence[Mapping[str, str]]) -> list[str]:
+    """The switch test's verdicts (summary.json `expectations`), one line each, and the count."""
+    lines = ["expectations:"]
+    for v in verdicts:
+        lines.append(f"  {v['status']:<14} {v['expectation']}: {v['detail']}")
+    failed = sum(v["status"] == "FAIL" for v in verdicts)
+    na = sum(v["status"] == "NOT APPLICABLE" for v in verdicts)
+    lines.append(f"  {len(verdicts) - failed - na} passed, {failed} failed, {na} not applicable")
+    return lines
 
 
 def rerender(folder: Path, write_csv: bool) -> dict[str, Any]:

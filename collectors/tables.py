@@ -109,10 +109,25 @@ def read_tables(folder: Path) -> RunTables:
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"{path}: cannot read as parquet: {exc}") from exc
         missing = set(schema_of(cls).names) - set(table.column_names)
-        if missing:
-            raise InputError(f"{path}: missing columns {', '.join(sorted(missing))}")
+        defaults = _defaults(cls)
+        if missing - set(defaults):
+            names = ", ".join(sorted(missing - set(defaults)))
+            raise InputError(f"{path}: missing columns {names}")
+        schema = schema_of(cls)
+        for column_name in sorted(missing):  # added later, with a default: older folders lack it
+            field_ = schema.field(column_name)
+            value = defaults[column_name]
+            table = table.append_column(
+                field_, pa.array([value] * table.num_rows, type=field_.type)
+            )
         tables[name] = table
     return RunTables(**tables)
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    return {
+        f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING
+    }
 
 
 def column(table: pa.Table, name: str) -> list[Any]:

@@ -23,7 +23,6 @@ from typing import Any
 import yaml
 
 from collectors.events import CollectiveMemberStarted, NicSample, RunEvent
-from collectors.expectations import report as expectations_report
 from collectors.fidelity import assess_fidelity
 from collectors.live import RunInfo
 from collectors.nic import NetlinkCounters, NicSampler
@@ -46,7 +45,7 @@ from emulator.run.pfc_generator import interval_s as pfc_interval_s
 from emulator.run.progress import ProgressLine, ProgressState
 from emulator.run.sampling import Sampler
 from emulator.run.tdf import TdfChoice, auto_tdf
-from emulator.run.tester import PfcReadings, TesterResults, latency_lines
+from emulator.run.tester import PfcReadings, TesterResults
 from emulator.run.workload import (
     Driver,
     PlannedWorkload,
@@ -526,11 +525,7 @@ def _run_on_fabric(
     url = scenario.metrics.prometheus.pushgateway_url
     if url:
         push(exporter.registry, url)
-    print(summary_table(summary))
-    if lines := latency_lines(metadata):
-        print("\n" + "\n".join(lines))
-    if verdicts:
-        print("\n" + expectations_report(verdicts))
+    print(summary_table(summary))  # with the latency per class and the expectations
     print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")
     sys.stdout.flush()
     if error is not None:

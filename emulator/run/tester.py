@@ -136,17 +136,3 @@ class TesterResults:
             tables, self.queue_pairs, self.qp_pattern, live, self.pfc_sent, self.pfc_received
         )
         return judge(expectations, found)
-
-
-def latency_lines(metadata: Mapping[str, Any]) -> list[str]:
-    """The per-class one-way latency the run printed (empty when none was measured)."""
-    by_class = metadata.get("latency_by_class") or {}
-    if not by_class:
-        return []
-    lines = ["one-way latency (target time, us):"]
-    for dscp, row in by_class.items():
-        lines.append(
-            f"  dscp {dscp:>2}: {row['packets']} packets, avg {row['avg_us']:.3g}, "
-            f"p50 {row['p50_us']:.3g}, p99 {row['p99_us']:.3g}, max {row['max_us']:.3g}"
-        )
-    return lines

@@ -12,6 +12,7 @@ from matplotlib.image import imread
 
 from collectors.live import RunInfo
 from collectors.recorder import RunRecorder
+from collectors.report import summary_table
 from collectors.results import ResultsWriter
 from collectors.summary import RunMeta
 from collectors.synthetic import synthetic_run
@@ -149,3 +150,29 @@ def test_report_reads_a_folder_written_before_cpu_samples(
     (folder / "cpu.parquet").unlink()
     assert main(["report", str(folder)]) == 0
     assert "ALL_TO_ALL" in capsys.readouterr().out
+
+
+def test_summary_table_shows_latency_per_class_and_the_expectations() -> None:
+    summary = {
+        "scenario": "incast",
+        "collectives": {},
+        "engine": {
+            "latency_by_class": {
+                "26": {"packets": 12, "avg_us": 3.5, "p50_us": 2.9, "p99_us": 9.4, "max_us": 10.0}
+            }
+        },
+        "expectations": [
+            {"expectation": "no_loss", "status": "PASS", "detail": "0 lost"},
+            {"expectation": "not ce_seen", "status": "FAIL", "detail": "5 CE"},
+            {
+                "expectation": "pfc_frames_received ranks 1",
+                "status": "NOT APPLICABLE",
+                "detail": "x",
+            },
+        ],
+    }
+    text = summary_table(summary)
+    assert "  dscp 26: 12 packets, avg 3.5, p50 2.9, p99 9.4, max 10" in text
+    assert "  FAIL           not ce_seen: 5 CE" in text
+    assert text.splitlines()[-1] == "  1 passed, 1 failed, 1 not applicable"
+    assert "expectations" not in summary_table({"scenario": "s", "collectives": {}})

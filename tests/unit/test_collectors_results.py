@@ -8,6 +8,7 @@ import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -250,3 +251,30 @@ def test_mid_run_tables_make_a_partial_summary(tmp_path: Path) -> None:
     assert 0 < summary["flows"]["finished"] < summary["flows"]["planned"] == len(run.flows)
     a2a = summary["collectives"]["ALL_TO_ALL"]
     assert a2a["instances"] == 2 and a2a["instances_complete"] < 2
+
+
+def test_an_older_folder_without_the_newer_queue_pair_columns_still_reads(tmp_path: Path) -> None:
+    """Columns added later with a default (pattern, latency) are filled in on reading; one
+    without a default is still reported missing."""
+    from collectors.queue_pairs import QpRow
+    from collectors.tables import read_tables, to_table, write_parquet
+
+    counters: dict[str, Any] = {f: 0 for f in QpRow.__dataclass_fields__ if f != "pattern"}
+    counters.update(src_rank=1, udp_sport=50000, qpn=1, dscp=26, lost_packets=3)
+    row = QpRow(**{k: v for k, v in counters.items() if not k.startswith("latency")})
+    tables = recorded()
+    target = tmp_path / "r"
+    ResultsWriter(target, scenario_text="name: synth\n").write(
+        META, tables.__class__(**{**tables.by_name(), "queue_pairs": to_table([row], QpRow)}), False
+    )
+    old = pq.read_table(target / "queue_pairs.parquet")
+    old = old.drop_columns(
+        [c for c in old.column_names if c == "pattern" or c.startswith("latency")]
+    )
+    write_parquet(old, target / "queue_pairs.parquet")
+    (back,) = read_tables(target).queue_pairs.to_pylist()
+    assert back["lost_packets"] == 3 and back["pattern"] == "" and back["latency_packets"] == 0
+    assert back["latency_p99_us"] is None
+    write_parquet(old.drop_columns(["lost_packets"]), target / "queue_pairs.parquet")
+    with pytest.raises(InputError, match="missing columns lost_packets"):
+        read_tables(target)
