@@ -14,6 +14,7 @@ stopped; Ctrl-C stops every worker within a fraction of a second and re-raises.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import multiprocessing
 import os
@@ -301,16 +302,7 @@ class Coordinator:
                 heapq.heappush(delays, (now + action.delay_s, action.token))
                 continue
             # the driver releases a flow once its dependencies completed: none left to wait for
-            flow = from_schedule_flow(action)
-            flow = EngineFlow(
-                flow.id,
-                flow.src,
-                flow.dst,
-                flow.qp,
-                flow.udp_sport,
-                flow.bytes,
-                profile=flow.profile,
-            )
+            flow = dataclasses.replace(from_schedule_flow(action), deps=(), start_delay_s=0.0)
             self._check_profile(flow)
             for rank in (flow.src, flow.dst):
                 if rank not in self.known_ranks:
