@@ -136,6 +136,7 @@ class Coordinator:
             raise PlanError("give the engine either a static plan or a driver, not both")
         check_plan(flows, ranks)
         self.profiles = (DEFAULT_PROFILE, *profiles[1:]) if profiles else (DEFAULT_PROFILE,)
+        self._conn_profile: dict[tuple[int, int, int, int], int] = {}
         for f in flows:
             self._check_profile(f)
         self.on_ready = on_ready
@@ -440,6 +441,16 @@ class Coordinator:
             raise PlanError(
                 f"flow {flow.id}: QP profile {flow.profile} is not one of the run's "
                 f"{len(self.profiles)}"
+            )
+        # a QP sends one way: two profiles on one (src, dst, qp, sport) would silently be one
+        key = flow.connection_key
+        first = self._conn_profile.setdefault(key, flow.profile)
+        if first != flow.profile:
+            src, dst, qp, sport = key
+            raise PlanError(
+                f"flow {flow.id}: rank {src} -> {dst} QP {qp} on UDP port {sport} is already a "
+                "QP of another traffic class (a traffic pattern's ports hashed onto a trace's): "
+                "rename the pattern or change collectives.udp_sport_min"
             )
 
     def queue_pairs(self) -> list[QpRow]:

@@ -84,3 +84,20 @@ def test_ranks_sharing_a_nic_stay_in_one_shard() -> None:
     shards = shard_ranks(ranks, 2)
     assert [[r.rank for r in s] for s in shards] == [[0, 1, 2, 3, 8], [4, 5, 6, 7]]
     assert len(shard_ranks(ranks[:4], 8)) == 1
+
+
+def test_one_queue_pair_cannot_send_two_ways() -> None:
+    """Flows of two QP profiles on one (src, dst, qp, sport) would share a QP and one of them
+    would silently send the other's way: refused, naming the QP."""
+    from emulator.engine.coordinator import Coordinator
+    from emulator.engine.plan import QpProfile
+    from emulator.errors import PlanError
+
+    flows = [EngineFlow(1, 0, 1, 0, 50000, 10), EngineFlow(2, 0, 1, 0, 50000, 10, profile=1)]
+    with pytest.raises(PlanError, match=r"flow 2: rank 0 -> 1 QP 0 on UDP port 50000 is already"):
+        Coordinator(RANKS, flows, profiles=(QpProfile(), QpProfile(dscp=10)))
+    Coordinator(
+        RANKS,
+        [flows[0], EngineFlow(2, 0, 1, 0, 50001, 10, profile=1)],
+        profiles=(QpProfile(), QpProfile(dscp=10)),
+    )
