@@ -12,7 +12,7 @@ read from the histogram are within 6% of the exact value; the mean and the maxim
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,13 +130,3 @@ def merged(histograms: Iterable[LatencyHistogram]) -> LatencyHistogram:
     for h in histograms:
         total.merge(h)
     return total
-
-
-def by_class(
-    per_qp: Mapping[int, LatencyHistogram], dscp_of: Mapping[int, int]
-) -> dict[int, LatencyHistogram]:
-    """Per-QP histograms (by QP number) merged per traffic class (the QP's data DSCP)."""
-    out: dict[int, LatencyHistogram] = {}
-    for qpn, h in per_qp.items():
-        out.setdefault(dscp_of.get(qpn, -1), LatencyHistogram()).merge(h)
-    return out

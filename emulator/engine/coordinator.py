@@ -27,7 +27,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from collectors.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
-from collectors.latency import LatencyHistogram
+from collectors.latency import LatencyHistogram, merged
 from collectors.queue_pairs import QpRow, qp_rows
 from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver
@@ -469,13 +469,11 @@ class Coordinator:
     def latency_by_class(self) -> dict[int, LatencyHistogram]:
         """One-way latency so far per traffic class (DSCP as received), over every worker
         (safe to call from another thread: it only reads the workers' last reports)."""
-        out: dict[int, LatencyHistogram] = {}
+        per_class: dict[int, list[LatencyHistogram]] = {}
         for w in list(self.workers):
             for dscp, wire in dict(w.stats.get("latency", {})).items():
-                out.setdefault(int(dscp), LatencyHistogram()).merge(
-                    LatencyHistogram.from_wire(wire)
-                )
-        return out
+                per_class.setdefault(int(dscp), []).append(LatencyHistogram.from_wire(wire))
+        return {dscp: merged(hs) for dscp, hs in per_class.items()}
 
     def metadata(self) -> dict[str, Any]:
         """The run's metadata so far (also after a run that failed or was interrupted)."""

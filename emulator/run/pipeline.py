@@ -444,11 +444,11 @@ def _run_on_fabric(
         sampler.stop()
         progress.done(replay.progress(sampler))
     metadata = outcome.metadata if outcome is not None else coordinator.metadata()
+    pfc_sent: Counter[int] = Counter()  # per rank, over its generators
+    for spec, generator in zip(scenario.run.pfc_frames, pfc, strict=True):
+        pfc_sent[spec.rank] += generator.sent
     tester = TesterResults.gather(
-        coordinator.queue_pairs(),
-        traffic_of(replay.job),
-        {spec.rank: g.sent for spec, g in zip(scenario.run.pfc_frames, pfc, strict=True)},
-        pfc_readings,
+        coordinator.queue_pairs(), traffic_of(replay.job), pfc_sent, pfc_readings
     )
     tables = dataclasses.replace(recorder.tables(), queue_pairs=to_table(tester.queue_pairs, QpRow))
     reasons = engine_reasons(metadata, engine.tick_s)
@@ -506,9 +506,7 @@ def _run_on_fabric(
     if impairments:
         extra["impairments"] = impairments
     if pfc:
-        extra["pfc_frames_sent"] = {
-            str(spec.rank): g.sent for spec, g in zip(scenario.run.pfc_frames, pfc, strict=True)
-        }
+        extra["pfc_frames_sent"] = {str(rank): n for rank, n in pfc_sent.items()}
         errors = [e for g in pfc for e in g.errors]
         if errors:
             extra["pfc_frame_errors"] = errors[:5]

@@ -1,5 +1,5 @@
 """The tester's side of a finished run: per-QP counters with their patterns, PFC frames per
-rank, the one-way latency lines, and the evidence the scenario's `expect:` entries are judged on."""
+rank, and the evidence the scenario's `expect:` entries are judged on."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from collectors.expectations import Evidence, Expectation, Verdict, judge, sende
 from collectors.queue_pairs import QpRow, rank_totals, totals
 from collectors.tables import RunTables, rows
 from emulator.traffic.schedule import TRAFFIC_ID_BASE, TrafficSchedule
+from fabrics.dut import LiveDut
+from fabrics.pfc_counters import rx_pfc_frames
 
 
 class PfcReadings:
@@ -19,15 +21,11 @@ class PfcReadings:
     DUT). Ranks sharing an interface share its reading."""
 
     def __init__(self, live: Any) -> None:
-        from fabrics.dut import LiveDut
-
         self.live = live
         self.dut = isinstance(live, LiveDut)
         self.before = self._read()
 
     def _read(self) -> dict[int, int | None]:
-        from fabrics.pfc_counters import rx_pfc_frames
-
         ranks = range(self.live.ranks)
         if not self.dut:  # veth ports of the emulated fabric count no PFC
             return dict.fromkeys(ranks)

@@ -41,7 +41,6 @@ class _Qp:
     qp: int
     sport: int
     profile: int
-    start_s: float
     bytes_left: int | None  # bytes mode
     end_s: float | None  # duration mode: no message is posted at or after this
     in_flight: int = 0
@@ -94,7 +93,6 @@ class TrafficSchedule:
         self.nodes_completed = 0
         self.profiles: list[QpProfile] = []
         self.profile_base = profile_base
-        self.now = 0.0
         self._next_id = id_base
         self._delays: dict[int, list[_Qp]] = {}  # token -> the QPs that start then
         self._by_start: dict[float, int] = {}  # start time -> its token
@@ -126,7 +124,6 @@ class TrafficSchedule:
                         q,
                         low + digest % (high - low + 1),
                         first_profile + q,
-                        start_s,
                         share,
                         end_s,
                     )
@@ -167,7 +164,6 @@ class TrafficSchedule:
         return not self._live and not self._delays and not self._pending
 
     def poll(self, now: float) -> list[Action]:
-        self.now = now
         pending, self._pending = self._pending, []
         for qp in pending:
             self._fill(qp, now)
@@ -175,12 +171,10 @@ class TrafficSchedule:
         return actions
 
     def delay_done(self, token: int, now: float) -> None:
-        self.now = now
         for qp in self._delays.pop(token):
             self._fill(qp, now)
 
     def flow_done(self, flow_id: int, now: float) -> None:
-        self.now = now
         qp, instance, posted_s = self._live.pop(flow_id)
         qp.in_flight -= 1
         self.nodes_completed += 1

@@ -20,7 +20,6 @@ from collectors.latency import (
     LOWEST_S,
     LatencyHistogram,
     LatencySummary,
-    by_class,
     merged,
 )
 from collectors.prometheus import LATENCY_BUCKETS_S
@@ -624,23 +623,3 @@ def test_cumulative_at_prometheus_bounds_counts_values_at_or_under_each() -> Non
         ("0.1", 8.0),
         ("+Inf", 11.0),
     ]
-
-
-def test_by_class_merges_the_queue_pairs_of_each_dscp() -> None:
-    rng = random.Random(3)
-    values = {qpn: _dyadic(rng, 10 * qpn) for qpn in (1, 2, 3, 4, 5)}
-    per_qp = {}
-    for qpn, vs in values.items():
-        per_qp[qpn] = LatencyHistogram()
-        per_qp[qpn].add(np.array(vs))
-    dscp_of = {1: 26, 2: 0, 3: 26, 4: 48, 9: 26}  # QP 5 has no class: -1
-    classes = by_class(per_qp, dscp_of)
-    assert sorted(classes) == [-1, 0, 26, 48]
-    expected = {26: [1, 3], 0: [2], 48: [4], -1: [5]}
-    for dscp, qpns in expected.items():
-        want = LatencyHistogram()
-        want.add(np.array([v for q in qpns for v in values[q]]))
-        assert classes[dscp].to_wire() == want.to_wire(), dscp
-    assert classes[26].count == 40 and classes[-1].count == 50
-    assert all(per_qp[q].count == 10 * q for q in values)  # the inputs are not merged into
-    assert by_class({}, dscp_of) == {}
