@@ -59,6 +59,33 @@ class InstanceResult:
     start_s: float
     end_s: float
 
+    @classmethod
+    def of(
+        cls,
+        instance: CollectiveInstance,
+        *,
+        first_issue_s: float,
+        all_issued_s: float,
+        start_s: float,
+        end_s: float,
+    ) -> InstanceResult:
+        """The result of a finished instance, with the times its driver saw."""
+        return cls(
+            id=instance.id,
+            iteration=instance.iteration,
+            collective=instance.collective,
+            group=instance.group,
+            group_size=len(instance.members),
+            size_bytes=instance.size_bytes,
+            algorithm=instance.algorithm,
+            flows=len(instance.flows),
+            wire_bytes=instance.wire_bytes,
+            first_issue_s=first_issue_s,
+            all_issued_s=all_issued_s,
+            start_s=start_s,
+            end_s=end_s,
+        )
+
     @property
     def time_s(self) -> float:
         """From start_s to the last byte: a collective starts when every member has issued it
@@ -381,16 +408,8 @@ class JobSchedule:
             else max(times)
         )
         self.results.append(
-            InstanceResult(
-                id=instance.id,
-                iteration=instance.iteration,
-                collective=instance.collective,
-                group=instance.group,
-                group_size=len(instance.members),
-                size_bytes=instance.size_bytes,
-                algorithm=instance.algorithm,
-                flows=len(instance.flows),
-                wire_bytes=instance.wire_bytes,
+            InstanceResult.of(
+                instance,
                 first_issue_s=min(times),
                 all_issued_s=max(times),
                 start_s=start_s,

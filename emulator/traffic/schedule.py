@@ -179,20 +179,8 @@ class TrafficSchedule:
         qp.in_flight -= 1
         self.nodes_completed += 1
         self.results.append(
-            InstanceResult(
-                id=instance.id,
-                iteration=instance.iteration,
-                collective=instance.collective,
-                group=instance.group,
-                group_size=2,
-                size_bytes=instance.size_bytes,
-                algorithm=instance.algorithm,
-                flows=1,
-                wire_bytes=instance.size_bytes,
-                first_issue_s=posted_s,
-                all_issued_s=posted_s,
-                start_s=posted_s,
-                end_s=now,
+            InstanceResult.of(
+                instance, first_issue_s=posted_s, all_issued_s=posted_s, start_s=posted_s, end_s=now
             )
         )
         self._fill(qp, now)
