@@ -174,9 +174,7 @@ class _Shape:
 
     __slots__ = ("by_index", "dest_qp", "layout", "tables")
 
-    def __init__(
-        self, icrc: IcrcContext, layout: _Layout, segment: int, payload_bytes: int, dest_qp: int
-    ) -> None:
+    def __init__(self, icrc: IcrcContext, layout: _Layout, segment: int, dest_qp: int) -> None:
         template = bytearray(layout.block[:segment])
         struct.pack_into("!I", template, 4, dest_qp & QPN_MASK)
         base = np.uint32(icrc.compute(0, template))
@@ -226,7 +224,7 @@ class BurstWriter:
         if shape is None:
             segment, payload_bytes, dest_qp = key
             layout = self.buffer.layout(segment, payload_bytes, self.max_segments)
-            shape = _Shape(self.icrc, layout, segment, payload_bytes, dest_qp)
+            shape = _Shape(self.icrc, layout, segment, dest_qp)
             self._shapes[key] = shape
         return shape
 
@@ -253,11 +251,10 @@ class BurstWriter:
         when `gso` is False (every segment then leaves as a datagram of its own). With a
         stamping buffer, every segment carries the send stamp (see SEND_STAMP)."""
         stamp = b""
-        if self.buffer.stamps:
-            # zeros when no departure is given: the field may hold an earlier burst's stamp
+        if self.buffer.stamps and departed_ns:
             stamp = SEND_STAMP.pack(departed_ns, burst.psn & PSN_MASK, min(spacing_ns, 0xFFFFFFFF))
-            if not departed_ns:
-                stamp = bytes(STAMP_BYTES)
+        elif self.buffer.stamps:
+            stamp = bytes(STAMP_BYTES)  # the field may hold an earlier burst's stamp
         count = burst.count
         segment = burst.segment_bytes
         if burst.wire_bytes > len(self.buf):
