@@ -148,12 +148,7 @@ def _plan_with_traffic(scenario: Any, iterations: int | None) -> Any:
     from emulator.schedule.planner import PlanOutcome
 
     if iterations is not None:
-        if scenario.workload is None:
-            raise InputError("--iterations: the scenario has traffic patterns only, no trace")
-        import dataclasses
-
-        workload = dataclasses.replace(scenario.workload, iterations=iterations)
-        scenario = dataclasses.replace(scenario, workload=workload)
+        scenario = scenario.with_iterations(iterations)
     with trace_prefix(scenario) as prefix:
         planned = plan_workload(
             scenario, prefix, fabric_ranks(scenario.fabric), target_rate_bps(scenario.fabric)

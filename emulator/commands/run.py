@@ -94,7 +94,6 @@ def quick_scenario(args: argparse.Namespace) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
-    import dataclasses
 
     from emulator.run import RunOptions, run_scenario
     from emulator.scenario import load_scenario
@@ -109,10 +108,7 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"--iterations {args.iterations}: must be at least 1")
     scenario = load_scenario(args.scenario) if args.scenario else quick_scenario(args)
     if args.iterations is not None:
-        if scenario.workload is None:
-            raise InputError("--iterations: the scenario has traffic patterns only, no trace")
-        workload = dataclasses.replace(scenario.workload, iterations=args.iterations)
-        scenario = dataclasses.replace(scenario, workload=workload)
+        scenario = scenario.with_iterations(args.iterations)
     options = RunOptions(
         out_dir=Path(args.out) if args.out else None,
         progress=not args.no_progress,

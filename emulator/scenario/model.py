@@ -7,6 +7,7 @@ and only composed here, so the default of every parameter is written exactly onc
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -15,6 +16,7 @@ from collectors.expectations import Expectation
 from collectors.fidelity import FidelityLimits
 from emulator.config import param
 from emulator.engine.params import EngineParams
+from emulator.errors import InputError
 from emulator.schedule.params import CollectivesParams, ComputeParams
 from emulator.traffic.spec import TrafficPattern
 from emulator.transport.params import TransportParams
@@ -202,6 +204,13 @@ class Scenario:
         for e in self.expect:
             if e.pattern is not None and e.pattern not in names:
                 raise ValueError(f"expect: no traffic pattern is named {e.pattern!r}")
+
+    def with_iterations(self, iterations: int) -> Scenario:
+        """The scenario with its trace replayed `iterations` times (--iterations)."""
+        if self.workload is None:
+            raise InputError("--iterations: the scenario has traffic patterns only, no trace")
+        workload = dataclasses.replace(self.workload, iterations=iterations)
+        return dataclasses.replace(self, workload=workload)
 
     def resolve(self, relative: str) -> Path:
         """A path written in the scenario, resolved against the scenario file's folder."""
