@@ -1,16 +1,26 @@
 """DCQCN (Zhu et al., SIGCOMM 2015) as NVIDIA NICs implement it: reaction point and notification point.
 
-Reaction point (sender, one per QP), inactive at line rate until the first CNP:
+Reaction point (sender, one per QP), inactive at line rate until the first CNP. The rules, each
+as the public references state them:
+- first CNP: the NIC allocates a rate limiter at `rate_to_set_on_first_cnp` (current and target;
+  0 keeps line rate), alpha starts at `initial_alpha_value`, and the alpha and rate-decrease
+  timers start (NVIDIA DOCA "DCQCN CC Parameters"; HPCC ns-3 rdma-hw.cc `cnp_received_mlx`).
 - alpha is updated every dce_tcp_rtt: alpha = (1-g) alpha + g if a CNP arrived in the period,
-  else (1-g) alpha, with g = (1024 - dce_tcp_g)/1024 (NVIDIA DOCA "DCQCN CC Parameters").
-  Between CNPs nothing but time changes alpha, so periods are applied when alpha is needed
-  instead of on a 1 us timer; period boundaries stay at first_cnp + k * dce_tcp_rtt.
-- on a CNP, at most once per rate_reduce_monitor_period: target = current (only at the first
-  decrease after line rate or after an increase event, unless clamp_tgt_rate; timer increases
-  count when clamp_tgt_rate_after_time_inc), current = current (1 - alpha/2) (not below rpg_min_dec_fac % of itself nor rpg_min_rate), and
-  the increase timer, byte counter and their event counts restart.
+  else (1-g) alpha, with g = (1024 - dce_tcp_g)/1024 (NVIDIA DOCA; ns-3 `UpdateAlphaMlx`). The
+  first CNP only starts the timer (ns-3 clears `m_alpha_cnp_arrived` there). Between CNPs nothing
+  but time changes alpha, so periods are applied when alpha is needed instead of on a 1 us timer;
+  period boundaries stay at first_cnp + k * dce_tcp_rtt.
+- rate decrease is checked every rate_reduce_monitor_period from the first CNP: "rate reduction
+  will occur only if a CNP is received during the relevant time interval" (NVIDIA DOCA). A CNP
+  is remembered and the cut happens at the end of the period it arrived in (ns-3
+  `CheckRateDecreaseMlx` at first_cnp + k * period, after that instant's alpha update): target =
+  current (only after an increase event since the last cut, unless clamp_tgt_rate; timer
+  increases count when clamp_tgt_rate_after_time_inc), current = current (1 - alpha/2) (not
+  below rpg_min_dec_fac % of itself nor rpg_min_rate), and the increase timer, byte counter and
+  their event counts restart. Several CNPs in one period make one cut, none is lost.
 - increase events come from a timer (every rpg_time_reset) and a byte counter (every
-  rpg_byte_reset bytes sent). After counting the event (T timer events, BC byte events since the
+  rpg_byte_reset bytes sent), both started by a cut (ns-3 starts `m_rpTimer` in
+  `CheckRateDecreaseMlx`), so nothing raises the rate between the first CNP and the first cut. After counting the event (T timer events, BC byte events since the
   last decrease, F = rpg_threshold): max(T, BC) <= F fast recovery (current = (target+current)/2);
   min(T, BC) > F hyper increase (target += rpg_hai_rate); otherwise additive increase
   (target += rpg_ai_rate); both then set current = (target+current)/2. Rates are capped at line
@@ -47,13 +57,18 @@ class ReactionPoint:
         self._alpha_period_s = params.dce_tcp_rtt_us * 1e-6
         self._alpha_epoch_s = 0.0
         self._cnp_in_period = False
-        self._last_decrease_s = -math.inf
+        self._decrease_period_s = params.rate_reduce_monitor_period_us * 1e-6
+        self._decrease_epoch_s = 0.0
+        self._decrease_due_s = math.inf  # the check that cuts for a remembered CNP
         self._timer_events = 0
         self._byte_events = 0
         self._bytes_since_reset = 0
         self._next_increase_s = math.inf
         self._increased_since_cut = False
+        self._counting = False  # byte counter and increase timer run from the first cut on
         self._min_rate_bps = params.rpg_min_rate_mbps * 1e6
+        first = params.rate_to_set_on_first_cnp_mbps * 1e6
+        self._first_cnp_rate_bps = min(first, self.line_rate_bps) if first > 0 else None
 
     # -- alpha ---------------------------------------------------------------------------
     def _advance_alpha(self, now: float) -> None:
@@ -81,42 +96,53 @@ class ReactionPoint:
 
     # -- inputs --------------------------------------------------------------------------
     def on_cnp(self, *, now: float) -> bool:
-        """A CNP arrived; True when the rate was cut."""
-        p = self.params
-        clamp = p.clamp_tgt_rate or self._increased_since_cut
+        """A CNP arrived: remembered for the decrease check that ends its period. True when the
+        rate changed now (only a first CNP with rate_to_set_on_first_cnp does)."""
+        changed = False
         if not self.active:
-            clamp = True
+            p = self.params
             self.active = True
             self.alpha = p.initial_alpha_value / ALPHA_SCALE
             self._alpha_epoch_s = now
             self._cnp_in_period = False
+            self._decrease_epoch_s = now
+            self._increased_since_cut = False
+            self._counting = False
+            self._timer_events = self._byte_events = self._bytes_since_reset = 0
+            self._next_increase_s = math.inf
+            if self._first_cnp_rate_bps is not None:
+                self.current_rate_bps = self.target_rate_bps = self._first_cnp_rate_bps
+                self.last_reason = "first_cnp"
+                changed = True
         else:
             self._advance_alpha(now)
-        self._cnp_in_period = True
-        if now - self._last_decrease_s + _EPS * 1e-3 < p.rate_reduce_monitor_period_us * 1e-6:
-            return False
-        current = self.current_rate_bps
-        if clamp:
-            self.target_rate_bps = current
-        self._increased_since_cut = False
-        floor = max(current * p.rpg_min_dec_fac / 100.0, self._min_rate_bps)
-        self.current_rate_bps = max(current * (1 - self.alpha / 2), floor)
-        self._last_decrease_s = now
-        self._timer_events = 0
-        self._byte_events = 0
-        self._bytes_since_reset = 0
-        self._next_increase_s = now + p.rpg_time_reset_us * 1e-6
-        self.last_reason = "cnp"
-        return True
+            self._cnp_in_period = True
+        if self._decrease_due_s == math.inf:
+            self._decrease_due_s = self._next_check_after(now)
+            if self._decrease_due_s <= now:  # no monitor period: cut at once
+                self._decrease(now)
+                changed = True
+        return changed
+
+    def _next_check_after(self, now: float) -> float:
+        """The first rate-decrease check strictly after `now` (checks run every
+        rate_reduce_monitor_period from the first CNP)."""
+        period = self._decrease_period_s
+        if period <= 0:
+            return now
+        k = math.floor((now - self._decrease_epoch_s) / period + _EPS) + 1
+        return self._decrease_epoch_s + k * period
 
     def on_bytes_sent(self, *, now: float, size_bytes: int) -> bool:
         """Count bytes for the byte-counter increase; True when the rate changed."""
         if not self.active:
             return False
+        changed = self.on_timer(now=now)  # a cut or increase due first restarts the counter
+        if not self._counting:
+            return changed  # the increase counters start at the episode's first cut
         self._bytes_since_reset += size_bytes
         reset = self.params.rpg_byte_reset_bytes
-        changed = False
-        while self.active and self._bytes_since_reset >= reset:
+        while self._counting and self._bytes_since_reset >= reset:
             self._bytes_since_reset -= reset
             self._byte_events += 1
             self._increased_since_cut = True
@@ -125,22 +151,49 @@ class ReactionPoint:
         return changed
 
     def on_timer(self, *, now: float) -> bool:
-        """Run the increase timer up to `now`; True when the rate changed."""
+        """Run the decrease checks and the increase timer up to `now`, in time order; True when
+        the rate changed."""
         changed = False
         period = self.params.rpg_time_reset_us * 1e-6
-        while self.active and now + _EPS * 1e-3 >= self._next_increase_s:
-            self._next_increase_s += period
-            self._timer_events += 1
-            if self.params.clamp_tgt_rate_after_time_inc:
-                self._increased_since_cut = True
-            self._increase()
+        slack = _EPS * 1e-3
+        while self.active:
+            cut_s, inc_s = self._decrease_due_s, self._next_increase_s
+            if cut_s <= inc_s and now + slack >= cut_s:
+                self._decrease(cut_s)
+            elif now + slack >= inc_s:
+                self._next_increase_s += period
+                self._timer_events += 1
+                if self.params.clamp_tgt_rate_after_time_inc:
+                    self._increased_since_cut = True
+                self._increase()
+            else:
+                break
             changed = True
         return changed
 
     def next_deadline_s(self) -> float | None:
-        return self._next_increase_s if self.active else None
+        if not self.active:
+            return None
+        return min(self._decrease_due_s, self._next_increase_s)
 
-    # -- increase ------------------------------------------------------------------------
+    # -- decrease and increase -----------------------------------------------------------
+    def _decrease(self, at_s: float) -> None:
+        p = self.params
+        self._advance_alpha(at_s)
+        current = self.current_rate_bps
+        if p.clamp_tgt_rate or self._increased_since_cut:
+            self.target_rate_bps = current
+        self._increased_since_cut = False
+        floor = max(current * p.rpg_min_dec_fac / 100.0, self._min_rate_bps)
+        self.current_rate_bps = max(current * (1 - self.alpha / 2), floor)
+        self._decrease_due_s = math.inf
+        self._timer_events = 0
+        self._byte_events = 0
+        self._bytes_since_reset = 0
+        self._next_increase_s = at_s + p.rpg_time_reset_us * 1e-6
+        self._counting = True
+        self.last_reason = "cnp"
+
     def _increase(self) -> None:
         p = self.params
         t, bc, f = self._timer_events, self._byte_events, p.rpg_threshold
@@ -159,7 +212,9 @@ class ReactionPoint:
             # Back at line rate: the NIC releases the rate limiter.
             self.current_rate_bps = self.target_rate_bps = line
             self.active = False
+            self._counting = False
             self._next_increase_s = math.inf
+            self._decrease_due_s = math.inf
 
 
 class NotificationPoint:

@@ -25,6 +25,14 @@ HPCC_CONFIG = (
 # Fixed-point scale NVIDIA uses for dce_tcp_g and initial_alpha_value (10 fraction bits).
 ALPHA_SCALE = 1024
 
+# rpg_byte_reset: NVIDIA's firmware default is 32767 and the counter counts 64-byte units. Read as
+# bytes it would be 32 KB, eight 4 KB packets between increase events, far from the DCQCN paper's
+# byte counter B = 10 MB (Zhu et al., section 4); 32767 x 64 B = 2.1 MB is what a commercial
+# RoCEv2 tester's DCQCN profile defaults to (Spirent TestCenter Rocev2DcqcnProfile, ByteResetInMb
+# default 2, "megabytes sent since the last rate reduction").
+RPG_BYTE_RESET_UNIT_BYTES = 64
+RPG_BYTE_RESET_DEFAULT_BYTES = 32767 * RPG_BYTE_RESET_UNIT_BYTES
+
 
 # The two ECN bits of the IP ToS byte (RFC 3168) for each data_ecn choice.
 DATA_ECN_BITS = {"not_ect": ECN_NOT_ECT, "ect1": ECN_ECT1, "ect0": ECN_ECT0, "ce": ECN_CE}
@@ -56,8 +64,17 @@ class DcqcnParams:
     )
     rate_reduce_monitor_period_us: float = param(
         4.0,
-        doc="Minimum time between two rate decreases of one QP",
+        doc="Rate-decrease check period, from a QP's first CNP: a CNP received in a period "
+        "cuts the rate once at the period's end (0: at once)",
         unit="us",
+        source=NVIDIA_DCQCN + "; HPCC ns-3 rdma-hw.cc CheckRateDecreaseMlx",
+        min=0,
+    )
+    rate_to_set_on_first_cnp_mbps: float = param(
+        0.0,
+        doc="Current and target rate set when a QP's first CNP allocates its rate limiter "
+        "(0: keep line rate until the first decrease check)",
+        unit="Mb/s",
         source=NVIDIA_DCQCN,
         min=0,
     )
@@ -81,10 +98,11 @@ class DcqcnParams:
         min_exclusive=True,
     )
     rpg_byte_reset_bytes: int = param(
-        32767 * 64,
-        doc="Rate-increase byte counter: bytes sent between increase events (32767 x 64 B)",
+        RPG_BYTE_RESET_DEFAULT_BYTES,
+        doc="Rate-increase byte counter: bytes sent between increase events (NVIDIA's default "
+        "32767 in 64-byte units, about 2 MB)",
         unit="bytes",
-        source=NVIDIA_DCQCN,
+        source=NVIDIA_DCQCN + "; Spirent TestCenter Rocev2DcqcnProfile ByteResetInMb default 2",
         min=1,
     )
     rpg_threshold: int = param(

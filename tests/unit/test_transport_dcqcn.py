@@ -33,41 +33,61 @@ def alpha_after(
 
 
 def test_rate_trajectory_follows_dcqcn_equations_at_literal_times() -> None:
+    """The Mellanox DCQCN of the HPCC ns-3 model (alibaba-edu/High-Precision-Congestion-Control,
+    rdma-hw.cc): `cnp_received_mlx` only sets flags and, at the first CNP, starts the alpha timer
+    (alpha = 1, CNP flag cleared) and the decrease check; `CheckRateDecreaseMlx` runs every
+    rate_reduce_monitor_period from the first CNP and cuts once if a CNP arrived since the last
+    check. NVIDIA DOCA 'DCQCN CC Parameters': "rate reduction will occur only if a CNP is received
+    during the relevant time interval"."""
     rp = ReactionPoint(DcqcnParams(), line_rate_bps=LINE)
     assert not rp.active and rp.current_rate_bps == LINE and rp.next_deadline_s() is None
 
-    # t = 10 us, first CNP: alpha = 1023/1024, target = line rate, current = line (1 - alpha/2)
-    assert rp.on_cnp(now=10 * US)
+    # t = 10 us, first CNP: a rate limiter at line rate (rate_to_set_on_first_cnp 0), alpha
+    # 1023/1024, the decrease check due one monitor period later
+    assert not rp.on_cnp(now=10 * US)
+    assert rp.active and rp.current_rate_bps == LINE and rp.target_rate_bps == LINE
+    assert rp.next_deadline_s() == pytest.approx(14 * US)
     alpha0 = 1023 / 1024
-    current = LINE * (1 - alpha0 / 2)
-    assert rp.current_rate_bps == pytest.approx(current, rel=1e-12)
-    assert current == pytest.approx(50.048828125e9)
-    assert rp.target_rate_bps == LINE
-    assert rp.next_deadline_s() == pytest.approx(310 * US)
 
-    # t = 12 us: within rate_reduce_monitor_period (4 us): no decrease, but alpha sees the CNP
+    # t = 12 us: a CNP inside the period is remembered, not dropped
     assert not rp.on_cnp(now=12 * US)
-    assert rp.current_rate_bps == pytest.approx(current, rel=1e-12)
+    assert not rp.on_timer(now=13.9 * US)
+    assert rp.current_rate_bps == LINE
 
-    # t = 20 us: decrease with alpha after periods 10..19 (CNPs in periods 10 and 12); no increase
-    # since the last decrease, so the target stays (clamp_tgt_rate = 0)
-    assert rp.on_cnp(now=20 * US)
-    alpha = alpha_after(alpha0, 10, 20, {10, 12})
+    # t = 14 us: the check cuts with alpha after periods 10..13 (the first CNP does not count as
+    # a CNP in its period; the one at 12 us does); no increase yet, so the target stays
+    assert rp.on_timer(now=14 * US)
+    alpha = alpha_after(alpha0, 10, 14, {12})
+    assert rp.alpha == pytest.approx(alpha, rel=1e-12)
+    current = LINE * (1 - alpha / 2)
+    assert rp.current_rate_bps == pytest.approx(current, rel=1e-12)
+    assert rp.target_rate_bps == LINE and rp.last_reason == "cnp"
+    assert rp.next_deadline_s() == pytest.approx(314 * US)  # increase timer restarted
+
+    # t = 18 us: no CNP in the period 14..18: no cut
+    assert not rp.on_timer(now=18 * US)
+
+    # CNPs at 19 and 21 us (one period): exactly one cut, at 22 us
+    rp.on_cnp(now=19 * US)
+    rp.on_cnp(now=21 * US)
+    assert rp.next_deadline_s() == pytest.approx(22 * US)
+    assert rp.on_timer(now=22.5 * US)  # a late tick applies the cut of the 22 us check
+    alpha = alpha_after(alpha, 14, 22, {19, 21})
     assert rp.alpha == pytest.approx(alpha, rel=1e-12)
     current *= 1 - alpha / 2
-    target = LINE
     assert rp.current_rate_bps == pytest.approx(current, rel=1e-12)
-    assert rp.target_rate_bps == target
+    assert not rp.on_timer(now=26 * US)
+    target = LINE
 
-    # t = 320 us: first timer event -> fast recovery
-    assert not rp.on_timer(now=319 * US)
-    assert rp.on_timer(now=320 * US)
+    # t = 322 us: first timer event -> fast recovery
+    assert not rp.on_timer(now=321 * US)
+    assert rp.on_timer(now=322 * US)
     current = (target + current) / 2
     assert rp.last_reason == "fast_recovery"
     assert rp.current_rate_bps == pytest.approx(current, rel=1e-12)
 
-    # t = 620 us: second timer event (T=2 > rpg_threshold 1, BC=0) -> additive increase
-    assert rp.on_timer(now=620 * US)
+    # t = 622 us: second timer event (T=2 > rpg_threshold 1, BC=0) -> additive increase
+    assert rp.on_timer(now=622 * US)
     target = min(target + 5e6, LINE)
     current = (target + current) / 2
     assert rp.last_reason == "additive_increase"
@@ -80,17 +100,20 @@ def test_rate_trajectory_follows_dcqcn_equations_at_literal_times() -> None:
     assert rp.last_reason == "additive_increase"
     assert rp.current_rate_bps == pytest.approx(current, rel=1e-12)
 
-    # t = 920 us: T=3; 1000 us: BC=2 -> both counters past the threshold: hyper increase
-    assert rp.on_timer(now=920 * US)
+    # t = 922 us: T=3; 1000 us: BC=2 -> both counters past the threshold: hyper increase
+    assert rp.on_timer(now=922 * US)
     current = (target + current) / 2
     assert rp.on_bytes_sent(now=1000 * US, size_bytes=BYTE_RESET)
     current = (target + current) / 2
     assert rp.last_reason == "hyper_increase"
     assert rp.current_rate_bps == pytest.approx(current, rel=1e-12)
 
-    # t = 1100 us: CNP after increases: target = current, then decrease with the decayed alpha
-    assert rp.on_cnp(now=1100 * US)
-    alpha = alpha_after(alpha, 20, 1100, {20})
+    # CNP at 1100 us after increases: the check at 1102 us (10 + 273 x 4) sets target = current
+    # (ns-3: clamp when m_rpTimeStage != 0), then cuts with the decayed alpha
+    assert not rp.on_cnp(now=1100 * US)
+    assert rp.next_deadline_s() == pytest.approx(1102 * US)
+    assert rp.on_timer(now=1102 * US)
+    alpha = alpha_after(alpha, 22, 1102, {1100})
     assert rp.alpha == pytest.approx(alpha, rel=1e-9)
     target = current
     current *= 1 - alpha / 2
@@ -98,15 +121,70 @@ def test_rate_trajectory_follows_dcqcn_equations_at_literal_times() -> None:
     assert rp.current_rate_bps == pytest.approx(current, rel=1e-12)
 
 
+def test_cnps_inside_the_monitor_period_are_not_lost() -> None:
+    """A steady CNP stream (one per 1 us, the NP's fastest here) cuts once per monitor period:
+    25 periods in 100 us give 25 cuts, where dropping in-period CNPs and cutting on the next one
+    gives a different count and cut times."""
+    params = DcqcnParams(min_time_between_cnps_us=1.0)
+    rp = ReactionPoint(params, line_rate_bps=LINE)
+    cuts = []
+    for t_us in range(0, 100):
+        rp.on_timer(now=t_us * US)
+        before = rp.current_rate_bps
+        rp.on_cnp(now=(t_us + 0.5) * US)
+        assert rp.current_rate_bps == before  # a CNP never cuts at once
+        if rp.on_timer(now=(t_us + 1) * US) and rp.last_reason == "cnp":
+            cuts.append(t_us + 1)
+    # checks at 0.5 + 4k us, each seen by the on_timer call at the next whole microsecond
+    assert cuts == list(range(5, 98, 4)) and len(cuts) == 24
+
+
+def test_rate_to_set_on_first_cnp() -> None:
+    """NVIDIA DOCA: rate_to_set_on_first_cnp sets current and target when the first CNP
+    allocates the rate limiter; the cut still waits for the decrease check."""
+    rp = ReactionPoint(DcqcnParams(rate_to_set_on_first_cnp_mbps=20_000.0), line_rate_bps=LINE)
+    assert rp.on_cnp(now=0.0)
+    assert rp.current_rate_bps == rp.target_rate_bps == 20e9
+    assert rp.last_reason == "first_cnp"
+    assert rp.on_timer(now=4 * US)
+    assert rp.current_rate_bps == pytest.approx(20e9 * (1 - (1023 / 1024) * (1 - G) ** 4 / 2))
+    # above line rate it is capped
+    capped = ReactionPoint(DcqcnParams(rate_to_set_on_first_cnp_mbps=1e6), line_rate_bps=LINE)
+    capped.on_cnp(now=0.0)
+    assert capped.current_rate_bps == LINE
+
+
+def test_zero_monitor_period_cuts_at_once() -> None:
+    rp = ReactionPoint(DcqcnParams(rate_reduce_monitor_period_us=0.0), line_rate_bps=LINE)
+    assert rp.on_cnp(now=0.0)
+    assert rp.current_rate_bps == pytest.approx(LINE * (1 - (1023 / 1024) / 2))
+    assert rp.on_cnp(now=1 * US)
+    assert rp.current_rate_bps < LINE * 0.3
+
+
+def test_byte_counter_unit_is_64_bytes() -> None:
+    """rpg_byte_reset counts 64-byte units: NVIDIA's default 32767 is about 2 MB between
+    byte-counter increases, what Spirent TestCenter's DCQCN profile defaults to (ByteResetInMb 2);
+    the DCQCN paper's B is 10 MB. Read as bytes it would be 32 KB: 8 packets of 4 KB."""
+    default = DcqcnParams().rpg_byte_reset_bytes
+    assert default == 32767 * 64
+    assert 2.0e6 <= default <= 2.2e6
+
+
 def test_additive_increase_raises_target_below_line_rate() -> None:
     rp = ReactionPoint(DcqcnParams(), line_rate_bps=LINE)
     rp.on_cnp(now=0.0)
-    rp.on_timer(now=300 * US)  # FR: current = (100G + 50.05G) / 2
-    rp.on_cnp(now=400 * US)  # increase happened: target = current
+    rp.on_timer(now=4 * US)  # the first cut
+    rp.on_timer(now=304 * US)  # FR: current = (100G + cut) / 2
+    rp.on_cnp(now=400 * US)  # a CNP at a check instant waits for the next check (404 us)
+    assert rp.next_deadline_s() == pytest.approx(404 * US)
+    before = rp.current_rate_bps
+    assert rp.on_timer(now=404 * US) and rp.last_reason == "cnp"
+    assert rp.target_rate_bps == before  # an increase happened since the last cut: clamp
     target, current = rp.target_rate_bps, rp.current_rate_bps
-    rp.on_timer(now=700 * US)  # FR
+    rp.on_timer(now=704 * US)  # FR
     current = (target + current) / 2
-    rp.on_timer(now=1000 * US)  # AI
+    rp.on_timer(now=1004 * US)  # AI
     target += 5e6
     current = (target + current) / 2
     assert rp.last_reason == "additive_increase"
@@ -117,8 +195,11 @@ def test_rate_floor_and_return_to_line_rate() -> None:
     params = DcqcnParams(rpg_min_rate_mbps=40_000.0)
     rp = ReactionPoint(params, line_rate_bps=LINE)
     rp.on_cnp(now=0.0)
-    assert rp.current_rate_bps == pytest.approx(50.048828125e9)
+    rp.on_timer(now=4 * US)
+    alpha = (1023 / 1024) * (1 - G) ** 4
+    assert rp.current_rate_bps == pytest.approx(LINE * (1 - alpha / 2))
     rp.on_cnp(now=5 * US)
+    rp.on_timer(now=8 * US)
     assert rp.current_rate_bps == 40e9  # not below rpg_min_rate
     # fast recovery halves the gap to line rate each event; within rpg_min_rate it is released
     rp.on_timer(now=1.0)
@@ -178,7 +259,8 @@ def test_congestion_control_registry() -> None:
     none = create_congestion_control(TransportParams(congestion_control="none"), line_rate_bps=LINE)
     assert not none.on_cnp(now=0.0) and none.rate_bps == LINE
     dcqcn = create_congestion_control(TransportParams(), line_rate_bps=LINE)
-    assert dcqcn.on_cnp(now=0.0) and dcqcn.rate_bps < LINE
+    assert not dcqcn.on_cnp(now=0.0) and dcqcn.next_deadline_s() == pytest.approx(4 * US)
+    assert dcqcn.on_timer(now=4 * US) and dcqcn.rate_bps < LINE
 
 
 def test_params_reject_bad_values() -> None:

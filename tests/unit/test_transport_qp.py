@@ -226,6 +226,8 @@ def test_endpoint_counts_bad_packets_and_never_raises() -> None:
     assert sum(isinstance(e, PacketDropped) for e in ep.events) == 6
     # a CNP for the known sender reaches its congestion control
     ep.on_packet(now=0.0, packet=CnpPacket(1), ce=False)
+    assert ep.senders[1].cnps_received == 1
+    ep.senders[1].on_timer(now=4e-6)  # the cut comes at the end of the monitor period
     assert ep.senders[1].rate_bps < LINE
 
 
@@ -318,6 +320,7 @@ def test_packets_for_a_qp_from_anyone_but_its_peer_are_counted_and_ignored() -> 
     # a forged CNP does not lower the rate, a forged ACK does not complete the message
     assert ep.on_packet(now=1e-6, packet=CnpPacket(1), ce=False, source=forger) == []
     assert ep.on_packet(now=1e-6, packet=CnpPacket(1), ce=False, source=wrong_port) == []
+    tx.on_timer(now=1e-3)  # no decrease check is pending: the forged CNPs never reached DCQCN
     assert tx.rate_bps == LINE and tx.cnps_received == 0
     ep.on_packet(now=1e-6, packet=AckPacket(1, 0), ce=False, source=forger)
     assert not tx.idle
@@ -329,7 +332,8 @@ def test_packets_for_a_qp_from_anyone_but_its_peer_are_counted_and_ignored() -> 
     assert ep.drop_counts() == {"foreign_source": 4}
     assert sum(isinstance(e, PacketDropped) for e in ep.events) == 4
     # the peer's own CNP and ACK do count
-    ep.on_packet(now=2e-6, packet=CnpPacket(1), ce=False, source=("10.0.0.2", 50000))
+    ep.on_packet(now=2e-3, packet=CnpPacket(1), ce=False, source=("10.0.0.2", 50000))
+    tx.on_timer(now=2e-3 + 4e-6)
     assert tx.rate_bps < LINE and tx.cnps_received == 1
     ep.on_packet(now=2e-6, packet=AckPacket(1, 0), ce=False, source=("10.0.0.2", 50000))
     assert tx.idle
