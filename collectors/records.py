@@ -7,7 +7,9 @@ A collective instance's times:
 - start_s: its first member starts (CollectiveMemberStarted), or its first flow starts when
   members are not reported; completion_time_s = end_s - start_s.
 - ready_s: every member has started (the rendezvous; flows cannot start before it), known when
-  all group_size members reported starting, else the first flow's start.
+  all group_size members reported starting, else the first flow's start. A send/recv is an eager
+  send (CollectiveMeta.timed_from_rank, from the plan's CollectiveInstance.timed_from_rank): its
+  ready_s is the sender's start, never the recv's, which may come after the last byte.
 - end_s: its last member finishes, or its last flow finishes.
 algbw/busbw use bandwidth_time_s = end_s - ready_s, as nccl-tests times a collective all ranks
 have entered and as the schedule's ideal-time model times its instances
@@ -62,6 +64,7 @@ class CollectiveMeta:
     iteration: int
     bytes: int
     ideal_time_s: float | None = None
+    timed_from_rank: int | None = None  # the member whose start starts busbw's time; None: all
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +260,13 @@ class RecordBuilder:
         if first_flow is not None:
             start = _min(start, first_flow)
         ready = first_flow
-        if len(state.member_starts) >= meta.group_size:
-            ready = max(state.member_starts.values())
+        starts = state.member_starts
+        if meta.timed_from_rank is not None:
+            # An eager send: from the sender's start, as the ideal model times it.
+            if meta.timed_from_rank in starts:
+                ready = starts[meta.timed_from_rank]
+        elif len(starts) >= meta.group_size:
+            ready = max(starts.values())  # the rendezvous
         if ready is None:
             ready = start
         # Complete when every flow arrived; a collective without flows (one rank, a local op)
@@ -345,6 +353,7 @@ def metas_from_plan(
                 iteration=inst.iteration,
                 bytes=inst.size_bytes,
                 ideal_time_s=ideal.get(inst.id),
+                timed_from_rank=inst.timed_from_rank,
             )
         )
         flows.extend(

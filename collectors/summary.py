@@ -81,11 +81,21 @@ class RunMeta:
 
 
 def _type_stats(
-    busbws: list[float], ideals: list[float], fcts: list[float], planned: int
+    busbws: list[float],
+    ideals: list[float],
+    fcts: list[float],
+    planned: int,
+    paired: list[tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
+    """paired: (busbw, ideal busbw) of the instances that have both; the ratio's numerator and
+    denominator are taken over that one set (the others are counted as left out)."""
     p = percentile_nearest_rank
     ideal = mean(ideals)
     busbw_mean = mean(busbws)
+    pairs = paired or []
+    paired_busbw = mean([b for b, _ in pairs])
+    paired_ideal = mean([i for _, i in pairs])
+    ratio = paired_busbw / paired_ideal if paired_busbw is not None and paired_ideal else None
     return {
         "instances": planned,
         "instances_complete": len(busbws),
@@ -96,7 +106,9 @@ def _type_stats(
         "busbw_max_bytes_per_s": max(busbws) if busbws else None,
         "busbw_cv": coefficient_of_variation(busbws),
         "ideal_busbw_bytes_per_s": ideal,
-        "busbw_ratio_mean": busbw_mean / ideal if busbw_mean is not None and ideal else None,
+        "busbw_ratio_mean": ratio,
+        "busbw_ratio_instances": len(pairs),
+        "busbw_ratio_left_out": planned - len(pairs),
         "flows": 0,
         "flows_finished": len(fcts),
         "fct_p50_s": p(fcts, 50),
@@ -110,6 +122,7 @@ def collectives_summary(tables: RunTables) -> dict[str, dict[str, Any]]:
     planned: defaultdict[str, int] = defaultdict(int)
     busbws: defaultdict[str, list[float]] = defaultdict(list)
     ideals: defaultdict[str, list[float]] = defaultdict(list)
+    paired: defaultdict[str, list[tuple[float, float]]] = defaultdict(list)
     for ctype, complete, busbw, ideal in rows(
         tables.collectives,
         ("collective_type", "complete", "busbw_bytes_per_s", "ideal_busbw_bytes_per_s"),
@@ -117,6 +130,8 @@ def collectives_summary(tables: RunTables) -> dict[str, dict[str, Any]]:
         planned[ctype] += 1
         if complete and busbw is not None:
             busbws[ctype].append(busbw)
+            if ideal:
+                paired[ctype].append((busbw, ideal))
         if ideal is not None:
             ideals[ctype].append(ideal)
     fcts: defaultdict[str, list[float]] = defaultdict(list)
@@ -134,7 +149,9 @@ def collectives_summary(tables: RunTables) -> dict[str, dict[str, Any]]:
         counts[3] += retx
     out: dict[str, dict[str, Any]] = {}
     for ctype in sorted(set(planned) | set(flow_counts)):
-        stats = _type_stats(busbws[ctype], ideals[ctype], fcts[ctype], planned[ctype])
+        stats = _type_stats(
+            busbws[ctype], ideals[ctype], fcts[ctype], planned[ctype], paired[ctype]
+        )
         n_flows, cnps, ce, retx = flow_counts[ctype]
         stats.update(flows=n_flows, cnps=cnps, ce_marks=ce, retransmitted_packets=retx)
         out[ctype] = stats

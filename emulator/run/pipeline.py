@@ -189,6 +189,7 @@ class Replay:
             iteration=iteration,
             bytes=inst.size_bytes,
             ideal_time_s=ideal,
+            timed_from_rank=inst.timed_from_rank,
         )
         flows = [
             FlowMeta(

@@ -90,7 +90,8 @@ class InstanceResult:
     def time_s(self) -> float:
         """From start_s to the last byte: a collective starts when every member has issued it
         (nccl-tests times collectives that all ranks entered), a send/recv when the send is
-        issued (sends are eager)."""
+        issued (sends are eager: CollectiveInstance.timed_from_rank). The measured records
+        (collectors.records, bandwidth_time_s) use the same origin."""
         return max(0.0, self.end_s - self.start_s)
 
 
@@ -402,11 +403,8 @@ class JobSchedule:
             return
         del self._live[instance.id]
         times = live.issue_times.values()
-        start_s = (
-            live.issue_times[instance.members[0]]
-            if instance.collective == "SEND_RECV"
-            else max(times)
-        )
+        first = instance.timed_from_rank
+        start_s = max(times) if first is None else live.issue_times[first]
         self.results.append(
             InstanceResult.of(
                 instance,

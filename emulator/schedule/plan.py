@@ -74,5 +74,14 @@ class CollectiveInstance:
         return len(self.members)
 
     @property
+    def timed_from_rank(self) -> int | None:
+        """The member whose issue starts the instance's time, or None for the last member's
+        (the rendezvous). A send/recv is an eager send: its flow leaves when the send is
+        issued, so it is timed from the sender (the recv may be issued after the last byte);
+        the ideal model (emulator.schedule.job) and the measured records
+        (collectors.records) both use this one definition."""
+        return self.members[0] if self.collective == "SEND_RECV" else None
+
+    @property
     def wire_bytes(self) -> int:
         return sum(flow.bytes for flow in self.flows)

@@ -252,3 +252,67 @@ def test_metas_from_plan_instances() -> None:
     flows, colls = metas_from_plan([inst], {2: 3e-6})
     assert colls == [CollectiveMeta(2, "ALL_TO_ALL", "ep", 4, 1, 1024, ideal_time_s=3e-6)]
     assert flows == [FlowMeta(11, 2, "ALL_TO_ALL", 1, 0, 0, 3, 4, 50000, 256)]
+
+
+def test_send_recv_is_timed_from_the_send_as_the_ideal_model_times_it() -> None:
+    """An eager send (ASTRA-sim's p2p): the flow leaves at the send's issue and the recv is issued
+    only after the last byte arrived. Measured bandwidth time is send -> last byte, the origin
+    of the ideal model (InstanceResult.time_s, sender's issue), never negative."""
+    inst = CollectiveInstance(
+        id=5,
+        iteration=0,
+        collective="SEND_RECV",
+        group="p2p:3->1",
+        members=(3, 1),
+        size_bytes=4000,
+        algorithm="p2p",
+        nodes=((3, 10), (1, 20)),
+        flows=(Flow(9, 5, 0, 0, 3, 1, 0, 49152, 4000),),
+        root=3,
+    )
+    assert inst.timed_from_rank == 3
+    flows, colls = metas_from_plan([inst], {5: 2 * US})
+    assert colls[0].timed_from_rank == 3
+    builder = RecordBuilder()
+    builder.add(flows, colls)
+    feed(
+        builder,
+        [
+            CollectiveMemberStarted(5, 3, 1 * US),
+            FlowStarted(9, 1 * US),
+            FlowFinished(9, 3 * US, packets=1),
+            CollectiveMemberStarted(5, 1, 4 * US),  # the recv, after the last byte
+        ],
+    )
+    record = builder.collective_record(5)
+    assert record.ready_s == pytest.approx(1 * US)
+    assert record.bandwidth_time_s == pytest.approx(2 * US)
+    assert record.busbw_ratio == pytest.approx(1.0)
+    # A collective (rendezvous) still waits for its last member.
+    assert (
+        CollectiveInstance(
+            5, 0, "ALL_REDUCE", "g", (3, 1), 1, "ring", ((3, 10), (1, 20)), ()
+        ).timed_from_rank
+        is None
+    )
+
+
+def test_busbw_ratio_is_taken_over_one_population() -> None:
+    """busbw_ratio_mean: numerator and denominator over the complete instances that have an
+    ideal; an unfinished instance (whose ideal is small) is left out of both and counted."""
+    from collectors.records import CollectiveRecord
+    from collectors.summary import collectives_summary
+    from collectors.tables import RunTables
+
+    def rec(cid: int, complete: bool, busbw: float | None, ideal: float) -> CollectiveRecord:
+        return CollectiveRecord(
+            cid, "ALL_REDUCE", "g", 2, cid, 1000, 2, 2 if complete else 1, complete,
+            0.0, 0.0, None, None, None, None, busbw, 1.0, None, ideal, None,
+        )  # fmt: skip
+
+    tables = RunTables.from_rows(
+        collectives=[rec(0, True, 10.0, 40.0), rec(1, True, 20.0, 40.0), rec(2, False, None, 10.0)]
+    )
+    stats = collectives_summary(tables)["ALL_REDUCE"]
+    assert stats["busbw_ratio_mean"] == pytest.approx(15.0 / 40.0)  # not 15 / 30
+    assert stats["busbw_ratio_instances"] == 2 and stats["busbw_ratio_left_out"] == 1
