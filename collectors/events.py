@@ -112,6 +112,11 @@ class PortSample:
     drops: int
     queue_bytes: int
     line_rate_bps: float | None = None
+    # PFC-equivalent: cumulative target seconds the queue was at or above the port's XOFF
+    # threshold (a PFC fabric would have paused the upstream then) and the crossings; None when
+    # the fabric cannot tell
+    pause_s: float | None = None
+    pause_events: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,8 @@ class LiveMetrics:
         # (switch, port) -> [tx_bytes, tx_packets, ecn_marks, drops] accumulated deltas.
         self.port_totals: defaultdict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * 4)
         self.port_queue_bytes: dict[tuple[str, str], int] = {}
+        # (switch, port) -> [PFC-equivalent pause seconds, pauses] accumulated deltas
+        self.port_pause: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.port_utilization: dict[tuple[str, str], float] = {}
         self.cpu_busy_ratio: float | None = None
         # one-way latency per traffic class, read at scrape time from the engine (its workers'

@@ -23,6 +23,9 @@ what this exporter emits (tests/unit/test_collectors_grafana.py checks it):
     emulator_switch_port_{transmit_bytes,transmit_packets,ecn_marked_packets,dropped_packets}_total
         {switch,port}
     emulator_switch_port_queue_bytes{switch,port}               emulator_switch_port_utilization_ratio{..}
+    emulator_switch_port_pfc_equivalent_pause_seconds_total{switch,port}  (target time the queue
+        spent at or above the port's PFC XOFF threshold: a PFC fabric would have paused then)
+    emulator_switch_port_pfc_equivalent_pauses_total{switch,port}
 """
 
 from __future__ import annotations
@@ -239,6 +242,21 @@ class LiveCollector(Collector):
         for key, value in sorted(live.port_utilization.items()):
             putil.add_metric(list(key), value)
         yield from (queue, putil)
+        paused = CounterMetricFamily(
+            p + "switch_port_pfc_equivalent_pause_seconds",
+            "Target seconds a switch egress queue spent at or above its PFC XOFF threshold (a PFC "
+            "fabric would have paused the upstream; the emulated fabric cannot)",
+            labels=port_labels,
+        )
+        pauses = CounterMetricFamily(
+            p + "switch_port_pfc_equivalent_pauses",
+            "Times a switch egress queue crossed its PFC XOFF threshold",
+            labels=port_labels,
+        )
+        for key, (seconds, count) in sorted(live.port_pause.items()):
+            paused.add_metric(list(key), seconds)
+            pauses.add_metric(list(key), count)
+        yield from (paused, pauses)
         cpu = GaugeMetricFamily(
             p + "machine_cpu_busy_ratio",
             "Share of this machine's CPU time busy over the last sample interval (all cores)",

@@ -55,6 +55,7 @@ class RunRecorder:
         self.live = live if live is not None else LiveMetrics(info)
         self._credited: dict[int, tuple[int, ...]] = {}
         self._port_prev: dict[tuple[str, str], tuple[int, int, int, int]] = {}
+        self._pause_prev: dict[tuple[str, str], tuple[float, float]] = {}
         self.cpu_rows: list[CpuRow] = []
 
     def add_plan(self, flows: Iterable[FlowMeta], collectives: Iterable[CollectiveMeta]) -> None:
@@ -169,6 +170,15 @@ class RunRecorder:
         else:
             self.live.port_totals.setdefault(key, [0, 0, 0, 0])
         self._port_prev[key] = now
+        if row.pause_s is not None and row.pause_events is not None:
+            pause_now = (float(row.pause_s), float(row.pause_events))
+            pause_prev = self._pause_prev.get(key)
+            pause = self.live.port_pause[key]
+            if pause_prev is not None:
+                for i, (cur, old) in enumerate(zip(pause_now, pause_prev, strict=True)):
+                    # a counter that went backwards was reset: its value is what it counted since
+                    pause[i] += cur - old if cur >= old else cur
+            self._pause_prev[key] = pause_now
         self.live.port_queue_bytes[key] = row.queue_bytes
         self.live.port_utilization[key] = row.utilization
 

@@ -95,7 +95,9 @@ def _render(headers: Sequence[str], body: Sequence[Sequence[str]], left: int = 1
 def summary_table(summary: Mapping[str, Any]) -> str:
     """The run's header lines and one row per collective type."""
     fid = summary.get("fidelity") or {}
-    reasons = "; ".join(fid.get("reasons") or [])
+    reasons = "; ".join(
+        [*(fid.get("reasons") or []), *(f"unknown: {u}" for u in fid.get("unknown") or [])]
+    )
     job = summary.get("job_time_s")
     head = [
         f"scenario {summary.get('scenario')}  fabric {summary.get('fabric')}  "

@@ -40,6 +40,8 @@ class PortRow:
     delta_bytes: int
     interval_s: float
     utilization: float
+    pause_s: float | None = None  # PFC-equivalent pause time so far (cumulative, target s)
+    pause_events: int | None = None  # PFC-equivalent pauses so far (cumulative)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,8 @@ class PortTable:
             delta_bytes=delta,
             interval_s=interval,
             utilization=utilization(delta, interval, rate),
+            pause_s=sample.pause_s,
+            pause_events=sample.pause_events,
         )
         self.rows.append(row)
         return row
@@ -146,9 +150,13 @@ class PortCountersLike(Protocol):
 
 
 def port_samples(
-    counters: Iterable[PortCountersLike], time_s: float, line_rate_bps: float | None = None
+    counters: Iterable[PortCountersLike],
+    time_s: float,
+    line_rate_bps: float | None = None,
+    tdf: float = 1.0,
 ) -> list[PortSample]:
-    """PortSample events from the fabrics backend's counters, stamped with target time `time_s`.
+    """PortSample events from the fabrics backend's counters, stamped with target time `time_s`
+    (pause times, wall seconds in the counters, are divided by the TDF).
 
     The queue reported is the marker's phantom queue where there is one: it is the queue of the
     emulated switch (draining at the emulated rate) that ECN marking acts on; otherwise the real
@@ -167,6 +175,8 @@ def port_samples(
             if c.phantom_queue_bytes is not None
             else c.backlog_bytes,
             line_rate_bps=line_rate_bps,
+            pause_s=None if (p := getattr(c, "pause_s", None)) is None else p / tdf,
+            pause_events=getattr(c, "pause_events", None),
         )
         for c in counters
     ]

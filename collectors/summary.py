@@ -25,10 +25,12 @@ CV_METHOD = "population standard deviation / mean"
 
 @dataclass(frozen=True)
 class Fidelity:
-    """Whether the machine kept up with the emulated fabric; reasons say what went wrong."""
+    """Whether the machine kept up with the emulated fabric; reasons say what went wrong and
+    `unknown` which checks had no data to judge (the verdict is then "unknown", never "ok")."""
 
-    verdict: Literal["ok", "degraded"] = "ok"
+    verdict: Literal["ok", "degraded", "unknown"] = "ok"
     reasons: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,11 @@ class RunMeta:
             tdf=float(summary.get("tdf", 1.0)),
             marker=str(summary.get("marker", "unknown")),
             fabric=str(summary.get("fabric", "unknown")),
-            fidelity=Fidelity(fid.get("verdict", "ok"), tuple(fid.get("reasons", ()))),
+            fidelity=Fidelity(
+                fid.get("verdict", "ok"),
+                tuple(fid.get("reasons", ())),
+                tuple(fid.get("unknown", ())),
+            ),
             job_time_s=summary.get("job_time_s"),
             extra={k: v for k, v in summary.items() if k not in computed | known},
         )
@@ -166,14 +172,42 @@ def _job_time(tables: RunTables) -> float | None:
     return float(max(e[0] for e in ends) - min(s[0] for s in starts))
 
 
-def port_counter_growth(tables: RunTables, name: str) -> int:
-    """Sum over ports of how much a cumulative counter grew between its first and last sample."""
-    first: dict[tuple[str, str], int] = {}
-    last: dict[tuple[str, str], int] = {}
+def port_growth(tables: RunTables, name: str) -> dict[tuple[str, str], Any]:
+    """Per port, how much a cumulative counter grew between its first and last sample (ports
+    whose counter is null, i.e. unknown, are left out). The sampler takes a baseline sample of
+    every port when the replay starts, so the first burst counts."""
+    first: dict[tuple[str, str], Any] = {}
+    last: dict[tuple[str, str], Any] = {}
     for switch, port, value in rows(tables.ports, ("switch", "port", name)):
+        if value is None:
+            continue
         first.setdefault((switch, port), value)
         last[(switch, port)] = value
-    return sum(max(0, last[k] - first[k]) for k in last)
+    return {k: max(0, last[k] - first[k]) for k in last}
+
+
+def port_counter_growth(tables: RunTables, name: str) -> int:
+    """Sum over ports of how much a cumulative counter grew between its first and last sample."""
+    return sum(port_growth(tables, name).values())
+
+
+def pfc_equivalent(tables: RunTables) -> dict[str, Any]:
+    """Where a PFC fabric would have paused: per port with any, the target seconds its queue was
+    at or above XOFF and the pauses; `known` is False when no port could tell (no marker data)."""
+    seconds = port_growth(tables, "pause_s")
+    events = port_growth(tables, "pause_events")
+    ports = [
+        {"switch": s, "port": p, "pause_s": seconds[(s, p)], "pauses": events.get((s, p), 0)}
+        for (s, p) in sorted(seconds)
+        if seconds[(s, p)] > 0 or events.get((s, p), 0) > 0
+    ]
+    ports.sort(key=lambda r: -r["pause_s"])
+    return {
+        "known": bool(seconds),
+        "pause_s": sum(seconds.values()) if seconds else None,
+        "pauses": sum(events.values()) if events else None,
+        "ports": ports,
+    }
 
 
 def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, Any]:
@@ -188,7 +222,11 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
         "tdf": meta.tdf,
         "marker": meta.marker,
         "fabric": meta.fabric,
-        "fidelity": {"verdict": meta.fidelity.verdict, "reasons": list(meta.fidelity.reasons)},
+        "fidelity": {
+            "verdict": meta.fidelity.verdict,
+            "reasons": list(meta.fidelity.reasons),
+            "unknown": list(meta.fidelity.unknown),
+        },
         "job_time_s": meta.job_time_s if meta.job_time_s is not None else _job_time(tables),
         "partial": partial,
         "percentile_method": PERCENTILE_METHOD,
@@ -203,6 +241,7 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
             "switch_ecn_marks": port_counter_growth(tables, "ecn_marks"),
             "switch_queue_max_bytes": max(column(tables.ports, "queue_bytes"), default=None),
         },
+        "pfc_equivalent": pfc_equivalent(tables),
         "machine": {
             "cpu_busy_mean_ratio": mean(cpu_busy),
             "cpu_busy_p95_ratio": percentile_nearest_rank(cpu_busy, 95),

@@ -30,6 +30,10 @@ class PortCounters:
     peak_phantom_queue_bytes: int | None
     phantom_overflows: int | None
     loss_drops: int = 0  # dropped by the loss impairment before the queue (not in `drops`)
+    # A PFC fabric would have paused here: wall seconds the marker's queue spent at or above the
+    # port's XOFF threshold, and how many times it crossed it (None: the marker cannot tell).
+    pause_s: float | None = None
+    pause_events: int | None = None
 
 
 def _qdisc_stats(netns: str) -> dict[str, dict[str, Any]]:
@@ -73,5 +77,7 @@ def read_port_counters(
             peak_phantom_queue_bytes=marks.peak_queue_bytes if marks else None,
             phantom_overflows=marks.overflows if marks else None,
             loss_drops=marks.loss_drops if marks else 0,
+            pause_s=getattr(marks, "pause_s", None) if marks else None,
+            pause_events=getattr(marks, "pause_events", None) if marks else None,
         )
     return out

@@ -174,6 +174,7 @@ def egress_ports(
         delay_s = topology.link_delay_s * delay_scale
         gbps = link.rate_bps / 1e9
         loss = 0.0
+        xoff = 0
         if role == "host":
             buffer, ecn = topology.host_buffer_bytes, None
         else:
@@ -182,6 +183,7 @@ def egress_ports(
             kmin, kmax = tier.ecn.thresholds_bytes(gbps)
             ecn = EcnThresholds(kmin, kmax, tier.ecn.pmax) if tier.ecn.enabled else None
             loss = topology.link_loss.get(dev, tier.loss_probability)
+            xoff = tier.xoff_bytes
         out.append(
             EgressPort(
                 node,
@@ -193,6 +195,7 @@ def egress_ports(
                 delay_s,
                 ecn,
                 loss,
+                xoff,
             )
         )
     return tuple(out)

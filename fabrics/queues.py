@@ -40,6 +40,7 @@ class EgressPort:
     delay_s: float
     ecn: EcnThresholds | None  # None: host NIC, or marking disabled on this tier
     loss_probability: float = 0.0  # impairment: share of packets dropped at random (eBPF marker)
+    xoff_bytes: int = 0  # PFC XOFF: the marker counts time its queue spends above it (0: none)
 
     @property
     def burst_bytes(self) -> int:

@@ -103,16 +103,54 @@ class LinkEventSpec:
             )
 
 
+# A switch's shared packet buffer: Broadcom Tomahawk 3 (BCM56980), the 12.8 Tb/s 32 x 400G
+# ASIC of the 400G Clos the study emulates, has 64 MB of on-chip buffer shared by all its ports
+# (Broadcom's product brief).
+SHARED_BUFFER_BYTES = 64 * 1024 * 1024
+# Dynamic thresholds (Choudhury and Hahne, "Dynamic queue length thresholds for shared-memory
+# packet switches", IEEE/ACM ToN 1998): a queue may grow to alpha x the free shared buffer, so one
+# congested queue settles at B alpha / (1 + alpha); alpha 1 (2^0) gives it half the buffer.
+EGRESS_DT_ALPHA = 1.0
+# PFC XOFF as the HPCC ns-3 model sets it (alibaba-edu/High-Precision-Congestion-Control,
+# switch-mmu.cc GetPfcThreshold: (buffer - headroom - reserve - shared used) >> pfc_a_shift, with
+# pfc_a_shift 3 in its third.cc): one congested ingress queue pauses at T = (B - T) / 8, T = B / 9.
+PFC_A_SHIFT = 3
+
+
+def dynamic_threshold_bytes(shared_bytes: int, alpha: float) -> int:
+    """Where one congested queue settles under dynamic thresholds: q = alpha (B - q)."""
+    return int(shared_bytes * alpha / (1.0 + alpha))
+
+
 @dataclass(frozen=True)
 class TierSpec:
-    """Per switch tier (leaf, spine, super spine): egress buffer and ECN marking."""
+    """Per switch tier (leaf, spine, super spine): egress buffer, PFC threshold, ECN marking."""
 
+    shared_buffer_bytes: int = param(
+        SHARED_BUFFER_BYTES,
+        doc="the switch's shared packet buffer, from which a congested port's buffer and PFC XOFF "
+        "threshold are derived",
+        unit="bytes",
+        source="Broadcom Tomahawk 3 (BCM56980, 12.8 Tb/s): 64 MB shared on-chip buffer",
+        min=1500,
+    )
     buffer_bytes: int | None = param(
         None,
-        doc="egress queue limit per port (drop tail); default: twice the port's Kmax, so the "
-        "marking ramp fits before the first drop",
+        doc="egress queue limit per port (drop tail); default: what dynamic thresholds (alpha 1) "
+        "give one congested port of the shared buffer, half of it",
         unit="bytes",
+        source="Choudhury and Hahne, dynamic queue length thresholds (IEEE/ACM ToN 1998)",
         min=1500,
+    )
+    pfc_xoff_bytes: int | None = param(
+        None,
+        doc="queue length at which a PFC fabric would pause the upstream; the emulated fabric "
+        "cannot pause, so time spent above it is reported per port as PFC-equivalent pause time "
+        "(ports.parquet pause_s, summary.json pfc_equivalent); default: shared buffer / 9, the "
+        "HPCC ns-3 dynamic threshold (>> 3) with one congested queue",
+        unit="bytes",
+        source="HPCC ns-3 switch-mmu.cc GetPfcThreshold, pfc_a_shift 3",
+        min=0,
     )
     ecn: EcnSpec = field(default_factory=EcnSpec)
     loss_probability: float = param(
@@ -126,9 +164,16 @@ class TierSpec:
     )
 
     def buffer_for(self, link_gbps: float) -> int:
+        del link_gbps  # a shared buffer's share does not depend on the port's speed
         if self.buffer_bytes is not None:
             return self.buffer_bytes
-        return 2 * self.ecn.thresholds_bytes(link_gbps)[1]
+        return dynamic_threshold_bytes(self.shared_buffer_bytes, EGRESS_DT_ALPHA)
+
+    @property
+    def xoff_bytes(self) -> int:
+        if self.pfc_xoff_bytes is not None:
+            return self.pfc_xoff_bytes
+        return dynamic_threshold_bytes(self.shared_buffer_bytes, 1.0 / (1 << PFC_A_SHIFT))
 
 
 @dataclass(frozen=True)

@@ -520,6 +520,8 @@ class Coordinator:
             "max_tick_gap_s": max(
                 (w.stats.get("max_tick_gap_s", 0.0) for w in self.workers), default=0.0
             ),
+            # per worker: ticks, p99 and max of how late they fired (wall seconds)
+            "worker_tick_lateness": [w.stats.get("tick_lateness") for w in self.workers],
             "wall_s": wall_s,
             # one-way latency of data packets per traffic class (DSCP), target timescale
             "latency_by_class": {

@@ -42,6 +42,7 @@ from typing import Any
 
 from collectors.latency import LatencyHistogram
 from emulator.engine.clock import DilatedClock
+from emulator.engine.lateness import TickLateness
 from emulator.engine.nicpacer import NicPacer
 from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
 from emulator.engine.params import EngineParams
@@ -221,6 +222,7 @@ class Worker:
         self._last_tick_wall = 0.0
         self._cpu_at_start_s = 0.0
         self.max_tick_gap_s = 0.0
+        self.tick_lateness = TickLateness()
         self._burst_s = p.burst_ticks * p.tick_s / p.tdf
         self._max_packet_wire_bytes = (
             BTH_BYTES + spec.transport.path_mtu_bytes + ICRC_BYTES + IPV4_FRAME_OVERHEAD_BYTES
@@ -390,6 +392,7 @@ class Worker:
         start_wall = time.perf_counter()
         if self._last_tick_wall:
             self.max_tick_gap_s = max(self.max_tick_gap_s, start_wall - self._last_tick_wall)
+            self.tick_lateness.add(max(start_wall - self._next_tick_wall, 0.0))
         self._last_tick_wall = start_wall
         delayed = self.delayed
         while delayed and delayed[0][0] <= now:
@@ -805,6 +808,7 @@ class Worker:
             "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "run_cpu_s": _cpu_s() - self._cpu_at_start_s if self.started else 0.0,
             "max_tick_gap_s": self.max_tick_gap_s,
+            "tick_lateness": self.tick_lateness.to_json(),  # wall seconds
             "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
         }
 

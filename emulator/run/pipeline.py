@@ -46,6 +46,7 @@ from emulator.run.progress import ProgressLine, ProgressState
 from emulator.run.sampling import Sampler
 from emulator.run.tdf import TdfChoice, auto_tdf
 from emulator.run.tester import PfcReadings, TesterResults
+from emulator.run.verdict import burst_reason, engine_checks
 from emulator.run.workload import (
     Driver,
     PlannedWorkload,
@@ -57,11 +58,6 @@ from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
 from emulator.schedule.plan import CollectiveInstance
 from fabrics.spec import ClosSpec, DutSpec
-
-# A NIC or worker busier than this share of the run could not keep pacing and timers on time.
-WORKER_BUSY_LIMIT = 0.95
-TICK_GAP_LIMIT_TICKS = 20  # a worker tick this late means timers slipped by that much
-BURST_SHARE_LIMIT = 0.05  # a flow may pass at most this share of its bytes above line rate
 
 
 def fabric_ranks(spec: Any) -> int:
@@ -240,39 +236,6 @@ class Replay:
         return max(ends) if ends else None
 
 
-def burst_reason(flow_bytes: list[int], fabric: dict[str, Any]) -> str | None:
-    """Flows short next to the links' shaper bursts finish faster than the emulated rate allows."""
-    burst = fabric.get("shaper_burst_bytes", 0) * fabric.get("shaped_hops_max", 0)
-    if not flow_bytes or not burst:
-        return None
-    median = sorted(flow_bytes)[len(flow_bytes) // 2]
-    if burst <= BURST_SHARE_LIMIT * median:
-        return None
-    return (
-        f"the median flow ({median} bytes) is short next to the shaped links' burst tolerance "
-        f"({fabric['shaper_burst_bytes']} bytes per hop after idle, up to "
-        f"{fabric['shaped_hops_max']} hops): its FCT can read up to {burst / median:.0%} short "
-        "and busbw high; use larger messages or a higher TDF"
-    )
-
-
-def engine_reasons(metadata: dict[str, Any], tick_s: float) -> list[str]:
-    reasons = []
-    for index, busy in enumerate(metadata.get("worker_busy_ratio", [])):
-        if busy >= WORKER_BUSY_LIMIT:
-            reasons.append(
-                f"engine worker {index} was on a CPU {busy:.0%} of the run: pacing may have "
-                "fallen behind; raise the TDF"
-            )
-    gap = metadata.get("max_tick_gap_s", 0.0)
-    if gap > TICK_GAP_LIMIT_TICKS * tick_s:
-        reasons.append(
-            f"an engine tick came {gap * 1e3:.0f} ms late (tick {tick_s * 1e3:g} ms): timers and "
-            "pacing slipped"
-        )
-    return reasons
-
-
 def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunResult:
     options = options or RunOptions()
     if os.geteuid() != 0:
@@ -421,6 +384,7 @@ def _run_on_fabric(
         transport=scenario.transport,
         engine=engine,
         on_events=replay.on_events,
+        on_ready=lambda _pids: sampler.take_baseline(),
         on_start=lambda start_wall_s: _started(start_wall_s, sampler, links, pfc, interrupts),
         driver=replay.job,
         profiles=planned.profiles,
@@ -452,7 +416,12 @@ def _run_on_fabric(
         coordinator.queue_pairs(), traffic_of(replay.job), pfc_sent, pfc_readings
     )
     tables = dataclasses.replace(recorder.tables(), queue_pairs=to_table(tester.queue_pairs, QpRow))
-    reasons = engine_reasons(metadata, engine.tick_s)
+    limits = scenario.metrics.fidelity
+    reasons, unknown = engine_checks(
+        metadata, choice.tdf, scenario.transport.dcqcn, limits.cpu_busy_ratio
+    )
+    if partial:
+        reasons.append("the run did not finish (partial results): what it measured is a part")
     if (short := burst_reason(column(tables.flows, "bytes"), live.metadata())) is not None:
         reasons.append(short)
     reasons += [f"sampling failed: {e}" for e in sampler.errors[:3]]
@@ -463,12 +432,18 @@ def _run_on_fabric(
         )
     if links is not None and links.errors:
         reasons.append(f"link events failed: {'; '.join(links.errors[:2])}")
-    limits = scenario.metrics.fidelity
     loss = fabric_spec.loss_impairment() if isinstance(fabric_spec, ClosSpec) else {}
     if loss or links is not None:
         # drops and retransmissions are what the impairment asked for
         limits = dataclasses.replace(limits, lossless=False)
-    fidelity = assess_fidelity(tables, limits, reasons)
+    fidelity = assess_fidelity(
+        tables,
+        limits,
+        reasons,
+        unknown,
+        # a real switch under test is not ours: its drops are not in our counters
+        not_applicable=() if ports is not None else ("drops_in_lossless_fabric",),
+    )
     extra = {
         "time_dilation": choice.to_json(),
         "ideal_job_time_s": planned.ideal.job_time_s,

@@ -4,7 +4,8 @@ the machine's CPU, and the progress line, every `metrics.sample_interval_s` of w
 Samples are stamped with target time (wall time since the engine's common start / TDF) and fed
 to the recorder, which is thread-safe per batch. Port counters come from `tc -s` in each switch
 namespace, which costs a few milliseconds per switch, so they are read at most every
-PORT_INTERVAL_MIN_S. Nothing is sampled before the engine's start instant.
+PORT_INTERVAL_MIN_S. Nothing is sampled before the engine's start instant but the baseline, read when the
+workers are ready and stamped 0.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Sampler:
         self.start_wall_s: float | None = None
         self.errors: list[str] = []
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="run-sampler", daemon=True)
         self._last_ports = -1e9
         self._last_nic: dict[int, int] = {}
@@ -56,6 +58,16 @@ class Sampler:
 
     def start(self) -> None:
         self._thread.start()
+
+    def take_baseline(self) -> None:
+        """Every counter's baseline (ports, NICs, CPU), read when the workers are ready and
+        before the replay's start, stamped 0: what the first burst does (its drops, its marks)
+        counts."""
+        try:
+            with self._lock:
+                self._sample_once(True, time.perf_counter())
+        except Exception as exc:  # a sampling failure must not kill the run: record it
+            self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def set_start(self, start_wall_s: float) -> None:
         self.start_wall_s = start_wall_s
@@ -84,9 +96,12 @@ class Sampler:
 
     def sample_once(self, force_ports: bool = False) -> None:
         assert self.start_wall_s is not None
+        with self._lock:  # the baseline (coordinator's thread) and the sampler thread
+            self._sample_once(force_ports, self.start_wall_s)
+
+    def _sample_once(self, force_ports: bool, start: float) -> None:
         wall = time.perf_counter()
-        now_s = (wall - self.start_wall_s) / self.tdf
-        start = self.start_wall_s
+        now_s = max(0.0, (wall - start) / self.tdf)
         nic = self.nic.sample(
             now_s,
             lambda: (time.perf_counter() - start) / self.tdf,
@@ -106,5 +121,5 @@ class Sampler:
             force_ports or wall - self._last_ports >= PORT_INTERVAL_MIN_S
         ):
             self._last_ports = wall
-            events.extend(port_samples(self.read_ports(), now_s))
+            events.extend(port_samples(self.read_ports(), now_s, tdf=self.tdf))
         self.recorder.on_events(events)

@@ -29,9 +29,11 @@ def test_a_clean_run_is_ok() -> None:
         flows=[flow(0)],
         ports=[port(0.0, 5), port(1.0, 5)],  # drops counted before the run do not count
         nic=[NicRow(1.0, 0, "tx", 10, 10, 1.0, 1.03)],
-        cpu=[CpuRow(t, 0.99 if t == 0 else 0.5) for t in range(10)],  # 10% saturated: at the limit
+        # the machine's CPU is recorded, not judged: another tenant is not the run
+        cpu=[CpuRow(float(t), 0.99) for t in range(10)],
     )
-    assert assess_fidelity(tables).verdict == "ok"
+    fidelity = assess_fidelity(tables)
+    assert fidelity.verdict == "ok" and fidelity.reasons == () and fidelity.unknown == ()
 
 
 def test_each_check_gives_its_reason() -> None:
@@ -39,18 +41,72 @@ def test_each_check_gives_its_reason() -> None:
         flows=[flow(3)],
         ports=[port(0.0, 5), port(1.0, 12)],
         nic=[NicRow(1.0, 2, "rx", 10, 10, 1.0, 1.4)],
-        cpu=[CpuRow(float(t), 0.97) for t in range(4)] + [CpuRow(4.0, 0.2)],
     )
     fidelity = assess_fidelity(tables, extra_reasons=["pacing fell behind on rank 3"])
     assert fidelity.verdict == "degraded"
     text = "\n".join(fidelity.reasons)
-    assert "in 80% of 5 samples" in text
-    assert "dropped 7 packets" in text
+    assert "dropped 7 packets" in text and "leaf0:eth1 7" in text
     assert "3 packets were retransmitted" in text
     assert "140% of its emulated line rate" in text
     assert fidelity.reasons[-1] == "pacing fell behind on rank 3"
     lossy = assess_fidelity(tables, FidelityLimits(lossless=False))
-    assert not any("lossless" in r for r in lossy.reasons) and len(lossy.reasons) == 2
+    assert not any("lossless" in r for r in lossy.reasons) and len(lossy.reasons) == 1
+
+
+def test_a_check_without_data_is_unknown_never_ok() -> None:
+    """No port counters, no NIC interval: those checks cannot pass; the verdict says unknown
+    (and degraded still wins over unknown)."""
+    tables = RunTables.from_rows(flows=[flow(0)])
+    fidelity = assess_fidelity(tables)
+    assert fidelity.verdict == "unknown" and fidelity.reasons == ()
+    assert any("switch drops" in u for u in fidelity.unknown)
+    assert any("NIC rates" in u for u in fidelity.unknown)
+    # a DUT's switch is not ours: its drops are not applicable, not unknown
+    dut = assess_fidelity(tables, not_applicable=("drops_in_lossless_fabric",))
+    assert not any("switch drops" in u for u in dut.unknown)
+    assert assess_fidelity(tables, extra_reasons=["late ticks"]).verdict == "degraded"
+    assert assess_fidelity(RunTables.from_rows()).verdict == "unknown"
+
+
+def test_engine_timing_is_judged_per_worker_in_target_time() -> None:
+    """p99 tick lateness / TDF against DCQCN's reaction timer (4 us), max against the increase
+    period (300 us); a worker without ticks is unknown."""
+    from emulator.run.verdict import engine_checks, timing_limits_s
+    from emulator.transport.params import DcqcnParams
+
+    dcqcn = DcqcnParams()
+    assert timing_limits_s(dcqcn) == pytest.approx((4e-6, 300e-6))
+    on_time = {"ticks": 1000, "p99_s": 2e-3, "max_s": 30e-3}  # wall seconds
+    meta = {"worker_tick_lateness": [on_time, on_time], "worker_busy_ratio": [0.5, 0.6]}
+    # TDF 1000: p99 2 us, max 30 us in target time: within both
+    assert engine_checks(meta, 1000.0, dcqcn, 0.95) == ([], [])
+    # TDF 100: p99 20 us > 4 us, max 300 us is not over 300 us
+    reasons, unknown = engine_checks(meta, 100.0, dcqcn, 0.95)
+    assert len(reasons) == 2 and all("reaction timer" in r for r in reasons) and not unknown
+    late = {"ticks": 1000, "p99_s": 1e-3, "max_s": 400e-3}
+    reasons, _ = engine_checks(
+        {"worker_tick_lateness": [late], "worker_busy_ratio": [0.99]}, 1000.0, dcqcn, 0.95
+    )
+    assert any("increase period" in r and "worker 0" in r for r in reasons)
+    assert any("on a CPU 99%" in r for r in reasons)
+    _, unknown = engine_checks({"worker_tick_lateness": [None]}, 1000.0, dcqcn, 0.95)
+    assert any("tick lateness" in u for u in unknown) and any("CPU" in u for u in unknown)
+
+
+def test_tick_lateness_histogram() -> None:
+    from emulator.engine.lateness import TickLateness
+
+    h = TickLateness()
+    assert h.quantile_s(0.99) == 0.0
+    for _ in range(990):
+        h.add(0.0005)
+    for _ in range(10):
+        h.add(0.05)
+    assert h.ticks == 1000 and h.max_s == 0.05
+    assert 0.0005 <= h.quantile_s(0.99) <= 0.0005 * 1.26
+    assert h.quantile_s(1.0) == 0.05
+    h.add(1e-7)
+    assert h.to_json()["ticks"] == 1001
 
 
 def write_stat(path: Path, user: int, idle: int, iowait: int) -> None:

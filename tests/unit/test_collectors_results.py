@@ -90,6 +90,7 @@ def test_complete_folder_contents_and_summary(tmp_path: Path) -> None:
     assert on_disk["fidelity"] == {
         "verdict": "degraded",
         "reasons": ["cpu saturated 12% of samples"],
+        "unknown": [],
     }
     assert set(on_disk["collectives"]) == {"ALL_REDUCE", "ALL_TO_ALL"}
     for stats in on_disk["collectives"].values():

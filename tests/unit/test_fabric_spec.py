@@ -40,7 +40,26 @@ def test_ecn_defaults_follow_hpcc_thresholds_for_the_link_speed(
     assert hpcc_thresholds_bytes(gbps) == (kmin, kmax)
     assert EcnSpec().thresholds_bytes(gbps) == (kmin, kmax)
     assert EcnSpec().pmax == 0.2
-    assert TierSpec().buffer_for(gbps) == 2 * kmax
+    # the buffer comes before the marking ramp's end and the PFC threshold after it
+    tier = TierSpec()
+    assert kmax < tier.xoff_bytes < tier.buffer_for(gbps)
+
+
+def test_buffer_and_xoff_follow_their_sources() -> None:
+    """Dynamic thresholds (Choudhury and Hahne 1998): a lone congested queue q settles where
+    q = alpha (B - q); alpha 1 gives half of Tomahawk 3's 64 MB. HPCC ns-3 switch-mmu.cc pauses
+    when the queue's shared use reaches (B - shared used) >> 3: T = (B - T) / 8."""
+    tier = TierSpec()
+    shared = tier.shared_buffer_bytes
+    assert shared == 64 * 1024 * 1024
+    q = tier.buffer_for(400)
+    assert abs(q - 1.0 * (shared - q)) <= 1
+    t = tier.xoff_bytes
+    assert abs(t - ((shared - t) >> 3)) <= 1
+    assert TierSpec(buffer_bytes=5000, pfc_xoff_bytes=3000).buffer_for(400) == 5000
+    assert TierSpec(pfc_xoff_bytes=3000).xoff_bytes == 3000
+    smaller = TierSpec(shared_buffer_bytes=12 * 1024 * 1024)  # HPCC's own default buffer
+    assert smaller.buffer_for(100) == 6 * 1024 * 1024
 
 
 def test_ecn_overrides_and_crossing_thresholds() -> None:

@@ -168,7 +168,7 @@ def test_record_builder_learns_collectives_during_the_run() -> None:
 
 
 def test_burst_reason_flags_flows_short_next_to_the_shaper_bursts() -> None:
-    from emulator.run.pipeline import burst_reason
+    from emulator.run.verdict import burst_reason
 
     fabric = {"shaper_burst_bytes": 8_220, "shaped_hops_max": 4}
     # 4 hops x 8220 bytes = 32880: 25% of a 128 KiB flow, 1.6% of a 2 MiB one

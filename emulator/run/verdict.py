@@ -1,0 +1,84 @@
+"""The engine's and the fabric's own fidelity checks (collectors.fidelity judges the tables).
+
+Timing is judged per worker and in target time: a tick that fires `late` wall seconds after it
+was due delays every timer it runs (DCQCN's rate-decrease check, the CNP interval, the increase
+timer, retransmission) by late / TDF in the target's timescale. The p99 of that lateness must
+stay within DCQCN's shortest reaction timer (rate_reduce_monitor_period, min_time_between_cnps:
+a CNP is acted on within one such period on a NIC) and the maximum within one increase period
+(rpg_time_reset: a whole increase step missed changes the rate trajectory). CPU is the engine's
+own: each worker's CPU time over the run's wall time (other tenants of the machine are not the
+run; what they take shows up as lateness). A check without the numbers it needs says unknown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator.transport.params import DcqcnParams
+
+BURST_SHARE_LIMIT = 0.05  # a flow may pass at most this share of its bytes above line rate
+
+
+def burst_reason(flow_bytes: list[int], fabric: dict[str, Any]) -> str | None:
+    """Flows short next to the links' shaper bursts finish faster than the emulated rate allows."""
+    burst = fabric.get("shaper_burst_bytes", 0) * fabric.get("shaped_hops_max", 0)
+    if not flow_bytes or not burst:
+        return None
+    median = sorted(flow_bytes)[len(flow_bytes) // 2]
+    if burst <= BURST_SHARE_LIMIT * median:
+        return None
+    return (
+        f"the median flow ({median} bytes) is short next to the shaped links' burst tolerance "
+        f"({fabric['shaper_burst_bytes']} bytes per hop after idle, up to "
+        f"{fabric['shaped_hops_max']} hops): its FCT can read up to {burst / median:.0%} short "
+        "and busbw high; use larger messages or a higher TDF"
+    )
+
+
+def timing_limits_s(dcqcn: DcqcnParams) -> tuple[float, float]:
+    """(p99 limit, max limit) of tick lateness in target seconds, from DCQCN's own timers
+    (undilated: the target's)."""
+    positive = [
+        t for t in (dcqcn.rate_reduce_monitor_period_us, dcqcn.min_time_between_cnps_us) if t > 0
+    ]
+    reaction_us = min(positive) if positive else dcqcn.dce_tcp_rtt_us
+    return reaction_us * 1e-6, dcqcn.rpg_time_reset_us * 1e-6
+
+
+def engine_checks(
+    metadata: dict[str, Any], tdf: float, dcqcn: DcqcnParams, busy_limit: float
+) -> tuple[list[str], list[str]]:
+    """(reasons, unknown): the engine's timing and CPU judged per worker."""
+    reasons: list[str] = []
+    unknown: list[str] = []
+    p99_limit_s, max_limit_s = timing_limits_s(dcqcn)
+    lateness = metadata.get("worker_tick_lateness") or []
+    if not lateness or any(not isinstance(w, dict) or not w.get("ticks") for w in lateness):
+        unknown.append("tick lateness: a worker reported no ticks")
+    for index, w in enumerate(lateness):
+        if not isinstance(w, dict) or not w.get("ticks"):
+            continue
+        p99_s, max_s = w["p99_s"] / tdf, w["max_s"] / tdf
+        if p99_s > p99_limit_s:
+            reasons.append(
+                f"engine worker {index}: 1% of its ticks came {p99_s * 1e6:.2g} us (target time) "
+                f"late or more, over DCQCN's {p99_limit_s * 1e6:g} us reaction timer "
+                f"({w['p99_s'] * 1e3:.1f} ms wall): CNPs and rate changes were acted on late; "
+                "raise the TDF"
+            )
+        if max_s > max_limit_s:
+            reasons.append(
+                f"engine worker {index}: a tick came {max_s * 1e6:.3g} us (target time) late, "
+                f"over DCQCN's {max_limit_s * 1e6:g} us increase period ({w['max_s'] * 1e3:.0f} "
+                "ms wall): a rate step was missed"
+            )
+    busy = metadata.get("worker_busy_ratio")
+    if not busy:
+        unknown.append("engine CPU: no worker reported its CPU time")
+    for index, share in enumerate(busy or []):
+        if share >= busy_limit:
+            reasons.append(
+                f"engine worker {index} was on a CPU {share:.0%} of the run: pacing may have "
+                "fallen behind; raise the TDF"
+            )
+    return reasons, unknown
