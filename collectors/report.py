@@ -105,6 +105,21 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         f"fidelity {fid.get('verdict', '?')}{' (' + reasons + ')' if reasons else ''}  "
         f"job time {_cell(job, 1.0, '{:.6f}')} s  partial {str(bool(summary.get('partial'))).lower()}",
     ]
+    wall = summary.get("wall_time") or {}
+    if wall.get("replay_s") is not None and wall.get("predicted_s") is not None:
+        head.append(
+            f"replay wall time {wall['replay_s']:.1f} s (the TDF predicted "
+            f"{wall['predicted_s']:.1f} s at best)"
+        )
+    pfc = summary.get("pfc_equivalent") or {}
+    if pfc.get("known"):
+        top = ", ".join(
+            f"{p['switch']}:{p['port']} {p['pause_s'] * 1e6:.3g} us" for p in pfc["ports"][:3]
+        )
+        head.append(
+            f"PFC-equivalent: {pfc.get('pauses') or 0} pauses, {(pfc.get('pause_s') or 0) * 1e6:.3g} us"
+            + (f" ({top})" if top else "")
+        )
     collectives: Mapping[str, Mapping[str, Any]] = summary.get("collectives") or {}
     body = [
         [ctype, *(_cell(stats.get(key), scale, fmt) for _, key, scale, fmt in TYPE_COLUMNS)]

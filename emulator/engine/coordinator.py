@@ -522,7 +522,10 @@ class Coordinator:
             ),
             # per worker: ticks, p99 and max of how late they fired (wall seconds)
             "worker_tick_lateness": [w.stats.get("tick_lateness") for w in self.workers],
+            # per worker: garbage-collector runs per generation, total and longest pause
+            "worker_gc_pauses": [w.stats.get("gc_pauses") for w in self.workers],
             "wall_s": wall_s,
+            "replay_wall_s": round(run_wall_s, 3),  # from the common start to the end
             # one-way latency of data packets per traffic class (DSCP), target timescale
             "latency_by_class": {
                 str(dscp): h.summary_us().to_json()

@@ -42,6 +42,7 @@ from typing import Any
 
 from collectors.latency import LatencyHistogram
 from emulator.engine.clock import DilatedClock
+from emulator.engine.gcpause import GcPauses
 from emulator.engine.lateness import TickLateness
 from emulator.engine.nicpacer import NicPacer
 from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
@@ -223,6 +224,7 @@ class Worker:
         self._cpu_at_start_s = 0.0
         self.max_tick_gap_s = 0.0
         self.tick_lateness = TickLateness()
+        self.gc_pauses = GcPauses()
         self._burst_s = p.burst_ticks * p.tick_s / p.tdf
         self._max_packet_wire_bytes = (
             BTH_BYTES + spec.transport.path_mtu_bytes + ICRC_BYTES + IPV4_FRAME_OVERHEAD_BYTES
@@ -809,6 +811,7 @@ class Worker:
             "run_cpu_s": _cpu_s() - self._cpu_at_start_s if self.started else 0.0,
             "max_tick_gap_s": self.max_tick_gap_s,
             "tick_lateness": self.tick_lateness.to_json(),  # wall seconds
+            "gc_pauses": self.gc_pauses.to_json(),  # wall seconds
             "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
         }
 

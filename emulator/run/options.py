@@ -17,6 +17,7 @@ class RunOptions:
     tdf: float | None = None  # overrides run.time_dilation
     recalibrate: bool = False  # measure the machine again instead of using the cached value
     fabric_prefix: str = "emu-"  # namespace name prefix of the fabric
+    report: bool = True  # print the summary table and the results' paths at the end
     say: Callable[[str], None] = field(default=say, compare=False)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -37,6 +38,7 @@ from collectors.tables import column, to_table
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem, ScenarioError
+from emulator.run.calibrate import Shape
 from emulator.run.link_events import LinkEventRunner, flows_crossing
 from emulator.run.link_events import resolve as resolve_link_events
 from emulator.run.options import RunOptions, RunResult
@@ -75,7 +77,27 @@ def target_rate_bps(spec: Any) -> float:
     return spec.max_rate_gbps * 1e9
 
 
-def choose_tdf(scenario: Scenario, options: RunOptions, world: int) -> TdfChoice:
+def calibration_shape(scenario: Scenario, world: int) -> Shape:
+    """The scenario's fabric and QPs, for a calibration shaped like its run."""
+    fabric = scenario.fabric
+    qps = scenario.collectives.qps_per_peer
+    if isinstance(fabric, ClosSpec) and fabric.pods == 1:
+        return Shape(
+            fabric.hosts_per_leaf,
+            fabric.leaves,
+            fabric.spines,
+            fabric.parallel_links,
+            qps,
+            world,
+        )
+    # several pods: the same number of ranks on one pod's two tiers
+    leaves = max(2, math.ceil(world / 16))
+    return Shape(max(1, math.ceil(world / leaves)), leaves, 2, 1, qps, world)
+
+
+def choose_tdf(
+    scenario: Scenario, options: RunOptions, world: int, planned: PlannedWorkload | None = None
+) -> TdfChoice:
     peak_bps = world * target_rate_bps(scenario.fabric)
     if isinstance(scenario.fabric, DutSpec):
         return TdfChoice(1.0, "dut", peak_bps)
@@ -86,12 +108,24 @@ def choose_tdf(scenario: Scenario, options: RunOptions, world: int) -> TdfChoice
         return TdfChoice(float(setting), "scenario", peak_bps)
     from emulator.run.calibrate import calibrate
 
-    headroom = scenario.run.load_headroom
     calibration = calibrate(
-        scenario.transport.path_mtu_bytes, refresh=options.recalibrate, say=options.say
+        scenario.transport.path_mtu_bytes,
+        calibration_shape(scenario, world),
+        refresh=options.recalibrate,
+        say=options.say,
     )
-    tdf = auto_tdf(peak_bps, calibration.capacity_bps, headroom)
-    return TdfChoice(tdf, "auto", peak_bps, headroom, calibration)
+    tdf, why = auto_tdf(
+        peak_bps,
+        calibration,
+        scenario.transport.dcqcn,
+        scenario.metrics.fidelity.cpu_busy_ratio,
+    )
+    first = TdfChoice(tdf, "auto", peak_bps, calibration, why)
+    if planned is None or not isinstance(scenario.fabric, ClosSpec):
+        return first
+    from emulator.run.probe import verify
+
+    return verify(scenario, options, planned, first)
 
 
 def scenario_text(scenario: Scenario) -> str:
@@ -251,7 +285,7 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
             from fabrics.topology import build_clos
 
             resolve_link_events(scenario.fabric, build_clos(scenario.fabric))  # before bring-up
-        choice = choose_tdf(scenario, options, planned.world_size)
+        choice = choose_tdf(scenario, options, planned.world_size, planned)
         started = datetime.now(UTC)
         out_dir = options.out_dir or default_results_dir(
             Path(scenario.metrics.results_dir), scenario.name, started
@@ -259,13 +293,14 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
         writer = ResultsWriter(out_dir, scenario_text=scenario_text(scenario))
         options.say(
             f"{planned.world_size} ranks, {planned.collectives} collectives, ideal job time "
-            f"{planned.ideal.job_time_s * 1e3:.3f} ms; TDF {choice.tdf:g} ({choice.how}), so about "
-            f"{planned.ideal.job_time_s * choice.tdf:.0f} s of wall time at best"
+            f"{planned.ideal.job_time_s * 1e3:.3f} ms; TDF {choice.tdf:g} ({choice.how}"
+            + (f", bound by {choice.bound_by}" if choice.bound_by else "")
+            + f"), so about {planned.ideal.job_time_s * choice.tdf:.0f} s of wall time at best"
         )
-        return _run_on_fabric(scenario, options, planned, choice, writer, stack)
+        return run_on_fabric(scenario, options, planned, choice, writer, stack)
 
 
-def _run_on_fabric(
+def run_on_fabric(
     scenario: Scenario,
     options: RunOptions,
     planned: PlannedWorkload,
@@ -446,6 +481,10 @@ def _run_on_fabric(
     )
     extra = {
         "time_dilation": choice.to_json(),
+        "wall_time": {
+            "replay_s": metadata.get("replay_wall_s"),
+            "predicted_s": planned.ideal.job_time_s * choice.tdf,  # the ideal job time x TDF
+        },
         "ideal_job_time_s": planned.ideal.job_time_s,
         "world_size": planned.world_size,
         "iterations": planned.numbering.total,
@@ -499,9 +538,10 @@ def _run_on_fabric(
     url = scenario.metrics.prometheus.pushgateway_url
     if url:
         push(exporter.registry, url)
-    print(summary_table(summary))  # with the latency per class and the expectations
-    print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")
-    sys.stdout.flush()
+    if options.report:
+        print(summary_table(summary))  # with the latency per class and the expectations
+        print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")
+        sys.stdout.flush()
     if error is not None:
         raise error
     failed = sum(v.status == "FAIL" for v in verdicts)

@@ -151,16 +151,6 @@ class RunSpec:
         min_exclusive=True,
     )
     seed: int = param(1, doc="seed of every random choice (ECN marking, source ports)", min=0)
-    load_headroom: float = param(
-        0.2,
-        doc="with time_dilation auto: the share of this machine's calibrated capacity the "
-        "emulated peak load (every NIC at line rate) may use. The calibration sends flat out in "
-        "64-packet bursts; a paced run sends a few packets per NIC per tick and costs several "
-        "times more CPU per packet (moe_mix here: CPU saturated in 97% of samples at headroom "
-        "0.5, 18% at 0.2)",
-        min=0.01,
-        max=1.0,
-    )
     pfc_frames: tuple[PfcFramesSpec, ...] = param(
         (), doc="PFC frame generators (switch tests: PFC propagation, pause handling)"
     )

@@ -12,14 +12,22 @@ import pytest
 from collectors.events import FlowFinished, FlowStarted
 from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
 from emulator.commands.run import fabric_mapping, quick_scenario
-from emulator.errors import InputError
-from emulator.run.calibrate import CACHE_ENV, Calibration, load_cached, machine_key, store
+from emulator.errors import EnvironmentProblem, InputError
+from emulator.run.calibrate import (
+    CACHE_ENV,
+    Calibration,
+    LoadPoint,
+    load_cached,
+    machine_key,
+    store,
+)
 from emulator.run.iterations import IterationNumbering
 from emulator.run.progress import ProgressLine, ProgressState
-from emulator.run.tdf import auto_tdf, round_up_2sig
+from emulator.run.tdf import auto_tdf, point_tdf, round_up_2sig
 from emulator.run.workload import generated_steps
 from emulator.scenario import load_scenario
 from emulator.schedule.plan import CollectiveInstance
+from emulator.transport.params import DcqcnParams
 from fabrics.spec import ClosSpec
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
@@ -42,18 +50,48 @@ def test_round_up_to_two_significant_digits(value: float, expected: float) -> No
     assert round_up_2sig(value) >= min(value, 1.0) or value < 1
 
 
-def test_auto_tdf_fits_the_peak_load_in_the_headroom() -> None:
-    # 16 NICs x 400 Gb/s into half of 4.43 Gb/s: 6.4e12 / 2.215e9 = 2889.4 -> 2900
-    tdf = auto_tdf(16 * 400e9, 4.43e9, 0.5)
-    assert tdf == 2900
-    assert 16 * 400e9 / tdf <= 0.5 * 4.43e9
-    assert auto_tdf(1e6, 4.43e9, 0.5) == 1.0  # never below real time
-    with pytest.raises(ValueError):
-        auto_tdf(1e9, 0.0, 0.5)
+def _curve(*points: tuple[float, float, float, float, float]) -> Calibration:
+    return Calibration(
+        0.0, 32, 4096, 9.0, "m", "2026-11-24T00:00:00Z",
+        points=tuple(LoadPoint(*p) for p in points),
+    )  # fmt: skip
+
+
+def test_auto_tdf_is_the_lowest_at_which_the_engine_checks_hold() -> None:
+    dcqcn = DcqcnParams()  # reaction timer 4 us, increase period 300 us
+    peak = 16 * 400e9
+    curve = _curve(
+        # offered, delivered, p99 late, max late (wall s), busiest worker
+        (1e9, 1e9, 2e-3, 20e-3, 0.2),
+        (2e9, 1.99e9, 3e-3, 30e-3, 0.4),
+        (4e9, 3.9e9, 8e-3, 60e-3, 0.7),
+        (8e9, 5e9, 20e-3, 90e-3, 0.99),  # behind its pacing: never used
+    )
+    # at 4 Gb/s: load needs 1600, lateness p99 8 ms / 4 us = 2000 -> 2000
+    # at 2 Gb/s: load needs 3200 -> 3200; at 1 Gb/s: 6400. The lowest is 2000, bound by p99.
+    tdf, why = auto_tdf(peak, curve, dcqcn, 0.95)
+    assert tdf == 2000 and "p99" in why
+    # the same machine with a small scenario: lateness alone sets the factor
+    tdf, why = auto_tdf(4 * 25e9, curve, dcqcn, 0.95)
+    assert tdf == 500 and "p99" in why  # 2 ms / 4 us at the 1 Gb/s point
+    # a quiet worker whose lateness is tiny: the load bounds it
+    quiet = _curve((4e9, 4e9, 10e-6, 100e-6, 0.5))
+    assert auto_tdf(peak, quiet, dcqcn, 0.95) == (1600.0, auto_tdf(peak, quiet, dcqcn, 0.95)[1])
+    assert "load" in auto_tdf(peak, quiet, dcqcn, 0.95)[1]
+    # lateness p99 is judged in target time: at the chosen TDF it is within the timer
+    assert point_tdf(curve.points[2], peak, dcqcn)[0] * 4e-6 >= 8e-3
+    assert auto_tdf(1e6, quiet, dcqcn, 0.95)[0] == 2.5  # 10 us p99 over a 4 us timer
+    instant = _curve((4e9, 4e9, 1e-6, 1e-5, 0.5))
+    assert auto_tdf(1e6, instant, dcqcn, 0.95)[0] == 1.0  # never below real time
+    with pytest.raises(EnvironmentProblem, match="no load this machine delivers on pace"):
+        auto_tdf(peak, _curve((1e9, 0.5e9, 1e-3, 1e-3, 0.3)), dcqcn, 0.95)
 
 
 def _calibration(mtu: int) -> Calibration:
-    return Calibration(4.2e9, 4, mtu, 1.9, machine_key(mtu), "2026-11-22T00:00:00Z")
+    return Calibration(
+        4.2e9, 4, mtu, 1.9, machine_key(mtu), "2026-11-22T00:00:00Z",
+        points=(LoadPoint(1e9, 1e9, 1e-3, 2e-3, 0.3),),
+    )  # fmt: skip
 
 
 def test_calibration_cache_is_per_machine_and_mtu(
@@ -64,6 +102,7 @@ def test_calibration_cache_is_per_machine_and_mtu(
     store(_calibration(4096))
     cached = load_cached(4096)
     assert cached is not None and cached.cached and cached.capacity_bps == 4.2e9
+    assert cached.points == (LoadPoint(1e9, 1e9, 1e-3, 2e-3, 0.3),)
     assert load_cached(1024) is None  # another MTU is another measurement
     store(_calibration(1024))
     assert load_cached(4096) is not None and load_cached(1024) is not None

@@ -1,0 +1,152 @@
+"""Auto TDF, verified on the scenario's own workload.
+
+The calibrated load curve (emulator.run.calibrate) gives a first factor from synthetic paced
+traffic. What makes a worker's ticks late in a run is the whole run, though: the kernel's
+forwarding, HTB's timers and the ECN marker in softirq on the same two cores, ACKs and CNPs,
+the bursts of collectives starting together. So the first factor is tried: a probe replays the
+scenario itself on its fabric at that TDF for PROBE_WALL_S of wall time and the engine's checks
+(emulator.run.verdict: tick lateness in target time against DCQCN's timers, worker CPU) judge it;
+while they fail the factor grows by what the lateness says (at most MAX_PROBES tries). The
+factor that held is cached per machine and scenario (what the probe depends on: fabric,
+workload, collectives, transport, traffic, compute), so later runs start at once;
+`--recalibrate` probes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from emulator.engine.coordinator import EngineFailure
+from emulator.run.calibrate import cache_path, machine_key
+from emulator.run.options import RunOptions
+from emulator.run.tdf import TdfChoice, round_up_2sig
+from emulator.run.verdict import engine_checks, timing_limits_s
+from emulator.scenario.model import Scenario
+
+PROBE_WALL_S = 10.0
+MAX_PROBES = 4
+VERIFIED_FILE = "verified_tdf.json"
+GROWTH_MIN, GROWTH_MAX, GROWTH_MARGIN = 1.3, 4.0, 1.2
+
+
+def scenario_key(scenario: Scenario) -> str:
+    """What a probe's outcome depends on, hashed (names and output settings left out)."""
+    parts = [
+        scenario.fabric,
+        scenario.workload,
+        scenario.collectives,
+        scenario.transport,
+        scenario.traffic,
+        scenario.compute,
+    ]
+    text = repr([dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p for p in parts])  # type: ignore[arg-type]
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _cache_file() -> Path:
+    return cache_path().with_name(VERIFIED_FILE)
+
+
+def load_verified(key: str) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(_cache_file().read_text())[key]
+        return entry if isinstance(entry, dict) and float(entry["tdf"]) >= 1 else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store_verified(key: str, entry: dict[str, Any]) -> None:
+    path = _cache_file()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        entries = json.loads(path.read_text())
+        if not isinstance(entries, dict):
+            entries = {}
+    except (OSError, ValueError):
+        entries = {}
+    entries[key] = entry
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entries, indent=1))
+    tmp.chmod(0o600)
+    tmp.replace(path)
+
+
+def lateness_growth(metadata: dict[str, Any], tdf: float, scenario: Scenario) -> float:
+    """How much the factor must grow for the worst worker's lateness to fit DCQCN's timers."""
+    p99_limit_s, max_limit_s = timing_limits_s(scenario.transport.dcqcn)
+    need = 1.0
+    for w in metadata.get("worker_tick_lateness") or []:
+        if isinstance(w, dict) and w.get("ticks"):
+            need = max(need, w["p99_s"] / tdf / p99_limit_s, w["max_s"] / tdf / max_limit_s)
+    return min(max(need * GROWTH_MARGIN, GROWTH_MIN), GROWTH_MAX)
+
+
+def probe(scenario: Scenario, options: RunOptions, planned: Any, tdf: float) -> dict[str, Any]:
+    """The engine's metadata of a PROBE_WALL_S replay of the scenario at `tdf` (results in a
+    temporary folder, no exporter, no output)."""
+    from collectors.results import ResultsWriter
+    from emulator.run.pipeline import run_on_fabric
+
+    metrics = scenario.metrics
+    quiet = dataclasses.replace(
+        scenario,
+        run=dataclasses.replace(scenario.run, deadline_s=PROBE_WALL_S, time_dilation=tdf),
+        metrics=dataclasses.replace(
+            metrics,
+            prometheus=dataclasses.replace(metrics.prometheus, enabled=False, pushgateway_url=None),
+        ),
+    )
+    probe_options = dataclasses.replace(options, progress=False, report=False, say=lambda _m: None)
+    choice = TdfChoice(tdf, "probe", 0.0)
+    with tempfile.TemporaryDirectory(prefix="emulate-probe-") as tmp:
+        writer = ResultsWriter(Path(tmp) / "probe", scenario_text="probe\n")
+        try:
+            with contextlib.ExitStack() as stack:
+                result = run_on_fabric(quiet, probe_options, planned, choice, writer, stack)
+            summary = result.summary
+        except EngineFailure as exc:
+            if "not finished after" not in str(exc):
+                raise  # a failure, not the probe's deadline
+            # the deadline stopped the probe: its partial summary has the workers' numbers
+            summary = json.loads((writer.target / "summary.json").read_text())
+    engine = summary.get("engine")
+    return engine if isinstance(engine, dict) else {}
+
+
+def verify(scenario: Scenario, options: RunOptions, planned: Any, first: TdfChoice) -> TdfChoice:
+    """The lowest factor from `first` up at which a probe of the scenario passes the engine's
+    checks (cached)."""
+    key = f"{machine_key(scenario.transport.path_mtu_bytes)}|{scenario_key(scenario)}"
+    if not options.recalibrate and (cached := load_verified(key)) is not None:
+        return dataclasses.replace(
+            first, tdf=float(cached["tdf"]), bound_by=f"{cached['bound_by']} (cached)"
+        )
+    busy_limit = scenario.metrics.fidelity.cpu_busy_ratio
+    tdf = first.tdf
+    tried: list[str] = []
+    for _ in range(MAX_PROBES):
+        options.say(f"verifying TDF {tdf:g} on the scenario's own workload ({PROBE_WALL_S:g} s)")
+        metadata = probe(scenario, options, planned, tdf)
+        reasons, unknown = engine_checks(metadata, tdf, scenario.transport.dcqcn, busy_limit)
+        if not reasons and not unknown:
+            bound = (
+                f"{first.bound_by}; a probe of the workload held"
+                if not tried
+                else f"a probe of the workload: its ticks were late at TDF {', '.join(tried)}"
+            )
+            store_verified(key, {"tdf": tdf, "bound_by": bound, "probes": [*tried, f"{tdf:g}"]})
+            return dataclasses.replace(first, tdf=tdf, bound_by=bound)
+        tried.append(f"{tdf:g}")
+        options.say(f"TDF {tdf:g}: {(reasons or unknown)[0]}")
+        tdf = round_up_2sig(tdf * lateness_growth(metadata, tdf, scenario))
+    options.say(
+        f"warning: no probe up to TDF {tried[-1]} passed the engine's checks; running at {tdf:g} "
+        "unverified (the fidelity verdict will say how it went)"
+    )
+    return dataclasses.replace(first, tdf=tdf, bound_by="unverified: probes kept failing")
