@@ -45,6 +45,10 @@ class IterationNumbering:
     def total(self) -> int:
         return self.passes * self.steps_per_pass
 
+    def restart(self) -> None:
+        """A new replay of the same plan (auto TDF's probe, then the run) numbers from 0."""
+        self._seen.clear()
+
     def number(self, inst: CollectiveInstance) -> int:
         """The instance's iteration; call once per instance, in matching order."""
         key = (inst.iteration, inst.collective, inst.group)

@@ -201,6 +201,7 @@ class Replay:
         self.stragglers = {int(r) for r in scenario.compute.stragglers}
         # collective instances with a straggler among their members, by type
         self.affected: Counter[str] = Counter()
+        planned.numbering.restart()  # a replay numbers its instances from the first
         self.job: Driver = planned.schedule(scenario, self._on_instance, self._on_member_issued)
 
     def _on_instance(self, inst: CollectiveInstance) -> None:

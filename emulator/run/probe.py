@@ -6,7 +6,8 @@ forwarding, HTB's timers and the ECN marker in softirq on the same two cores, AC
 the bursts of collectives starting together. So the first factor is tried: a probe replays the
 scenario itself on its fabric at that TDF for PROBE_WALL_S of wall time and the engine's checks
 (emulator.run.verdict: tick lateness in target time against DCQCN's timers, worker CPU) judge it;
-while they fail the factor grows by what the lateness says (at most MAX_PROBES tries). The
+while they fail the factor grows by what the lateness says (at most MAX_PROBES tries), then a
+bisection between the last failing and the passing factor finds the lowest that holds. The
 factor that held is cached per machine and scenario (what the probe depends on: fabric,
 workload, collectives, transport, traffic, compute), so later runs start at once;
 `--recalibrate` probes again.
@@ -18,7 +19,9 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +33,8 @@ from emulator.run.verdict import engine_checks, timing_limits_s
 from emulator.scenario.model import Scenario
 
 PROBE_WALL_S = 10.0
-MAX_PROBES = 4
+MAX_PROBES = 4  # growing; then at most BISECTIONS more between the last failure and the pass
+BISECTIONS = 2
 VERIFIED_FILE = "verified_tdf.json"
 GROWTH_MIN, GROWTH_MAX, GROWTH_MARGIN = 1.3, 4.0, 1.2
 
@@ -119,34 +123,64 @@ def probe(scenario: Scenario, options: RunOptions, planned: Any, tdf: float) -> 
     return engine if isinstance(engine, dict) else {}
 
 
-def verify(scenario: Scenario, options: RunOptions, planned: Any, first: TdfChoice) -> TdfChoice:
+Prober = Callable[[Scenario, RunOptions, Any, float], dict[str, Any]]
+
+
+def verify(
+    scenario: Scenario,
+    options: RunOptions,
+    planned: Any,
+    first: TdfChoice,
+    prober: Prober = probe,
+) -> TdfChoice:
     """The lowest factor from `first` up at which a probe of the scenario passes the engine's
-    checks (cached)."""
+    checks: grow while probes fail, then bisect (geometrically) between the last failure and
+    the first pass; cached per machine and scenario."""
     key = f"{machine_key(scenario.transport.path_mtu_bytes)}|{scenario_key(scenario)}"
     if not options.recalibrate and (cached := load_verified(key)) is not None:
         return dataclasses.replace(
             first, tdf=float(cached["tdf"]), bound_by=f"{cached['bound_by']} (cached)"
         )
     busy_limit = scenario.metrics.fidelity.cpu_busy_ratio
-    tdf = first.tdf
-    tried: list[str] = []
-    for _ in range(MAX_PROBES):
+    results: dict[float, bool] = {}
+
+    def passes(tdf: float) -> bool:
         options.say(f"verifying TDF {tdf:g} on the scenario's own workload ({PROBE_WALL_S:g} s)")
-        metadata = probe(scenario, options, planned, tdf)
+        metadata = prober(scenario, options, planned, tdf)
         reasons, unknown = engine_checks(metadata, tdf, scenario.transport.dcqcn, busy_limit)
-        if not reasons and not unknown:
-            bound = (
-                f"{first.bound_by}; a probe of the workload held"
-                if not tried
-                else f"a probe of the workload: its ticks were late at TDF {', '.join(tried)}"
+        results[tdf] = not reasons and not unknown
+        if not results[tdf]:
+            options.say(f"TDF {tdf:g}: {(reasons or unknown)[0]}")
+            growth[0] = lateness_growth(metadata, tdf, scenario)
+        return results[tdf]
+
+    growth = [GROWTH_MIN]
+    tdf = first.tdf
+    while not passes(tdf):
+        if len(results) >= MAX_PROBES:
+            options.say(
+                f"warning: no probe up to TDF {tdf:g} passed the engine's checks; running at "
+                f"{tdf:g} unverified (the fidelity verdict will say how it went)"
             )
-            store_verified(key, {"tdf": tdf, "bound_by": bound, "probes": [*tried, f"{tdf:g}"]})
-            return dataclasses.replace(first, tdf=tdf, bound_by=bound)
-        tried.append(f"{tdf:g}")
-        options.say(f"TDF {tdf:g}: {(reasons or unknown)[0]}")
-        tdf = round_up_2sig(tdf * lateness_growth(metadata, tdf, scenario))
-    options.say(
-        f"warning: no probe up to TDF {tried[-1]} passed the engine's checks; running at {tdf:g} "
-        "unverified (the fidelity verdict will say how it went)"
+            return dataclasses.replace(first, tdf=tdf, bound_by="unverified: probes kept failing")
+        tdf = round_up_2sig(tdf * growth[0])
+    failed = [t for t, ok in results.items() if not ok]
+    for _ in range(BISECTIONS):
+        low = max(failed, default=None)
+        if low is None:
+            break
+        mid = round_up_2sig(math.sqrt(low * tdf))
+        if mid >= tdf or mid <= low or mid in results:
+            break
+        if passes(mid):
+            tdf = mid
+        else:
+            failed.append(mid)
+    tried = ", ".join(f"{t:g} {'held' if ok else 'late'}" for t, ok in sorted(results.items()))
+    bound = (
+        f"{first.bound_by}; a probe of the workload held"
+        if len(results) == 1
+        else f"probes of the workload ({tried})"
     )
-    return dataclasses.replace(first, tdf=tdf, bound_by="unverified: probes kept failing")
+    store_verified(key, {"tdf": tdf, "bound_by": bound})
+    return dataclasses.replace(first, tdf=tdf, bound_by=bound)

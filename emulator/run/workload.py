@@ -93,6 +93,10 @@ class Numbering:
     def total(self) -> int:
         return max(self.trace.total if self.trace else 0, self.messages_per_qp, 1)
 
+    def restart(self) -> None:
+        if self.trace is not None:
+            self.trace.restart()
+
     def number(self, inst: CollectiveInstance) -> int:
         if inst.id >= TRAFFIC_ID_BASE or self.trace is None:
             return inst.iteration

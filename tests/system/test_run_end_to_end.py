@@ -117,14 +117,16 @@ def test_shrunken_moe_mix_end_to_end(
     choice = summary["time_dilation"]
     assert choice["how"] == "auto" and choice["calibration"]["capacity_bps"] > 0
     assert summary["tdf"] == choice["tdf"] >= 1
-    # the factor is the lowest the calibrated load curve allows for this peak (4 NICs x 400G)
+    # the load curve gave the first factor for this peak (4 NICs x 400G); a probe of the workload
+    # verified it or raised it
     from emulator.run.calibrate import Calibration
     from emulator.run.tdf import auto_tdf
 
     curve = Calibration.from_json(choice["calibration"])
     assert curve.points and choice["peak_load_bps"] == 4 * 400e9
-    expected, why = auto_tdf(4 * 400e9, curve, scenario.transport.dcqcn, 0.95)
-    assert (summary["tdf"], choice["bound_by"]) == (expected, why)
+    first, _why = auto_tdf(4 * 400e9, curve, scenario.transport.dcqcn, 0.95)
+    assert summary["tdf"] >= first and choice["bound_by"]
+    assert (tmp_path / "cache" / "verified_tdf.json").is_file()
     assert (tmp_path / "cache" / "calibration.json").is_file()
 
     # every planned collective and flow has a complete record with the planned bytes
@@ -169,8 +171,12 @@ def test_shrunken_moe_mix_end_to_end(
         ),
     )
     assert not any("burst tolerance" in r for r in fidelity["reasons"])
-    # every check had its data, and the switch counters' baseline was read at the start
+    # every check had its data, and at the factor auto chose the run held: the verdict is ok
+    # (no drops or retransmissions in the lossless fabric, ticks on time for DCQCN's timers)
     assert fidelity["unknown"] == []
+    assert fidelity["verdict"] == "ok", fidelity["reasons"]
+    assert summary["totals"]["switch_drops"] == 0
+    assert summary["totals"]["retransmitted_packets"] == 0
     assert summary["pfc_equivalent"]["known"] in (True, False)
     nic = pq.read_table(out / "nic.parquet").to_pylist()
     assert {r["rank"] for r in nic} == {0, 1, 2, 3} and sum(r["delta_bytes"] for r in nic) > 0

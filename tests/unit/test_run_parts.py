@@ -234,3 +234,11 @@ def test_signals_during_teardown_wait_until_it_is_over() -> None:
     with signals_deferred():  # no signal: nothing raised
         steps.append("again")
     assert steps[-1] == "again"
+
+
+def test_iteration_numbering_restarts_for_a_new_replay() -> None:
+    plan = [_instance(i, "ALL_REDUCE", "dp", 0) for i in range(3)]
+    numbering = IterationNumbering(plan, 3)
+    assert [numbering.number(i) for i in plan] == [0, 1, 2]
+    numbering.restart()  # auto TDF's probe replayed the plan first: the run starts at 0 again
+    assert [numbering.number(i) for i in plan] == [0, 1, 2]

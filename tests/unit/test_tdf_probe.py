@@ -1,0 +1,91 @@
+"""Auto TDF's verification on the scenario's own workload (emulator.run.probe), with a fake
+prober standing for the real 10 s replays: a machine whose worst tick is late by a fixed wall
+time, so a factor holds when that lateness divided by it fits DCQCN's 4 us reaction timer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator.run.calibrate import CACHE_ENV
+from emulator.run.options import RunOptions
+from emulator.run.probe import load_verified, scenario_key, verify
+from emulator.run.tdf import TdfChoice
+from emulator.scenario import load_scenario
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def machine(late_p99_s: float, calls: list[float]) -> Any:
+    def prober(_scenario: Any, _options: Any, _planned: Any, tdf: float) -> dict[str, Any]:
+        calls.append(tdf)
+        worker = {"ticks": 1000, "p99_s": late_p99_s, "max_s": late_p99_s}
+        return {"worker_tick_lateness": [worker, worker], "worker_busy_ratio": [0.3, 0.3]}
+
+    return prober
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    return tmp_path
+
+
+def test_a_first_factor_that_holds_is_kept_and_cached(cache: Path) -> None:
+    scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
+    calls: list[float] = []
+    first = TdfChoice(1600.0, "auto", 6.4e12, bound_by="load")
+    options = RunOptions(progress=False, say=lambda _m: None)
+    # 4 ms late: 2.5 us at TDF 1600, within 4 us
+    got = verify(scenario, options, None, first, machine(4e-3, calls))
+    assert got.tdf == 1600 and calls == [1600.0] and "held" in (got.bound_by or "")
+    assert (cache / "verified_tdf.json").stat().st_mode & 0o077 == 0
+    again: list[float] = []
+    cached = verify(scenario, options, None, first, machine(1.0, again))
+    assert cached.tdf == 1600 and again == [] and "(cached)" in (cached.bound_by or "")
+
+
+def test_late_ticks_raise_the_factor_then_bisection_finds_the_lowest(cache: Path) -> None:
+    del cache
+    scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
+    calls: list[float] = []
+    first = TdfChoice(1600.0, "auto", 6.4e12, bound_by="load")
+    said: list[str] = []
+    options = RunOptions(progress=False, say=said.append)
+    # 14 ms late: needs TDF >= 3500. 1600 fails, grows x4 (need 2.2 x 1.2, capped
+    # between 1.3 and 4) to 4200, which holds; bisection tries 2600 (late) then 3400 (late)
+    got = verify(scenario, options, None, first, machine(14e-3, calls))
+    assert calls[0] == 1600 and calls[1] == 4200
+    assert all(t < 3500 for t in calls[2:]) and len(calls) <= 4
+    assert got.tdf == 4200 and got.tdf * 4e-6 >= 14e-3
+    assert any("TDF 1600: engine worker 0" in m for m in said)
+    assert "probes of the workload" in (got.bound_by or "")
+    assert load_verified(next(iter(_keys(scenario))))["tdf"] == 4200  # type: ignore[index]
+
+
+def test_a_machine_that_never_keeps_up_runs_unverified_and_says_so(cache: Path) -> None:
+    del cache
+    scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
+    calls: list[float] = []
+    said: list[str] = []
+    first = TdfChoice(100.0, "auto", 6.4e12, bound_by="load")
+    got = verify(
+        scenario, RunOptions(progress=False, say=said.append), None, first, machine(10.0, calls)
+    )
+    assert len(calls) == 4 and got.bound_by == "unverified: probes kept failing"
+    assert any(m.startswith("warning: no probe") for m in said)
+
+
+def test_the_key_follows_what_the_probe_depends_on() -> None:
+    a = load_scenario(SCENARIOS / "moe_mix.yaml")
+    b = load_scenario(SCENARIOS / "allreduce_only.yaml")
+    assert scenario_key(a) == scenario_key(load_scenario(SCENARIOS / "moe_mix.yaml"))
+    assert scenario_key(a) != scenario_key(b)
+
+
+def _keys(scenario: Any) -> list[str]:
+    from emulator.run.calibrate import machine_key
+
+    return [f"{machine_key(scenario.transport.path_mtu_bytes)}|{scenario_key(scenario)}"]
