@@ -522,6 +522,9 @@ class Coordinator:
             ),
             # per worker: ticks, p99 and max of how late they fired (wall seconds)
             "worker_tick_lateness": [w.stats.get("tick_lateness") for w in self.workers],
+            # per worker: bytes sent and the pacing deficit (bytes the rates allowed but late
+            # ticks could not send)
+            "worker_pacing": [w.stats.get("pacing") for w in self.workers],
             # per worker: garbage-collector runs per generation, total and longest pause
             "worker_gc_pauses": [w.stats.get("gc_pauses") for w in self.workers],
             "wall_s": wall_s,

@@ -19,7 +19,14 @@ class NicPacer:
     """GCRA over wire bytes in target time. `floor_s` bounds the credit: the caller passes
     now - burst (minus how late its tick is), as it does to every queue pair's poll_burst."""
 
-    __slots__ = ("free_at_s", "line_rate_bps", "sent_wire_bytes", "turn")
+    __slots__ = (
+        "backlogged",
+        "free_at_s",
+        "line_rate_bps",
+        "lost_wire_bytes",
+        "sent_wire_bytes",
+        "turn",
+    )
 
     def __init__(self, line_rate_bps: float) -> None:
         if line_rate_bps <= 0:
@@ -28,6 +35,14 @@ class NicPacer:
         self.free_at_s = -math.inf  # target time at which the NIC has sent all it was given
         self.sent_wire_bytes = 0
         self.turn = 0  # which queue pair the arbiter serves first on the next tick
+        # the last serve ended with the budget spent and queue pairs still due: line-rate bound
+        self.backlogged = False
+        self.lost_wire_bytes = 0.0  # credit the floor cut while backlogged (pacing deficit)
+
+    def start_tick(self, floor_s: float) -> None:
+        """A serve begins: credit the floor cuts from a NIC that was backlogged is lost."""
+        if self.backlogged and self.free_at_s < floor_s:
+            self.lost_wire_bytes += (floor_s - self.free_at_s) * self.line_rate_bps / 8
 
     def budget_bytes(self, now: float, floor_s: float) -> int:
         """Wire bytes the NIC has earned by `now` (credit back to at most floor_s), -1 while it

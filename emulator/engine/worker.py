@@ -446,6 +446,9 @@ class Worker:
         nic.turn += 1
         order = [conn for _, conn in conns[turn:] + conns[:turn]]
         packet_wire = self._max_packet_wire_bytes
+        nic.start_tick(floor)
+        # a NIC that was line-rate bound accounts the lost credit itself, not its queue pairs
+        count_lost = not nic.backlogged
         budget = nic.budget_bytes(now, floor)
         while order and budget >= 0:
             waiting = []
@@ -455,6 +458,7 @@ class Worker:
                     floor_s=floor,
                     max_packets=min(max_segments, 1 + budget // packet_wire),
                     max_bytes=GSO_MAX_BUFFER_BYTES,
+                    count_lost=count_lost,
                 )
                 if burst is None:
                     continue
@@ -465,6 +469,7 @@ class Worker:
                 if budget < 0:
                     break
             order = waiting
+        nic.backlogged = budget < 0 and bool(order)
 
     def _send_burst(self, conn: _SendConn, burst: Burst) -> int:
         """One GSO send of the burst's segments (one send per segment without GSO); returns
@@ -812,8 +817,17 @@ class Worker:
             "max_tick_gap_s": self.max_tick_gap_s,
             "tick_lateness": self.tick_lateness.to_json(),  # wall seconds
             "gc_pauses": self.gc_pauses.to_json(),  # wall seconds
+            "pacing": self._pacing(),
             "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
         }
+
+    def _pacing(self) -> dict[str, float]:
+        """Bytes sent and bytes the rates allowed but the ticks came too late for (the NICs'
+        when line-rate bound, else their queue pairs'), summed over the worker's NICs."""
+        nics = {id(r.nic): r.nic for r in self.ranks.values()}.values()
+        lost = sum(n.lost_wire_bytes for n in nics)
+        lost += sum(c.qp.pacing_lost_bytes for c in self.send_conns.values())
+        return {"sent_bytes": float(sum(n.sent_wire_bytes for n in nics)), "lost_bytes": lost}
 
     def _nic_changes(self) -> dict[int, tuple[int, int]]:
         """Byte counters of the ranks whose counters moved since the last report (a worker

@@ -7,7 +7,9 @@ stay within DCQCN's shortest reaction timer (rate_reduce_monitor_period, min_tim
 a CNP is acted on within one such period on a NIC) and the maximum within one increase period
 (rpg_time_reset: a whole increase step missed changes the rate trajectory). CPU is the engine's
 own: each worker's CPU time over the run's wall time (other tenants of the machine are not the
-run; what they take shows up as lateness). A check without the numbers it needs says unknown.
+run; what they take shows up as lateness). The pacing deficit is what the rates allowed but ticks
+came too late to send (the token buckets' floor cut it), over what was sent: above 1% the rates
+and FCTs measured are the machine's. A check without the numbers it needs says unknown.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Any
 from emulator.transport.params import DcqcnParams
 
 BURST_SHARE_LIMIT = 0.05  # a flow may pass at most this share of its bytes above line rate
+# Pacing deficit: bytes the rates allowed that late ticks could not send, as a share of what was
+# sent; above this the measured rates are the machine's, not DCQCN's.
+PACING_DEFICIT_LIMIT = 0.01
 
 
 def burst_reason(flow_bytes: list[int], fabric: dict[str, Any]) -> str | None:
@@ -71,6 +76,19 @@ def engine_checks(
                 f"engine worker {index}: a tick came {max_s * 1e6:.3g} us (target time) late, "
                 f"over DCQCN's {max_limit_s * 1e6:g} us increase period ({w['max_s'] * 1e3:.0f} "
                 "ms wall): a rate step was missed"
+            )
+    pacing = metadata.get("worker_pacing") or []
+    if not pacing or any(not isinstance(w, dict) for w in pacing):
+        unknown.append("pacing deficit: a worker reported no pacing counters")
+    for index, w in enumerate(pacing):
+        if not isinstance(w, dict) or not w.get("sent_bytes"):
+            continue
+        share = w["lost_bytes"] / w["sent_bytes"]
+        if share > PACING_DEFICIT_LIMIT:
+            reasons.append(
+                f"engine worker {index}: its ticks came too late to send {share:.1%} more bytes "
+                "than it sent, which the queue pairs' rates allowed (pacing deficit): rates and "
+                "FCTs are the machine's; raise the TDF"
             )
     busy = metadata.get("worker_busy_ratio")
     if not busy:

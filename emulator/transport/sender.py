@@ -132,6 +132,10 @@ class SendQueuePair:
         self._last_progress_s = 0.0
         self._ack_req_sent_s = -math.inf
         self._ack_req_seq = -1  # the last packet that asked for a response
+        # Pacing deficit: credit a backlogged queue pair's rate earned but the caller's polls came
+        # too late to use (the bucket's floor cut it): bytes it should have sent and did not.
+        self._backlogged = False
+        self.pacing_lost_bytes = 0.0
         # counters
         self.packets_sent = 0
         self.packets_retransmitted = 0
@@ -324,23 +328,33 @@ class SendQueuePair:
         floor_s: float,
         max_packets: int,
         max_bytes: int = GSO_MAX_BUFFER_BYTES,
+        count_lost: bool = True,
     ) -> Burst | None:
         """The packets due by `now` that one GSO buffer can carry (all the size of the first, a
         shorter last one ends it; at most max_packets and max_bytes), each taken at its own due
         time but not before floor_s: the same packets, times and state as calling
         poll_transmit(now=max(due, floor_s)) while the due time is <= now, which is the engine's
         token bucket of depth now - floor_s (emulator.engine.pacing). None: nothing is due.
-        For a queue pair made with max_burst_s = 0 (the floor bounds the credit instead)."""
+        For a queue pair made with max_burst_s = 0 (the floor bounds the credit instead).
+
+        Credit the floor cuts while the queue pair has been backlogged since its last burst (data
+        and window room left) adds to pacing_lost_bytes, unless count_lost is False (the caller
+        knows another limit bound it: its NIC's arbiter was the bottleneck)."""
         if self._max_burst_s:
             raise ValueError(
                 "poll_burst paces with floor_s: make the queue pair with max_burst_s=0"
             )
         due = self._next_tx_s
-        if due > now or max_packets < 1 or not self._has_work():
+        if due > now or max_packets < 1:
             return None
-        t0 = due if due > floor_s else floor_s
+        if not self._has_work():
+            self._backlogged = False
+            return None
         cc = self.cc
         rate = cc.rate_bps
+        if due < floor_s and self._backlogged and count_lost:
+            self.pacing_lost_bytes += (floor_s - due) * rate / 8
+        t0 = due if due > floor_s else floor_s
         msgs = self._msgs
         m, k, _ = self._next_position()
         _, payload, segment = self._describe(m, k)
@@ -422,6 +436,7 @@ class SendQueuePair:
         self._last_tx_s = t_last
         self._last_tx_bits = (size_last + self._overhead) * 8
         self._next_tx_s = t_last + self._last_tx_bits / rate
+        self._backlogged = self._has_work()
         if changed_s is not None:
             self._rate_changed(changed_s)
         packets = None

@@ -77,20 +77,31 @@ def test_engine_timing_is_judged_per_worker_in_target_time() -> None:
     dcqcn = DcqcnParams()
     assert timing_limits_s(dcqcn) == pytest.approx((4e-6, 300e-6))
     on_time = {"ticks": 1000, "p99_s": 2e-3, "max_s": 30e-3}  # wall seconds
-    meta = {"worker_tick_lateness": [on_time, on_time], "worker_busy_ratio": [0.5, 0.6]}
+    paced = {"sent_bytes": 1e9, "lost_bytes": 1e6}  # 0.1% behind
+    meta = {
+        "worker_tick_lateness": [on_time, on_time],
+        "worker_busy_ratio": [0.5, 0.6],
+        "worker_pacing": [paced, paced],
+    }
     # TDF 1000: p99 2 us, max 30 us in target time: within both
     assert engine_checks(meta, 1000.0, dcqcn, 0.95) == ([], [])
     # TDF 100: p99 20 us > 4 us, max 300 us is not over 300 us
     reasons, unknown = engine_checks(meta, 100.0, dcqcn, 0.95)
     assert len(reasons) == 2 and all("reaction timer" in r for r in reasons) and not unknown
     late = {"ticks": 1000, "p99_s": 1e-3, "max_s": 400e-3}
+    behind = {"sent_bytes": 1e9, "lost_bytes": 5e7}
     reasons, _ = engine_checks(
-        {"worker_tick_lateness": [late], "worker_busy_ratio": [0.99]}, 1000.0, dcqcn, 0.95
+        {"worker_tick_lateness": [late], "worker_busy_ratio": [0.99], "worker_pacing": [behind]},
+        1000.0,
+        dcqcn,
+        0.95,
     )
     assert any("increase period" in r and "worker 0" in r for r in reasons)
     assert any("on a CPU 99%" in r for r in reasons)
+    assert any("5.0% more bytes" in r and "pacing deficit" in r for r in reasons)
     _, unknown = engine_checks({"worker_tick_lateness": [None]}, 1000.0, dcqcn, 0.95)
     assert any("tick lateness" in u for u in unknown) and any("CPU" in u for u in unknown)
+    assert any("pacing deficit" in u for u in unknown)
 
 
 def test_tick_lateness_histogram() -> None:

@@ -46,3 +46,18 @@ def test_idle_nic_gets_no_more_than_the_burst_of_credit() -> None:
 def test_rate_must_be_positive() -> None:
     with pytest.raises(ValueError):
         NicPacer(0.0)
+
+
+def test_credit_lost_while_backlogged_is_the_pacing_deficit() -> None:
+    """A NIC that ended its last serve line-rate bound and is served again late loses the
+    credit the floor cuts; an idle NIC loses nothing (it had nothing to send)."""
+    nic = NicPacer(8e9)  # 1 byte per ns
+    nic.consume(0.0, 1000)  # free at 1 us
+    nic.start_tick(floor_s=5e-6)
+    assert nic.lost_wire_bytes == 0.0  # not backlogged: idle time is not a deficit
+    nic.backlogged = True
+    nic.start_tick(floor_s=5e-6)  # 4 us of line rate cut: 4000 bytes
+    assert nic.lost_wire_bytes == pytest.approx(4000.0)
+    nic.consume(5e-6, 1000)
+    nic.start_tick(floor_s=5.5e-6)  # still owes time: nothing lost
+    assert nic.lost_wire_bytes == pytest.approx(4000.0)

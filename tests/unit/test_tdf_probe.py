@@ -22,7 +22,12 @@ def machine(late_p99_s: float, calls: list[float]) -> Any:
     def prober(_scenario: Any, _options: Any, _planned: Any, tdf: float) -> dict[str, Any]:
         calls.append(tdf)
         worker = {"ticks": 1000, "p99_s": late_p99_s, "max_s": late_p99_s}
-        return {"worker_tick_lateness": [worker, worker], "worker_busy_ratio": [0.3, 0.3]}
+        paced = {"sent_bytes": 1e9, "lost_bytes": 0.0}
+        return {
+            "worker_tick_lateness": [worker, worker],
+            "worker_busy_ratio": [0.3, 0.3],
+            "worker_pacing": [paced, paced],
+        }
 
     return prober
 

@@ -476,3 +476,32 @@ def test_dcqcn_byte_counter_increases_end_bursts_like_packet_by_packet() -> None
     assert [e.now_s for e in changes_b] == pytest.approx([e.now_s for e in changes_a], abs=1e-12)
     assert all(abs(x - y) <= 1 for x, y in zip(counts_a, counts_b, strict=True))
     assert abs(sum(counts_a) - sum(counts_b)) <= 1
+
+
+def test_pacing_deficit_counts_credit_cut_while_backlogged() -> None:
+    """A queue pair with data that is polled late loses the credit the floor cuts (its rate
+    allowed those bytes); one polled on time, or one that had nothing to send, loses none."""
+    qp = _qp(line_rate_bps=1e9)
+    qp.post_send(now=0.0, message_id=1, size_bytes=1 << 20)
+    assert qp.poll_burst(now=0.0, floor_s=0.0, max_packets=4) is not None
+    assert qp.pacing_lost_bytes == 0.0
+    due = qp.next_transmit_s()
+    assert due is not None
+    # polled 1 ms after it was due, with a bucket of 0.1 ms: 0.9 ms at 1 Gb/s is lost
+    late = due + 1e-3
+    assert qp.poll_burst(now=late, floor_s=late - 1e-4, max_packets=64) is not None
+    assert qp.pacing_lost_bytes == pytest.approx(0.9e-3 * 1e9 / 8)
+    # the caller says its NIC was the bottleneck: not the queue pair's deficit
+    before = qp.pacing_lost_bytes
+    due = qp.next_transmit_s()
+    assert due is not None
+    qp.poll_burst(now=due + 1e-3, floor_s=due + 0.9e-3, max_packets=1, count_lost=False)
+    assert qp.pacing_lost_bytes == before
+    # an idle queue pair posted to later is not behind for the time it had nothing
+    idle = _qp(line_rate_bps=1e9)
+    idle.post_send(now=0.0, message_id=1, size_bytes=1000)
+    assert idle.poll_burst(now=0.0, floor_s=0.0, max_packets=4) is not None
+    assert idle.poll_burst(now=1.0, floor_s=0.9, max_packets=4) is None  # nothing to send
+    idle.post_send(now=2.0, message_id=2, size_bytes=1000)
+    assert idle.poll_burst(now=2.0, floor_s=1.9, max_packets=4) is not None
+    assert idle.pacing_lost_bytes == 0.0
