@@ -311,3 +311,50 @@ def test_one_way_latency_histogram_per_class() -> None:
             if x.labels["dscp"] == str(dscp)
         ]
         assert total == pytest.approx(sum(vs))
+
+
+def test_pfc_equivalent_pauses_from_port_samples() -> None:
+    """Cumulative pause counters of the port samples become per-port Prometheus counters from
+    the first sample on (a reset counter adds what it counted since), ports.parquet keeps them,
+    and summary.json's pfc_equivalent names the ports that would have paused."""
+    from collectors.events import PortSample
+    from collectors.summary import pfc_equivalent
+
+    rec = RunRecorder((), (), RunInfo("pfc", 10.0, "ebpf", "clos"), 400e9)
+
+    def port(t: float, name: str, pause_s: float | None, events: int | None) -> PortSample:
+        return PortSample(t, "leaf0", name, 0, 0, 0, 0, 0, None, pause_s, events)
+
+    rec.on_events(
+        [
+            port(0.0, "l0-s0", 1e-6, 1),  # the baseline: counted before the replay
+            port(0.0, "l0-s1", 0.0, 0),
+            port(0.0, "l0-h0", None, None),  # a marker without the data
+            port(1.0, "l0-s0", 5e-6, 3),
+            port(1.0, "l0-s1", 0.0, 0),
+            port(2.0, "l0-s0", 2e-6, 1),  # reset: 2 us and 1 pause since
+        ]
+    )
+    got = samples(rec)
+    paused = {
+        s.labels["port"]: s.value
+        for s in got["emulator_switch_port_pfc_equivalent_pause_seconds_total"]
+    }
+    pauses = {
+        s.labels["port"]: s.value for s in got["emulator_switch_port_pfc_equivalent_pauses_total"]
+    }
+    assert paused == pytest.approx({"l0-s0": 6e-6, "l0-s1": 0.0})
+    assert pauses == {"l0-s0": 3.0, "l0-s1": 0.0}
+    summary = pfc_equivalent(rec.tables())
+    assert summary["known"] and summary["ports"][0]["port"] == "l0-s0"
+    # first to last sample: 2 us - 1 us grew by 1 us (a reset makes it look smaller: never
+    # negative), the other port never paused and is not listed
+    assert [p["port"] for p in summary["ports"]] == ["l0-s0"]
+    none = RunRecorder((), (), RunInfo("x", 1.0, "red", "clos"), 400e9)
+    none.on_events([port(0.0, "p", None, None), port(1.0, "p", None, None)])
+    assert pfc_equivalent(none.tables()) == {
+        "known": False,
+        "pause_s": None,
+        "pauses": None,
+        "ports": [],
+    }
