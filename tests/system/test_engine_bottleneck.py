@@ -9,6 +9,7 @@ the router's qdisc counts; the engine's events give CE marks, CNPs, rates and co
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +25,7 @@ from emulator.transport.params import TransportParams
 from fabrics.ecn.markers import EbpfMarker
 from fabrics.iproute import run, tc
 from fabrics.queues import EcnThresholds, EgressPort, drop_tail, htb_commands
-from tests.system.noise import on_a_noisy_machine
+from tests.system.noise import Try, on_a_noisy_machine
 
 pytestmark = pytest.mark.system
 
@@ -43,14 +44,14 @@ def bed(system: None) -> Iterator[RoutedInfo]:
         b.close()
 
 
-def _on_fresh_beds(check: Callable[[RoutedInfo], None]) -> None:
+def _on_fresh_beds(check: Callable[[Try, RoutedInfo], None], what: str) -> None:
     """`check` on a new routed testbed per try (timing claims; see on_a_noisy_machine)."""
 
-    def one_try() -> None:
+    def one_try(tr: Try) -> None:
         with NetnsBed() as b:
-            check(routed(b))
+            check(tr, routed(b))
 
-    on_a_noisy_machine(one_try)
+    on_a_noisy_machine(one_try, what=what)
 
 
 def _shape(
@@ -118,6 +119,23 @@ def _rate(samples: list[tuple[float, int]], t_from: float, t_to: float) -> float
     return (b[1] - a[1]) * 8 / (b[0] - a[0])
 
 
+SETTLED_WINDOW_S = 0.1  # 5 counter samples
+
+
+def _window_rates(
+    samples: list[tuple[float, int]], t_from: float, t_to: float, window_s: float
+) -> list[float]:
+    """Rates over consecutive windows of at least `window_s` between samples in [t_from, t_to]."""
+    inside = [s for s in samples if t_from <= s[0] <= t_to]
+    rates: list[float] = []
+    a = inside[0]
+    for b in inside[1:]:
+        if b[0] - a[0] >= window_s:
+            rates.append((b[1] - a[1]) * 8 / (b[0] - a[0]))
+            a = b
+    return rates
+
+
 def _ranks(info: RoutedInfo, line_rate_bps: float) -> list[RankEndpoint]:
     return [
         RankEndpoint(0, info.sender_addr, info.sender_ns, line_rate_bps),
@@ -136,10 +154,10 @@ def test_ecn_marks_make_dcqcn_settle_at_the_bottleneck_rate(system: None, tdf: f
     nearly every packet ends up marked, the rate swings and the queue may overflow: DCQCN still
     reacts and go-back-N still delivers every byte, but the settled rate and the bounded queue
     are only claimed where the loop is resolved (TDF 10: marks are rare)."""
-    _on_fresh_beds(lambda bed: _settles(bed, tdf))
+    _on_fresh_beds(lambda tr, bed: _settles(tr, bed, tdf), f"settles at tdf {tdf:g}")
 
 
-def _settles(bed: RoutedInfo, tdf: float) -> None:
+def _settles(tr: Try, bed: RoutedInfo, tdf: float) -> None:
     ecn = EcnThresholds(kmin_bytes=20_000, kmax_bytes=80_000, pmax=0.2)
     port, marker = _shape(bed, BOTTLENECK_BPS, 4_000_000, ecn)
     assert marker is not None
@@ -150,10 +168,29 @@ def _settles(bed: RoutedInfo, tdf: float) -> None:
         bed, _ranks(bed, LINE_BPS * tdf), flows, transport, EngineParams(workers=2, tdf=tdf)
     )
     done = outcome.finished[1]
+    rates = [e.rate_bps for e in outcome.events if isinstance(e, RateSample)]
+    tr.note(
+        ce_marks=done.ce_marks,
+        packets=done.packets,
+        cnps=done.cnps_received,
+        min_rate_of_line=min(rates, default=float("nan")) / (LINE_BPS * tdf),
+    )
     assert outcome.received_bytes[1] == size
     assert done.ce_marks > 0 and done.cnps_sent > 0 and done.cnps_received > 0
-    rates = [e.rate_bps for e in outcome.events if isinstance(e, RateSample)]
-    assert rates and min(rates) <= 0.5 * LINE_BPS * tdf  # DCQCN cut the (target) rate
+    # DCQCN cut the (target) rate. Its first cut keeps 1 - alpha/2 of the line rate, alpha
+    # starting at initial_alpha_value/1024 and decaying by dce_tcp_g/1024 every dce_tcp_rtt_us
+    # until the cut lands at the end of the rate_reduce_monitor_period (4 us; a CNP meanwhile
+    # only raises alpha): at most 0.5102 of line rate, in target time at any TDF (measured:
+    # 0.5066 to 0.5102 as the first rate sample of every try). This was `<= 0.5`, which only a
+    # second cut before the 300 us increase timer reaches: at TDF 1 that depends on where the
+    # 1 ms ticks fall (it failed most tries: 0.5066 to 0.5102; the old any-1-of-3 rule hid it).
+    dcqcn = transport.dcqcn
+    alpha_at_cut = (dcqcn.initial_alpha_value / 1024) * (dcqcn.dce_tcp_g / 1024) ** (
+        dcqcn.rate_reduce_monitor_period_us / dcqcn.dce_tcp_rtt_us
+    )
+    first_cut = 1 - alpha_at_cut / 2
+    tr.note(first_cut_of_line=first_cut)
+    assert rates and min(rates) <= first_cut * LINE_BPS * tdf * (1 + 1e-9)
     if tdf < 10:
         return
     assert done.ce_marks < 0.5 * done.packets
@@ -164,8 +201,19 @@ def _settles(bed: RoutedInfo, tdf: float) -> None:
         if b >= samples[-1][1]:
             t_end = t
             break
-    settled = _rate(samples, (t_start + t_end) / 2, t_end)
-    assert settled == pytest.approx(BOTTLENECK_BPS * HTB_PER_SENT, rel=0.1)
+    # The settled rate is the median of SETTLED_WINDOW_S windows over that half, not their
+    # mean: a sender starved by another tenant for a moment lets the queue run dry in one
+    # window, while a DCQCN that does not settle at the bottleneck moves most of them.
+    target = BOTTLENECK_BPS * HTB_PER_SENT
+    windows = _window_rates(samples, (t_start + t_end) / 2, t_end, SETTLED_WINDOW_S)
+    settled = statistics.median(windows)
+    tr.note(
+        settled_of_bottleneck=settled / target,
+        mean_of_bottleneck=_rate(samples, (t_start + t_end) / 2, t_end) / target,
+        windows="/".join(f"{w / target:.3f}" for w in windows),
+    )
+    assert len(windows) >= 5, f"only {len(windows)} windows of {SETTLED_WINDOW_S} s"
+    assert settled == pytest.approx(target, rel=0.1)
     # the queue stayed bounded: nothing dropped, the phantom queue never near the buffer
     assert _qdisc_root(bed)["drops"] == 0
     counters = marker.read(port, {})
@@ -196,14 +244,33 @@ def test_without_marking_drops_and_go_back_n_still_deliver_every_byte(bed: Route
 TARGET_LINK_BPS = 500e6
 
 
+# compute gaps before flows 2.. (target time): each flow depends on the one before it
+GAPS_S = {2: 0.03, 3: 0.02, 4: 0.03, 5: 0.02, 6: 0.03, 7: 0.02}
+
+
 def _tdf_run(bed: RoutedInfo, tdf: float) -> RunOutcome:
     """Two flows in sequence with a 30 ms compute gap, then a third after another 20 ms, through
-    a link that is TARGET_LINK_BPS / tdf on the wire."""
+    a link that is TARGET_LINK_BPS / tdf on the wire; then four small flows, alternately back and
+    forth, after 30 and 20 ms gaps, so that the gaps are judged on six samples, not two."""
     flows = [
         EngineFlow(1, 0, 1, 0, 50400, 6_000_000),
-        EngineFlow(2, 0, 1, 0, 50400, 6_000_000, deps=(1,), start_delay_s=0.03),
-        EngineFlow(3, 1, 0, 0, 50401, 1_000_000, deps=(2,), start_delay_s=0.02),
+        EngineFlow(2, 0, 1, 0, 50400, 6_000_000, deps=(1,), start_delay_s=GAPS_S[2]),
+        EngineFlow(3, 1, 0, 0, 50401, 1_000_000, deps=(2,), start_delay_s=GAPS_S[3]),
     ]
+    for fid in (4, 5, 6, 7):
+        src = fid % 2  # 4: 0 -> 1, 5: 1 -> 0, ...
+        flows.append(
+            EngineFlow(
+                fid,
+                src,
+                1 - src,
+                0,
+                50400 + src,
+                500_000,
+                deps=(fid - 1,),
+                start_delay_s=GAPS_S[fid],
+            )
+        )
     transport = TransportParams(path_mtu_bytes=MTU_BYTES, retransmit_timeout_s=0.05)
     return run_plan(
         _ranks(bed, TARGET_LINK_BPS),
@@ -214,26 +281,49 @@ def _tdf_run(bed: RoutedInfo, tdf: float) -> RunOutcome:
 
 
 def test_tdf_10_gives_the_same_completion_times_as_tdf_1(system: None) -> None:
-    _on_fresh_beds(_same_completion_times)
+    _on_fresh_beds(_same_completion_times, "tdf 10 vs 1")
 
 
-def _same_completion_times(bed: RoutedInfo) -> None:
+def _same_completion_times(tr: Try, bed: RoutedInfo) -> None:
     _shape(bed, TARGET_LINK_BPS, 2_000_000, None)
     real = _tdf_run(bed, 1.0)
     run(tc("qdisc", "del", "dev", bed.router_egress_if, "root", netns=bed.router_ns))
     _shape(bed, TARGET_LINK_BPS / 10, 2_000_000, None)
     dilated = _tdf_run(bed, 10.0)
+    for fid in (1, 2, 3):
+        tr.note(
+            **{
+                f"fct{fid}_s": real.finished[fid].time_s,
+                f"fct{fid}_10_over_1": dilated.finished[fid].time_s / real.finished[fid].time_s,
+            }
+        )
     assert dilated.metadata["tdf"] == 10.0
     # the dilated run really took ten times its target duration on the wall clock
-    assert dilated.metadata["wall_s"] > 10 * dilated.finished[3].time_s
+    assert dilated.metadata["wall_s"] > 10 * max(e.time_s for e in dilated.finished.values())
     for fid in (1, 2, 3):
         assert dilated.finished[fid].time_s == pytest.approx(real.finished[fid].time_s, rel=0.1)
         assert dilated.started[fid].time_s == pytest.approx(
             real.started[fid].time_s, rel=0.1, abs=0.002
         )
-    # the compute gaps are target time in both
-    for fid, gap in ((2, 0.03), (3, 0.02)):
-        prev = real.finished[fid - 1].time_s
-        assert real.started[fid].time_s - prev == pytest.approx(gap, abs=0.003)
-        prev10 = dilated.finished[fid - 1].time_s
-        assert dilated.started[fid].time_s - prev10 == pytest.approx(gap, abs=0.0005)
+
+    # The compute gaps are target time in both: the median of the six gaps' errors, which a
+    # tick that came late once (a worker starved for a few ms at TDF 1) does not move, and a
+    # gap taken in wall time, or not waited for, moves in every gap. Same tolerances as when
+    # each of two gaps had to hold them.
+    def gap_errors_ms(o: RunOutcome) -> list[float]:
+        return [
+            (o.started[fid].time_s - o.finished[fid - 1].time_s - gap) * 1e3
+            for fid, gap in GAPS_S.items()
+        ]
+
+    real_err, dilated_err = gap_errors_ms(real), gap_errors_ms(dilated)
+    real_median = statistics.median(abs(e) for e in real_err)
+    dilated_median = statistics.median(abs(e) for e in dilated_err)
+    tr.note(
+        gap_error_ms="/".join(f"{e:+.2f}" for e in real_err),
+        gap_error_10_ms="/".join(f"{e:+.2f}" for e in dilated_err),
+        median_gap_error_ms=real_median,
+        median_gap_error_10_ms=dilated_median,
+    )
+    assert real_median <= 3.0, f"TDF 1 gaps off by {real_err} ms"
+    assert dilated_median <= 0.5, f"TDF 10 gaps off by {dilated_err} ms (target time)"

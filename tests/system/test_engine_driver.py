@@ -1,9 +1,15 @@
 """The engine driven by the schedule's JobSchedule: a compute delay, then a ring AllReduce over 4
 ranks (two per namespace, so every ring hop crosses the veth), released flow by flow as their
-dependencies complete, with its timing checked against the schedule's ideal-time model."""
+dependencies complete, with its timing checked against the schedule's ideal-time model.
+
+The job repeats ITERATIONS times (compute, then the All-Reduce), so the completion-time claim
+rests on the median of ITERATIONS instances rather than on one: a worker starved for tens of
+milliseconds by another tenant slows one instance, a slow path (a completion waiting for an
+event batch) slows them all."""
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 from collections.abc import Iterator
 
@@ -19,13 +25,14 @@ from emulator.schedule.job import JobSchedule, RankInput
 from emulator.schedule.matching import GroupTable
 from emulator.schedule.nodes import CommInfo, NodeInfo, NodeKind, Stream
 from emulator.transport.params import TransportParams
-from tests.system.noise import on_a_noisy_machine
+from tests.system.noise import Try, on_a_noisy_machine
 
 pytestmark = pytest.mark.system
 
 RATE_BPS = 400e6
 COMPUTE_S = 0.02
 SIZE_BYTES = 4_000_000
+ITERATIONS = 7  # about 1 s of run; odd, so that the median is one instance's
 
 
 @pytest.fixture
@@ -67,7 +74,7 @@ def _job() -> JobSchedule:
         )
 
     ranks = [RankInput(nodes, f"rank{r}.et") for r in range(4)]
-    return JobSchedule(ranks, GroupTable(4, {}), keep_instances=True)
+    return JobSchedule(ranks, GroupTable(4, {}), iterations=ITERATIONS, keep_instances=True)
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["one-process-both-namespaces", "two-workers"])
@@ -75,11 +82,14 @@ def test_job_schedule_drives_a_ring_allreduce_through_the_engine(
     two_per_side: tuple[PairInfo, list[RankEndpoint]], workers: int
 ) -> None:
     _, ranks = two_per_side
-    # the completion-time bound is a timing claim: retried on a noisy machine
-    on_a_noisy_machine(lambda: _drives_a_ring_allreduce(ranks, workers))
+    # the completion-time bound is a timing claim: a median over ITERATIONS instances, and
+    # retried on a noisy machine (a majority of the tries must pass)
+    on_a_noisy_machine(
+        lambda tr: _drives_a_ring_allreduce(tr, ranks, workers), what=f"ring all-reduce {workers}w"
+    )
 
 
-def _drives_a_ring_allreduce(ranks: list[RankEndpoint], workers: int) -> None:
+def _drives_a_ring_allreduce(tr: Try, ranks: list[RankEndpoint], workers: int) -> None:
     job = _job()
     transport = TransportParams(congestion_control="none", retransmit_timeout_s=0.05)
     outcome = run_plan(
@@ -87,10 +97,10 @@ def _drives_a_ring_allreduce(ranks: list[RankEndpoint], workers: int) -> None:
     )
     assert job.finished
     assert outcome.metadata["workers"] == workers
-    [result] = job.results
-    assert result.collective == "ALL_REDUCE" and result.group_size == 4
+    assert len(job.results) == ITERATIONS
+    assert all(r.collective == "ALL_REDUCE" and r.group_size == 4 for r in job.results)
     flows = [f for inst in job.instances for f in inst.flows]
-    assert len(flows) >= 2 * 3 * 4  # 2(n-1) steps on each of 4 ranks
+    assert len(flows) >= 2 * 3 * 4 * ITERATIONS  # 2(n-1) steps on each of 4 ranks
     assert set(outcome.finished) == {f.id for f in flows}
     assert all(outcome.received_bytes[f.id] == f.bytes for f in flows)
     # nothing starts before the compute node is over (target time)
@@ -99,8 +109,19 @@ def _drives_a_ring_allreduce(ranks: list[RankEndpoint], workers: int) -> None:
     for f in flows:
         for dep in f.deps:
             assert outcome.started[f.id].time_s >= outcome.finished[dep].time_s - 1e-9
-    # the collective takes at least the ideal (fluid, lossless) time, and not much more: the
-    # completions travel worker -> coordinator -> schedule -> worker without waiting for a batch
-    ideal = simulate(_job(), star_path(RATE_BPS / 1e9))
-    [ideal_result] = ideal.instances
-    assert ideal_result.time_s * 0.95 <= result.time_s <= ideal_result.time_s * 1.5
+    # each collective takes at least the ideal (fluid, lossless) time: a load elsewhere can only
+    # slow it, so this holds for every instance. And not much more: the completions travel
+    # worker -> coordinator -> schedule -> worker without waiting for a batch; that is judged on
+    # the median instance, which a starved moment in one or two instances does not move.
+    ideal = {r.iteration: r.time_s for r in simulate(_job(), star_path(RATE_BPS / 1e9)).instances}
+    ratios = [r.time_s / ideal[r.iteration] for r in sorted(job.results, key=lambda r: r.iteration)]
+    median = statistics.median(ratios)
+    tr.note(
+        ideal_s=ideal[0],
+        median_ratio=median,
+        min_ratio=min(ratios),
+        max_ratio=max(ratios),
+        ratios="/".join(f"{x:.3f}" for x in ratios),
+    )
+    assert min(ratios) >= 0.95, f"an instance faster than the ideal: {ratios}"
+    assert median <= 1.5, f"median instance {median:.3f} of the ideal time: {ratios}"

@@ -12,7 +12,7 @@ from fabrics.netns import bring_up
 from fabrics.spec import ClosSpec, EcnSpec, TierSpec
 from fabrics.topology import build_clos
 from tests.system.conftest import Receiver, paced_send, ping_all_pairs, udp_socket
-from tests.system.noise import on_a_noisy_machine
+from tests.system.noise import Try, on_a_noisy_machine
 
 pytestmark = pytest.mark.system
 
@@ -72,10 +72,10 @@ def test_16_hosts_all_pairs_ping_and_udp_sports_spread_over_both_spines(fabric_e
 
 def test_ecn_marks_only_above_link_rate_and_port_counters_match_receiver(fabric_env: str) -> None:
     # The phantom-vs-real queue comparison is a timing claim: a fresh fabric per try.
-    on_a_noisy_machine(lambda: _marks_only_above_link_rate(fabric_env))
+    on_a_noisy_machine(lambda tr: _marks_only_above_link_rate(tr, fabric_env), what="ecn marks")
 
 
-def _marks_only_above_link_rate(fabric_env: str) -> None:
+def _marks_only_above_link_rate(tr: Try, fabric_env: str) -> None:
     ecn = EcnSpec(kmin_bytes=20_000, kmax_bytes=80_000, pmax=0.2)
     tier = TierSpec(buffer_bytes=8_000_000, ecn=ecn)
     spec = ClosSpec(
@@ -114,6 +114,13 @@ def _marks_only_above_link_rate(fabric_env: str) -> None:
             a.close()
             b.close()
         counters = read_port_counters(live)
+        tr.note(
+            sent=2 * sent,
+            received=rx.packets,
+            ce=rx.ce,
+            backlog=mid.backlog_bytes,
+            phantom=mid.phantom_queue_bytes,
+        )
         assert rx.packets == 2 * sent, "no drops expected: the buffer holds the whole excess"
         assert sum(c.drops for c in counters.values()) == 0
         assert rx.ce >= 0.1 * rx.packets, f"only {rx.ce} CE marks of {rx.packets} above the rate"
