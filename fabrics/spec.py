@@ -237,7 +237,10 @@ class ClosSpec:
     )
     marker: MarkerName = param(
         "auto",
-        doc="switch ECN marker: red (tc RED), ebpf (phantom queue), none; auto: red, else ebpf",
+        doc="switch ECN marker: ebpf (phantom queue: DCQCN's law on the instantaneous queue, "
+        "independent draws, the law of emulator/transport/marking.py); red (tc RED with ecn and nodrop, an explicit "
+        "choice: it judges an EWMA-averaged queue and spaces marks by packet count, about twice "
+        "the linear probability at the same queue); none; auto: ebpf",
     )
     leaf: TierSpec = field(default_factory=TierSpec)
     spine: TierSpec = field(default_factory=TierSpec)

@@ -26,10 +26,10 @@ SOURCE = Path(__file__).with_name("phantom_marker.c")
 SECTION = "tc"
 PROG_NAME = "phantom_marker"
 # struct marker_params: u64 drain_bytes_per_ns_q24, kmin, kmax, buffer; u32 pmax_u32, enabled,
-# loss_u32, mark_ect
-PARAMS = struct.Struct("=QQQQIIII")
-# struct marker_state: spin lock u32, pad u32, then 9 x u64 (see phantom_marker.c)
-STATE = struct.Struct("=II9Q")
+# loss_u32, mark_ect; u64 xoff_bytes
+PARAMS = struct.Struct("=QQQQIIIIQ")
+# struct marker_state: spin lock u32, pad u32, then 12 x u64 (see phantom_marker.c)
+STATE = struct.Struct("=II12Q")
 KEY0 = struct.pack("=I", 0)
 
 
@@ -43,6 +43,7 @@ class MarkerParams:
     enabled: bool = True
     loss_probability: float = 0.0
     mark_ect: bool = True  # False: the program only drops (loss on a port without ECN)
+    xoff_bytes: int = 0  # PFC XOFF: the program counts time at or above it (0: not counted)
 
     def pack(self) -> bytes:
         drain_q24 = round(self.rate_bps / 8 / 1e9 * (1 << 24))
@@ -57,6 +58,7 @@ class MarkerParams:
             int(self.enabled),
             loss_u32,
             int(self.mark_ect),
+            self.xoff_bytes,
         )
 
 
@@ -74,6 +76,9 @@ class MarkerState:
     marks: int
     overflows: int
     loss_drops: int = 0
+    pause_ns: int = 0  # at or above XOFF, up to the last packet (pause_ns_at adds the rest)
+    pause_events: int = 0
+    above_xoff: int = 0
 
     @classmethod
     def unpack(cls, raw: bytes) -> MarkerState:
@@ -85,6 +90,14 @@ class MarkerState:
         time.monotonic_ns() reads too)."""
         drained = max(0, now_ns - self.last_ns) * rate_bps / 8e9
         return max(0, int(self.queue_bytes - drained))
+
+    def pause_ns_at(self, now_ns: int, rate_bps: float, xoff_bytes: int) -> int:
+        """Time at or above XOFF up to `now_ns`: the counter, plus the drain since the last
+        packet while the queue was still above XOFF."""
+        if not self.above_xoff or self.queue_bytes <= xoff_bytes:
+            return self.pause_ns
+        to_xoff_ns = (self.queue_bytes - xoff_bytes) * 8e9 / rate_bps
+        return self.pause_ns + int(min(max(0, now_ns - self.last_ns), to_xoff_ns))
 
 
 def cache_dir() -> Path:
@@ -99,11 +112,15 @@ def _multiarch_include() -> list[str]:
     return [f"-I{path}"] if path and path.is_dir() else []
 
 
-def compiled_object() -> Path:
-    """The marker object, compiled with clang at first use and cached by source hash."""
+def compiled_object(*, trace: bool = False) -> Path:
+    """The marker object, compiled with clang at first use and cached by source hash.
+
+    `trace` builds the test variant that records every packet in its `trace` map
+    (phantom_marker.c, PHANTOM_TRACE); runs never use it."""
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:16]
-    target = cache_dir() / f"phantom_marker-{digest}.o"
+    variant = "-trace" if trace else ""
+    target = cache_dir() / f"phantom_marker{variant}-{digest}.o"
     if target.exists():
         return target
     clang = shutil.which("clang")
@@ -118,6 +135,7 @@ def compiled_object() -> Path:
         "-target",
         "bpf",
         *_multiarch_include(),
+        *(["-DPHANTOM_TRACE"] if trace else []),
         "-c",
         str(SOURCE),
         "-o",

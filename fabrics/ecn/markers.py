@@ -1,7 +1,12 @@
-"""Switch ECN markers, a registry: tc RED where the kernel has it, the eBPF phantom queue, or none.
+"""Switch ECN markers, a registry: the eBPF phantom queue, tc RED, or none.
 
-`auto` picks RED when a probe shows the kernel has it, else eBPF; the chosen name is reported in
-the live fabric (and so in the run's metadata).
+`auto` is the eBPF phantom queue: it applies DCQCN's marking law (Zhu et al., SIGCOMM 2015,
+section 3.1) exactly as emulator/transport/marking.py does, per packet, on the instantaneous
+queue, with independent (Bernoulli) draws, so a scenario marks the same whichever machine runs
+it. RED is an explicit choice (`marker: red`) and differs (docs/scenario-reference.md says how):
+it judges an average queue, spaces marks by packet count, and drops rather than marks above max
+unless the packet is ECN-capable. The chosen name is reported in the live fabric (and so in the
+run's metadata).
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ class MarkCounters:
     peak_queue_bytes: int | None = None
     overflows: int | None = None
     loss_drops: int = 0  # packets dropped by the loss impairment
+    # Where a PFC fabric would have paused (None: this marker cannot tell): wall seconds the
+    # queue spent at or above the port's XOFF threshold, and how many times it rose to it.
+    pause_s: float | None = None
+    pause_events: int | None = None
 
 
 class Marker(ABC):
@@ -63,8 +72,20 @@ class NoMarker(Marker):
 
 
 class RedMarker(Marker):
-    """tc RED with ecn: marks with probability rising to Pmax between min and max (Kmin, Kmax) and
-    marks every ECT packet above max (sch_red.c, red_use_ecn without harddrop)."""
+    """tc RED with ecn and nodrop: marks ECT packets with a probability rising to Pmax between min
+    and max (Kmin, Kmax) and every ECT packet above max (net/sched/sch_red.c, red_use_ecn without
+    harddrop).
+
+    Not the same law as the eBPF marker and the Python model (include/net/red.h; Floyd and
+    Jacobson, "Random Early Detection Gateways", IEEE/ACM ToN 1993, section 7):
+    - the queue judged is an exponentially weighted average (weight from `burst`), not the
+      instantaneous one, so marking lags a burst;
+    - marks are spaced by a packet count (p_a = p_b / (1 - count x p_b)), which makes them about
+      uniform between marks: the long-run share is close to twice the linear p_b at the same
+      average queue, where the eBPF marker draws each packet independently with p_b;
+    - non-ECT packets (our ACKs, NAKs and CNPs) are dropped where an ECT one would be marked,
+      unless `nodrop` (Linux 5.10+, TC_RED_NODROP) is set: it is set here, so a kernel or tc
+      without it refuses the qdisc instead of dropping the feedback."""
 
     name = "red"
     AVPKT_BYTES = 1000
@@ -92,6 +113,7 @@ class RedMarker(Marker):
             "bandwidth",
             f"{round(port.rate_bps)}bit",
             "ecn",
+            "nodrop",
         )
 
     def read(self, port: EgressPort, tc_stats: dict[str, Any]) -> MarkCounters | None:
@@ -106,8 +128,8 @@ class RedMarker(Marker):
 class EbpfMarker(Marker):
     name = "ebpf"
 
-    def __init__(self) -> None:
-        self.obj = ebpf.compiled_object()
+    def __init__(self, *, trace: bool = False) -> None:
+        self.obj = ebpf.compiled_object(trace=trace)
         self.maps: dict[tuple[str, str], ebpf.PortMaps] = {}
 
     def leaf_qdisc(self, port: EgressPort) -> tuple[str, ...]:
@@ -160,6 +182,7 @@ class EbpfMarker(Marker):
                 p.buffer_bytes,
                 loss_probability=p.loss_probability,
                 mark_ect=p.ecn is not None,
+                xoff_bytes=p.xoff_bytes,
             )
             ebpf.write_params(self.maps[(p.netns, p.dev)], params)
         return resources
@@ -170,8 +193,20 @@ class EbpfMarker(Marker):
         if maps is None:
             return None
         s = ebpf.read_state(maps)
-        now_queue = s.queue_bytes_at(time.monotonic_ns(), port.rate_bps)
-        return MarkCounters(s.marks, now_queue, s.peak_queue_bytes, s.overflows, s.loss_drops)
+        now_ns = time.monotonic_ns()
+        now_queue = s.queue_bytes_at(now_ns, port.rate_bps)
+        counts_pauses = port.xoff_bytes > 0
+        return MarkCounters(
+            s.marks,
+            now_queue,
+            s.peak_queue_bytes,
+            s.overflows,
+            s.loss_drops,
+            pause_s=s.pause_ns_at(now_ns, port.rate_bps, port.xoff_bytes) / 1e9
+            if counts_pauses
+            else None,
+            pause_events=s.pause_events if counts_pauses else None,
+        )
 
 
 def _needs_program(port: EgressPort) -> bool:
@@ -210,23 +245,31 @@ RED_PROBE = (
     "bandwidth",
     "10mbit",
     "ecn",
+    "nodrop",
 )
 NETEM_PROBE = ("netem", "delay", "1ms")
 
 
 def choose_marker(requested: str, probe_netns: str) -> Marker:
-    """The marker for a `marker:` value; refuses `red` on a kernel without RED."""
+    """The marker for a `marker:` value (auto: eBPF); refuses `red` on a kernel without RED (or
+    whose RED lacks nodrop) and eBPF without its compiler, naming what is missing."""
     if requested not in ("auto", *MARKERS):
         raise ScenarioError(
             f"fabric.marker: unknown marker {requested!r} (known: auto, {', '.join(MARKERS)})"
         )
-    if requested in ("auto", "red"):
-        if qdisc_kind_available(RED_PROBE, probe_netns):
-            return RedMarker()
-        if requested == "red":
+    if requested == "red":
+        if not qdisc_kind_available(RED_PROBE, probe_netns):
             raise EnvironmentProblem(
-                "fabric.marker: red asked but this kernel has no RED qdisc (sch_red); "
-                "use marker: ebpf (or auto)"
+                "fabric.marker: red asked but this kernel has no RED qdisc with ecn and nodrop "
+                "(sch_red, Linux 5.10+); use marker: ebpf (or auto)"
             )
-        return EbpfMarker()
+        return RedMarker()
+    if requested == "auto":
+        try:
+            return EbpfMarker()
+        except EnvironmentProblem as e:
+            raise EnvironmentProblem(
+                f"fabric.marker: auto is the eBPF marker, which cannot be built here ({e}); "
+                "install it (./setup.sh) or choose marker: red explicitly"
+            ) from e
     return MARKERS[requested]()

@@ -63,7 +63,7 @@ def test_fabric_up_holds_until_sigterm_then_releases(fabric_env: str, tmp_path: 
             why = proc.stderr.read()
             pytest.fail(f"emulate fabric up printed no layout (exit {proc.returncode}): {why}")
         layout = json.loads(line)
-        assert layout["marker"] in ("red", "ebpf") and layout["rate_scale"] == pytest.approx(0.01)
+        assert layout["marker"] == "ebpf" and layout["rate_scale"] == pytest.approx(0.01)
         ranks = layout["ranks"]
         assert [r["host"] for r in ranks] == ["h0", "h1", "h2", "h3"]
         assert all(str(r["netns"]).startswith(fabric_env) for r in ranks)

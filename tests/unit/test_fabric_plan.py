@@ -126,8 +126,9 @@ def test_red_marker_parameters() -> None:
         "s0", "ns", "s0-l0", 1e9, 800_000, 1500, 0.0, EcnThresholds(100_000, 400_000, 0.2)
     )
     args = RedMarker().leaf_qdisc(port)
-    assert args[0] == "red" and "ecn" in args
-    kv = dict(zip(args[1:-1:2], args[2:-1:2], strict=True))
+    # ecn, and nodrop: our non-ECT ACKs, NAKs and CNPs must not be dropped where ECT is marked
+    assert args[0] == "red" and args[-2:] == ("ecn", "nodrop")
+    kv = dict(zip(args[1:-2:2], args[2:-2:2], strict=True))
     assert kv == {
         "limit": "800000",
         "min": "100000",
@@ -140,21 +141,31 @@ def test_red_marker_parameters() -> None:
 
 
 def test_marker_map_layouts_match_the_c_structs() -> None:
-    assert PARAMS.size == 48 and STATE.size == 80  # 4 x u64 + 4 x u32; lock+pad + 9 x u64
-    raw = MarkerParams(8e9, 100, 400, 0.5, 1000).pack()
-    drain, kmin, kmax, buf, pmax, enabled, loss, mark_ect = PARAMS.unpack(raw)
+    # 4 x u64 + 4 x u32 + u64; lock+pad + 12 x u64
+    assert PARAMS.size == 56 and STATE.size == 104
+    raw = MarkerParams(8e9, 100, 400, 0.5, 1000, xoff_bytes=700).pack()
+    drain, kmin, kmax, buf, pmax, enabled, loss, mark_ect, xoff = PARAMS.unpack(raw)
     assert drain == 1 << 24  # 8 Gb/s is 1 byte per ns
-    assert (kmin, kmax, buf, enabled, loss, mark_ect) == (100, 400, 1000, 1, 0, 1)
+    assert (kmin, kmax, buf, enabled, loss, mark_ect, xoff) == (100, 400, 1000, 1, 0, 1, 700)
     assert pmax == round(0.5 * 0xFFFFFFFF)
     lossy = PARAMS.unpack(
         MarkerParams(8e9, 0, 0, 0.0, 1000, loss_probability=0.25, mark_ect=False).pack()
     )
-    assert lossy[6:] == (1 << 30, 0)  # a quarter of 2^32; no marking
-    s = MarkerState.unpack(struct.pack("=II9Q", 0, 0, 1_000, 5_000, 9_000, 1, 2, 3, 4, 5, 6))
+    assert lossy[6:] == (1 << 30, 0, 0)  # a quarter of 2^32; no marking; no XOFF
+    s = MarkerState.unpack(
+        struct.pack("=II12Q", 0, 0, 1_000, 5_000, 9_000, 1, 2, 3, 4, 5, 6, 700, 2, 1)
+    )
     assert (s.queue_bytes, s.peak_queue_bytes, s.marks, s.overflows) == (5_000, 9_000, 4, 5)
-    assert s.loss_drops == 6
+    assert (s.loss_drops, s.pause_ns, s.pause_events, s.above_xoff) == (6, 700, 2, 1)
     assert s.queue_bytes_at(1_000 + 2_000, 8e9) == 3_000  # 2 us at 1 byte/ns drains 2000 bytes
     assert s.queue_bytes_at(10**9, 8e9) == 0
+    # above XOFF 4000 since the last packet: 1000 bytes above it drain in 1 us at 1 byte/ns
+    assert s.pause_ns_at(1_000 + 600, 8e9, 4_000) == 700 + 600
+    assert s.pause_ns_at(10**9, 8e9, 4_000) == 700 + 1_000
+    below = MarkerState.unpack(
+        struct.pack("=II12Q", 0, 0, 1_000, 3_000, 9_000, *[0] * 6, 700, 2, 0)
+    )
+    assert below.pause_ns_at(10**9, 8e9, 4_000) == 700
 
 
 def test_batch_lines_refuse_arguments_a_batch_would_split() -> None:
