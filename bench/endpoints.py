@@ -32,10 +32,10 @@ import time
 from typing import Any
 
 from emulator.engine.coordinator import run_plan
-from emulator.engine.netns import entered
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.testbed import NetnsBed
+from emulator.netns import entered
 from emulator.transport.params import TransportParams
 
 BENCH = "endpoints"

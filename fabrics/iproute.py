@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from emulator.engine.netns import entered
 from emulator.errors import EnvironmentProblem
+from emulator.netns import entered
 
 NETNS_DIR = "/run/netns"
 
@@ -138,7 +138,7 @@ def run_grouped(cmds: Iterable[Cmd], *, parallel: int = 4) -> None:
 def in_netns(name: str) -> AbstractContextManager[None]:
     """Run the body with this thread in network namespace `name` (sockets made inside stay there).
 
-    One setns implementation serves the fabric and the engine: emulator.engine.netns.entered.
+    One setns implementation serves the fabric and the engine: emulator.netns.entered.
     """
     return entered(name)
 

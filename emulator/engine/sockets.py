@@ -16,8 +16,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from emulator.engine.netns import entered
 from emulator.errors import EnvironmentProblem
+from emulator.netns import entered
 
 SOL_UDP = 17
 UDP_SEGMENT = 103

@@ -8,28 +8,13 @@ sends nothing and passes its dependencies on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from emulator.errors import PlanError
-from emulator.schedule.algorithms import ALGORITHMS, ALIASES
+from emulator.schedule.algorithms import ALGORITHMS, algorithm_family
 from emulator.schedule.params import CollectivesParams
 from emulator.schedule.plan import Flow, NodeRef, Transfer
 from emulator.schedule.sports import SportPolicy
-
-
-def algorithm_family(collective: str) -> str:
-    return ALIASES.get(collective, collective)
-
-
-def check_algorithm_names(algorithms: Mapping[str, str]) -> str | None:
-    """Why this collective -> algorithm mapping is invalid, or None."""
-    for collective, name in algorithms.items():
-        known = ALGORITHMS.get(algorithm_family(collective))
-        if known is None:
-            return f"unknown collective type {collective!r} (known: {', '.join(ALGORITHMS)})"
-        if name not in known:
-            return f"{collective}: unknown algorithm {name!r} (known: {', '.join(known)})"
-    return None
 
 
 def transfers_for(

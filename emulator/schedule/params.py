@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from emulator.config import param
+from emulator.schedule.algorithms import check_algorithm_names
 
 # Default algorithm per collective type (CollectiveCommType names of Chakra's et_def.proto).
 # Ring for the reductions and broadcast as NCCL's ring algorithm; direct for the rooted
@@ -88,9 +89,6 @@ class CollectivesParams:
     def __post_init__(self) -> None:
         if self.udp_sport_min > self.udp_sport_max:
             raise ValueError("udp_sport_min: must not exceed udp_sport_max")
-        # Late import: the registry imports the algorithms, which import nothing from here.
-        from emulator.schedule.collectives import check_algorithm_names
-
         problem = check_algorithm_names(self.algorithms)
         if problem is not None:
             raise ValueError(f"algorithms: {problem}")

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from emulator.transport.params import ALPHA_SCALE, DcqcnParams
+from emulator.transport.dcqcn_params import ALPHA_SCALE, DcqcnParams
 
 _EPS = 1e-9  # float slack when counting whole periods
 

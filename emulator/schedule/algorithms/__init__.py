@@ -7,7 +7,7 @@ splits transfers into chunks and queue pairs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from emulator.schedule.algorithms import allreduce, alltoall, barrier, ring_direct, rooted
 from emulator.schedule.plan import Transfer
@@ -55,3 +55,18 @@ ALGORITHMS: dict[str, dict[str, Algorithm]] = {
 # Chakra types that use another type's algorithms (REDUCE_SCATTER_BLOCK is a ReduceScatter with
 # equal blocks, which the even block split already gives).
 ALIASES: dict[str, str] = {"REDUCE_SCATTER_BLOCK": "REDUCE_SCATTER"}
+
+
+def algorithm_family(collective: str) -> str:
+    return ALIASES.get(collective, collective)
+
+
+def check_algorithm_names(algorithms: Mapping[str, str]) -> str | None:
+    """Why this collective -> algorithm mapping is invalid, or None."""
+    for collective, name in algorithms.items():
+        known = ALGORITHMS.get(algorithm_family(collective))
+        if known is None:
+            return f"unknown collective type {collective!r} (known: {', '.join(ALGORITHMS)})"
+        if name not in known:
+            return f"{collective}: unknown algorithm {name!r} (known: {', '.join(known)})"
+    return None
