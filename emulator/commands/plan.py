@@ -95,7 +95,13 @@ def _with_algorithms(params: Any, overrides: dict[str, str]) -> Any:
 
 
 def _plan(
-    prefix: Any, comm_groups: Any, fabric: Any, collectives: Any, compute: Any, iterations: int
+    prefix: Any,
+    comm_groups: Any,
+    fabric: Any,
+    collectives: Any,
+    compute: Any,
+    iterations: int,
+    sport_seed: int = 0,
 ) -> Any:
     from emulator.schedule.planner import plan_trace
 
@@ -106,6 +112,7 @@ def _plan(
         collectives=collectives,
         compute=compute,
         iterations=iterations,
+        sport_seed=sport_seed,
     )
 
 
@@ -128,6 +135,7 @@ def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple
             collectives,
             compute,
             iterations,
+            scenario.run.seed,
         )
         return outcome, collectives
     from emulator.workloads.params import kind_of
@@ -136,7 +144,9 @@ def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple
     with tempfile.TemporaryDirectory(prefix="emulate-plan-") as folder:
         prefix = f"{folder}/{kind_of(workload.generate)}"
         write_workload(workload.generate, prefix)
-        outcome = _plan(prefix, groups, scenario.fabric, collectives, compute, iterations)
+        outcome = _plan(
+            prefix, groups, scenario.fabric, collectives, compute, iterations, scenario.run.seed
+        )
         return outcome, collectives
 
 

@@ -129,9 +129,39 @@ def choose_tdf(
 
 
 def scenario_text(scenario: Scenario) -> str:
+    """The scenario as run: its file, or the file with what the caller changed (--iterations,
+    the study's seed) written in, so the copy in the results folder replays the same run."""
     if scenario.source is not None and scenario.source.is_file():
-        return scenario.source.read_text()
+        text = scenario.source.read_text()
+        changes = _changed_keys(scenario)
+        if not changes:
+            return text
+        doc = yaml.safe_load(text)
+        for (section, key), value in changes.items():
+            doc.setdefault(section, {})[key] = value
+        said = ", ".join(f"{s}.{k}: {v}" for (s, k), v in changes.items())
+        return f"# {scenario.source.name} as run ({said} set by the caller)\n" + yaml.safe_dump(
+            doc, sort_keys=False
+        )
     return yaml.safe_dump(_plain(dataclasses.asdict(scenario)), sort_keys=False)
+
+
+def _changed_keys(scenario: Scenario) -> dict[tuple[str, str], Any]:
+    """What the caller changed from the scenario's file: run.seed and workload.iterations."""
+    from emulator.scenario import load_scenario
+
+    assert scenario.source is not None
+    written = load_scenario(scenario.source)
+    changes: dict[tuple[str, str], Any] = {}
+    if written.run.seed != scenario.run.seed:
+        changes[("run", "seed")] = scenario.run.seed
+    if (
+        written.workload is not None
+        and scenario.workload is not None
+        and written.workload.iterations != scenario.workload.iterations
+    ):
+        changes[("workload", "iterations")] = scenario.workload.iterations
+    return changes
 
 
 def _plain(value: Any) -> Any:
@@ -487,6 +517,7 @@ def run_on_fabric(
             "predicted_s": planned.ideal.job_time_s * choice.tdf,  # the ideal job time x TDF
         },
         "ideal_job_time_s": planned.ideal.job_time_s,
+        "seed": scenario.run.seed,
         "world_size": planned.world_size,
         "iterations": planned.numbering.total,
         "engine": metadata,

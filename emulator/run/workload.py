@@ -133,6 +133,7 @@ def _driver(
             keep_instances=keep_instances,
             on_instance=on_instance,
             on_member_issued=on_member_issued,
+            sport_seed=scenario.run.seed,
         )
     if scenario.traffic:
         c = scenario.collectives
@@ -140,6 +141,7 @@ def _driver(
             scenario.traffic,
             line_rate_bps=line_rate_bps,
             sport_range=(c.udp_sport_min, c.udp_sport_max),
+            sport_seed=scenario.run.seed,
             on_instance=on_instance,
             on_member_issued=on_member_issued,
             keep_instances=keep_instances,

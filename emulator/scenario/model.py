@@ -150,7 +150,14 @@ class RunSpec:
         min=0.0,
         min_exclusive=True,
     )
-    seed: int = param(1, doc="seed of every random choice (ECN marking, source ports)", min=0)
+    seed: int = param(
+        0,
+        doc="the draw of the queue pairs' UDP source ports, and so of their ECMP paths (on a NIC "
+        "they follow from QP numbers, which differ run to run): 0 is the plain hash, each other "
+        "value another placement; the study's repeats use seed, seed+1, ... ECN marking draws "
+        "on the emulated fabric come from the kernel's random source and are not seeded",
+        min=0,
+    )
     pfc_frames: tuple[PfcFramesSpec, ...] = param(
         (), doc="PFC frame generators (switch tests: PFC propagation, pause handling)"
     )

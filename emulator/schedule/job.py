@@ -148,8 +148,10 @@ class JobSchedule:
         keep_instances: bool = False,
         on_instance: Callable[[CollectiveInstance], None] | None = None,
         on_member_issued: Callable[[int, int, float], None] | None = None,
+        sport_seed: int = 0,
     ) -> None:
-        """on_instance is told of every collective instance when it is matched, before any of
+        """sport_seed: the source-port draw (emulator.schedule.sports; the scenario's run.seed).
+        on_instance is told of every collective instance when it is matched, before any of
         its flows is released (a recorder registers the flows it will see events for);
         on_member_issued(instance id, rank, now) when a member rank reaches it in its trace (the
         rendezvous is the last member's: nccl-tests times a collective from there)."""
@@ -166,7 +168,7 @@ class JobSchedule:
                     f"compute.stragglers: rank {rank} is not in the trace set ({len(ranks)} ranks)"
                 )
         sports = SPORT_POLICIES[self.collectives.sport_policy](
-            self.collectives.udp_sport_min, self.collectives.udp_sport_max
+            self.collectives.udp_sport_min, self.collectives.udp_sport_max, sport_seed
         )
         self.expander = FlowExpander(self.collectives, sports)
         self.matcher = Matcher(groups, self._on_match, lambda rank: self.wheres[rank])

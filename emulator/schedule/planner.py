@@ -32,6 +32,7 @@ def plan_trace(
     collectives: CollectivesParams | None = None,
     compute: ComputeParams | None = None,
     iterations: int = 1,
+    sport_seed: int = 0,
 ) -> PlanOutcome:
     """Plan with the given fabric spec or path function (default: non-blocking Clos, 100 Gb/s)."""
     compute = compute or ComputeParams()
@@ -42,7 +43,9 @@ def plan_trace(
         fabric = fabric if fabric is not None else default_clos_spec(n)
         path = path_for_fabric(fabric, n)
         description = describe_fabric(fabric)
-    job = JobSchedule(source.ranks, source.groups, collectives, compute, iterations)
+    job = JobSchedule(
+        source.ranks, source.groups, collectives, compute, iterations, sport_seed=sport_seed
+    )
     result = simulate(job, path)
     warnings: list[str] = [*source.warnings]
     for feeder in job.feeders:

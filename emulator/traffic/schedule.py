@@ -77,6 +77,7 @@ class TrafficSchedule:
         *,
         line_rate_bps: float,
         sport_range: tuple[int, int] = (0xC000, 0xFFFF),
+        sport_seed: int = 0,
         on_instance: Callable[[CollectiveInstance], None] | None = None,
         on_member_issued: Callable[[int, int, float], None] | None = None,
         keep_instances: bool = False,
@@ -99,6 +100,7 @@ class TrafficSchedule:
         self._live: dict[int, tuple[_Qp, CollectiveInstance, float]] = {}  # flow id -> ..., posted
         self._actions: list[Action] = []
         low, high = sport_range
+        salt = f"{sport_seed}:" if sport_seed else ""
         self._all: list[_Qp] = []
         immediate: list[_Qp] = []
         for p_index, pattern in enumerate(patterns):
@@ -112,7 +114,8 @@ class TrafficSchedule:
                     if total is not None:
                         share = total // pattern.qps + (1 if q < total % pattern.qps else 0)
                     # consecutive ports from a hashed base: a pair's QPs never share a 5-tuple
-                    digest = zlib.crc32(f"traffic:{pattern.name}:{src}:{dst}".encode()) + q
+                    # (salted by the seed as emulator.schedule.sports salts its hash)
+                    digest = zlib.crc32(f"traffic:{salt}{pattern.name}:{src}:{dst}".encode()) + q
                     end_s = None
                     if pattern.duration_us is not None:
                         end_s = start_s + pattern.duration_us * 1e-6

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 from emulator.schedule.busbw import algbw_bytes_per_s, busbw_bytes_per_s, busbw_factor
@@ -75,6 +77,24 @@ def test_source_port_policies_are_deterministic() -> None:
         60000,
         60000,
     ]
+
+
+def test_a_seed_is_another_draw_of_the_source_ports_and_seed_0_the_plain_hash() -> None:
+    keys = [(s, d, q) for s in range(8) for d in range(8) if s != d for q in range(2)]
+    plain, zero = HashSports(0xC000, 0xFFFF), HashSports(0xC000, 0xFFFF, 0)
+    # seed 0 keeps the placement every run had before seeds reached the ports
+    assert all(
+        plain(*k) == zero(*k) == 0xC000 + zlib.crc32(f"{k[0]}:{k[1]}:{k[2]}".encode()) % 16384
+        for k in keys
+    )
+    one, two = HashSports(0xC000, 0xFFFF, 1), HashSports(0xC000, 0xFFFF, 2)
+    assert one(1, 2, 0) == HashSports(0xC000, 0xFFFF, 1)(1, 2, 0)  # a seed is repeatable
+    # another seed moves nearly every port, and not by one common offset (a fresh draw)
+    moved = [k for k in keys if one(*k) != two(*k)]
+    assert len(moved) >= 0.95 * len(keys)
+    assert len({(one(*k) - two(*k)) % 16384 for k in keys}) > len(keys) // 2
+    shifted = SequentialSports(60000, 60003, 2)
+    assert [shifted(0, 1, 0), shifted(0, 2, 0), shifted(0, 3, 0)] == [60002, 60003, 60000]
 
 
 @pytest.mark.parametrize(

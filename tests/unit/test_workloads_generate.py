@@ -212,3 +212,29 @@ def test_moe_mix_alone_plans_only_its_collective(tmp_path: Path) -> None:
 def test_moe_mix_needs_one_collective_type() -> None:
     with pytest.raises(ValueError, match="include_allreduce: include_alltoall and"):
         MoeMixParams(include_alltoall=False, include_allreduce=False)
+
+
+def test_run_seed_is_a_draw_of_the_source_ports_of_the_planned_flows(tmp_path: Path) -> None:
+    """The scenario's run.seed reaches the flows `emulate run` and `emulate plan` plan: the same
+    flows, other source ports (other ECMP paths); one seed always gives the same ports."""
+    from emulator.schedule.fabric import default_clos_spec, path_for_fabric
+    from emulator.schedule.ideal import simulate
+    from emulator.schedule.job import JobSchedule
+    from emulator.schedule.tracesource import open_trace_set
+
+    prefix = tmp_path / "moe"
+    write_workload(MoeMixParams(ranks=8, dispatch_bytes=1 << 16, allreduce_bytes=1 << 18), prefix)
+
+    def ports(seed: int) -> dict[tuple[int, int, int, int], int]:
+        source = open_trace_set(prefix)
+        job = JobSchedule(source.ranks, source.groups, keep_instances=True, sport_seed=seed)
+        simulate(job, path_for_fabric(default_clos_spec(8), 8))
+        flows = [f for inst in job.instances for f in inst.flows]
+        assert flows
+        return {(f.instance, f.src, f.dst, f.qp): f.udp_sport for f in flows}
+
+    zero, again, three = ports(0), ports(0), ports(3)
+    assert zero == again
+    assert zero.keys() == three.keys()
+    moved = sum(zero[k] != three[k] for k in zero)
+    assert moved >= 0.9 * len(zero)
