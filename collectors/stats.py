@@ -21,9 +21,13 @@ def percentile_nearest_rank(values: Iterable[float], p: float) -> float | None:
     ordered = sorted(values)
     if not ordered:
         return None
+    return ordered[nearest_rank(p, len(ordered)) - 1]
+
+
+def nearest_rank(p: float, n: int) -> int:
+    """The 1-based rank of the nearest-rank p-th percentile among n >= 1 sorted values."""
     # Rounded before ceil so 99.9% of 1000 is rank 999, not 1000 (99.9/100*1000 = 999.0000000000001).
-    rank = max(1, math.ceil(round(p * len(ordered) / 100.0, 9)))
-    return ordered[rank - 1]
+    return max(1, math.ceil(round(p * n / 100.0, 9)))
 
 
 def mean(values: Sequence[float]) -> float | None:

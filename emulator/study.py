@@ -1,39 +1,78 @@
 """The interference study (issue 8; the Chakra paper, section 5.3): each collective alone, then mixed.
 
-Three runs of the same MoE workload on the same fabric: the gradient All-Reduce alone
+Three conditions of the same MoE workload on the same fabric: the gradient All-Reduce alone
 (scenarios/allreduce_only.yaml), the All-to-All dispatch/combine alone (alltoall_only.yaml) and
-both interleaved (moe_mix.yaml). The study runs them with emulator.run.run_scenario (or reuses
-results folders already written), then writes into its own folder:
+both interleaved (moe_mix.yaml). The study runs each condition N times (repeats, `--repeats`,
+default 3), repeat k with the scenario's run.seed + k, interleaved (repeat 1 of each condition,
+then repeat 2, ...) so a drift of the machine's load does not line up with one condition. A seed
+is a draw of the queue pairs' UDP source ports and so of their ECMP paths (emulator.schedule.
+sports), as the QP numbers of a real run would be; the alone and mixed runs of one repeat share
+it, so their flows take the same paths. (The eBPF marker's ECN draws come from the kernel and
+are not seeded: repeats also differ by that and by the machine's run-to-run variation.) Each
+run goes through emulator.run.run_scenario into runs/<role>-seed<seed>/ (or finished results
+folders are reused), then the study writes into its own folder:
 
 - plots/: busbw per iteration overlaid (All-Reduce alone vs mixed, All-to-All alone vs mixed),
   FCT CDFs per collective overlaid (log x), CNPs per collective per run: the `emulate compare`
-  figures (collectors.report.write_compare_plots) of the three runs;
-- study.json and study.txt: the checks the issue names, each with its numbers and whether this run
-  shows the expected effect, plus per-run identity (TDF, fidelity, partial). The All-Reduce CV is
-  judged twice: over every instance, and within each process group from iteration to iteration
-  (ECMP gives each group fixed paths, so groups differ by a fixed amount alone and mixed).
+  figures (collectors.report.write_compare_plots) of the first repeat of each condition;
+- study.json and study.txt: every run's identity (role, seed, folder, TDF, fidelity, partial),
+  the checks the issue names, each with its numbers, a 95% confidence interval on each and
+  whether the effect is shown. The All-Reduce CV is judged twice: over every instance, and within
+  each process group from iteration to iteration (ECMP gives each group fixed paths, so groups
+  differ by a fixed amount alone and mixed).
 
-The verdicts are reported as measured: "not shown" is a result, not an error. The numbers come
-from collectors.summary.build_summary, the same as `emulate compare` prints: busbw CV over the
-complete instances of a type, nearest-rank FCT percentiles over its finished flows.
+The numbers pool the units of every repeat of a condition: busbw CV over the complete instances
+of a type, nearest-rank FCT percentiles over its finished flows (for one run, the same as
+collectors.summary.build_summary and `emulate compare`). The intervals come from a two-level
+bootstrap, repeats then units (emulator.study_stats documents the method). A mixed/alone effect
+is "shown" when its ratio is at or above the threshold and the interval of the ratio lies above
+1 (not run-to-run noise); "not measurable" when a side has fewer than 2 units or fewer repeats
+with data than StudyThresholds.repeats_min (one run's interval leaves out run-to-run variation).
+The verdicts are reported as measured: "not shown" is a result, not an error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from emulator.config import param
+import numpy as np
+
 from emulator.errors import InputError
+from emulator.study_stats import (
+    BOOTSTRAP_METHOD,
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_THRESHOLDS,
+    BootstrapSpec,
+    CellSample,
+    Check,
+    CollectiveUnits,
+    PooledSample,
+    StudyThresholds,
+    Verdict,
+    collective_units,
+    compare,
+    comparison_check,
+    cv,
+    cv_check,
+    estimate_alone,
+    fmt_interval,
+    judge,
+    percentile_ratio,
+    ratio_of_sums,
+)
 
 ALL_REDUCE, ALL_TO_ALL = "ALL_REDUCE", "ALL_TO_ALL"
 STUDY_JSON, STUDY_TEXT, PLOTS, RUNS = "study.json", "study.txt", "plots", "runs"
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+DEFAULT_REPEATS = 3
 
 # Role -> shipped scenario; the order is the order of --reuse and of the tables.
 ROLES: dict[str, str] = {
@@ -49,77 +88,44 @@ ROLE_LABELS: dict[str, str] = {
     "mixed": "mixed",
 }
 
-Verdict = Literal["shown", "not shown", "not measurable"]
-
-
-@dataclass(frozen=True)
-class StudyThresholds:
-    """How large an effect must be to count as shown (a smaller one is within run-to-run noise)."""
-
-    cv_ratio_min: float = param(
-        1.25,
-        doc="All-Reduce busbw CV mixed / alone at or above which the variability is shown",
-        min=1.0,
-    )
-    cv_min: float = param(
-        0.02,
-        doc="All-Reduce busbw CV mixed below which it counts as steady whatever the ratio (a "
-        "ratio of two tiny CVs is noise)",
-        min=0.0,
-    )
-    tail_ratio_min: float = param(
-        1.25,
-        doc="All-to-All FCT p99/p50 mixed over the same alone at or above which the tail is shown",
-        min=1.0,
-    )
-    line_rate_ratio_min: float = param(
-        0.8,
-        doc="All-Reduce alone busbw / ideal (congestion-free plan) busbw at or above which it "
-        "counts as near line rate",
-        min=0.0,
-        max=1.0,
-    )
-
-
-@dataclass(frozen=True)
-class Check:
-    """One of the issue's expectations, with the numbers it was judged on."""
-
-    name: str
-    question: str
-    expected: str
-    verdict: Verdict
-    alone: float | None
-    mixed: float | None
-    ratio: float | None
-    threshold: float
-    detail: str
-    numbers: Mapping[str, float | None] = field(default_factory=dict)
-
-    @property
-    def shown(self) -> bool:
-        return self.verdict == "shown"
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["numbers"] = dict(self.numbers)
-        out["shown"] = self.shown
-        return out
-
 
 @dataclass(frozen=True)
 class StudyRun:
-    """One run of the study as read back from its results folder."""
+    """One run (one repeat of one condition) of the study as read back from its results folder."""
 
     role: str
     folder: Path
     summary: dict[str, Any]  # recomputed with collectors.summary.build_summary
     line_rate_bytes_per_s: float | None  # host link rate of the run's fabric, when known
-    # collective type -> mean over process groups of the busbw CV across that group's instances
-    cv_within_groups: Mapping[str, float | None] = field(default_factory=dict)
+    seed: int | None = None  # run.seed it ran with, when known
+    repeat: int = 0  # 0-based, within its role
+    units: Mapping[str, CollectiveUnits] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} repeat {self.repeat + 1}"
 
     def stats(self, collective: str) -> Mapping[str, Any]:
         return (self.summary.get("collectives") or {}).get(collective) or {}
+
+    def of(self, collective: str) -> CollectiveUnits:
+        return self.units.get(collective) or CollectiveUnits.empty()
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "repeat": self.repeat + 1,
+            "seed": self.seed,
+            "folder": str(self.folder),
+            "scenario": self.summary.get("scenario"),
+            "tdf": self.summary.get("tdf"),
+            "partial": bool(self.summary.get("partial")),
+            "fidelity": self.summary.get("fidelity"),
+            "line_rate_bytes_per_s": self.line_rate_bytes_per_s,
+            "cnps_by_collective": {
+                ctype: stats.get("cnps")
+                for ctype, stats in (self.summary.get("collectives") or {}).items()
+            },
+        }
 
 
 @dataclass(frozen=True)
@@ -134,20 +140,11 @@ class StudyResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "study": "interference",
+            # role -> every repeat, in order
             "runs": {
-                r.role: {
-                    "folder": str(r.folder),
-                    "scenario": r.summary.get("scenario"),
-                    "tdf": r.summary.get("tdf"),
-                    "partial": bool(r.summary.get("partial")),
-                    "fidelity": r.summary.get("fidelity"),
-                    "line_rate_bytes_per_s": r.line_rate_bytes_per_s,
-                    "cnps_by_collective": {
-                        ctype: stats.get("cnps")
-                        for ctype, stats in (r.summary.get("collectives") or {}).items()
-                    },
-                }
-                for r in self.runs
+                role: [r.identity() for r in self.runs if r.role == role]
+                for role in ROLES
+                if any(r.role == role for r in self.runs)
             },
             "checks": [c.to_json() for c in self.checks],
             "all_shown": all(c.shown for c in self.checks),
@@ -156,21 +153,31 @@ class StudyResult:
         }
 
 
-# A runner takes (scenario file, results folder to write, TDF override, progress) and returns the
-# results folder it wrote: emulator.run.run_scenario in production, a fake in tests.
-Runner = Callable[[Path, Path, float | None, bool], Path]
+# A runner takes (scenario file, results folder to write, TDF override, progress, run.seed
+# override) and returns the results folder it wrote: run_with_pipeline in production, a fake in
+# tests.
+Runner = Callable[[Path, Path, float | None, bool, int | None], Path]
 
 
 def run_with_pipeline(
-    scenario_path: Path, out_dir: Path, tdf: float | None, progress: bool
+    scenario_path: Path, out_dir: Path, tdf: float | None, progress: bool, seed: int | None = None
 ) -> Path:
-    """Run one scenario with the run pipeline (`emulate run`)."""
+    """Run one scenario with the run pipeline (`emulate run`), with run.seed replaced by `seed`."""
     from emulator.run import RunOptions, run_scenario
     from emulator.scenario import load_scenario
 
     scenario = load_scenario(scenario_path)
+    if seed is not None:
+        scenario = dataclasses.replace(scenario, run=dataclasses.replace(scenario.run, seed=seed))
     result = run_scenario(scenario, RunOptions(out_dir=out_dir, progress=progress, tdf=tdf))
     return result.out_dir
+
+
+def scenario_seed(path: Path) -> int:
+    """The scenario's own run.seed: the first repeat's seed."""
+    from emulator.scenario import load_scenario
+
+    return load_scenario(path).run.seed
 
 
 def default_scenarios() -> dict[str, Path]:
@@ -197,35 +204,46 @@ def prepare_out_dir(out_dir: Path) -> None:
 def run_study(
     out_dir: Path,
     scenarios: Mapping[str, Path] | None = None,
-    reuse: Sequence[Path] | None = None,
+    reuse: Mapping[str, Sequence[Path]] | None = None,
     tdf: float | None = None,
     progress: bool = True,
     runner: Runner = run_with_pipeline,
-    thresholds: StudyThresholds = StudyThresholds(),
+    thresholds: StudyThresholds = DEFAULT_THRESHOLDS,
     say: Callable[[str], None] = lambda line: None,
+    repeats: int = DEFAULT_REPEATS,
+    bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
 ) -> StudyResult:
-    """Run (or reuse) the three runs, then write the study into out_dir."""
-    if reuse is not None and len(reuse) != len(ROLES):
-        raise InputError(
-            f"--reuse: give {len(ROLES)} results folders ({', '.join(ROLES)}), got {len(reuse)}"
-        )
-    prepare_out_dir(out_dir)
+    """Run `repeats` runs of each condition (or reuse finished ones: role -> results folders,
+    one per repeat), then write the study into out_dir."""
+    if repeats < 1:
+        raise InputError(f"--repeats {repeats}: must be at least 1")
     if reuse is not None:
-        folders = dict(zip(ROLES, reuse, strict=True))
-    else:
-        paths = {**default_scenarios(), **(scenarios or {})}
-        for role, path in paths.items():
-            if not path.is_file():
-                raise InputError(f"{path}: no such scenario file (the study's {role} run)")
-        folders = {}
+        missing = [role for role in ROLES if not reuse.get(role)]
+        if missing:
+            raise InputError(f"study: no results folder to reuse for {', '.join(missing)}")
+        prepare_out_dir(out_dir)
+        return analyse(reuse, out_dir, thresholds, bootstrap=bootstrap)
+    paths = {**default_scenarios(), **(scenarios or {})}
+    for role, path in paths.items():
+        if not path.is_file():
+            raise InputError(f"{path}: no such scenario file (the study's {role} run)")
+    base = {role: scenario_seed(paths[role]) for role in ROLES}
+    prepare_out_dir(out_dir)
+    folders: dict[str, list[Path]] = {role: [] for role in ROLES}
+    seeds: dict[str, list[int | None]] = {role: [] for role in ROLES}
+    for k in range(repeats):  # interleaved: a drift of the machine hits every condition alike
         for role in ROLES:
-            say(f"study: running {role}: {paths[role]}")
-            folders[role] = runner(paths[role], out_dir / RUNS / role, tdf, progress)
-    return analyse(folders, out_dir, thresholds)
+            seed = base[role] + k
+            say(f"study: running {role}, repeat {k + 1} of {repeats} (seed {seed}): {paths[role]}")
+            run_dir = out_dir / RUNS / f"{role}-seed{seed}"
+            folders[role].append(runner(paths[role], run_dir, tdf, progress, seed))
+            seeds[role].append(seed)
+    return analyse(folders, out_dir, thresholds, seeds, bootstrap)
 
 
-def _line_rate_bytes_per_s(folder: Path) -> float | None:
-    """The host link rate of the run's fabric, from the scenario copy in its results folder."""
+def _scenario_facts(folder: Path) -> tuple[float | None, int | None]:
+    """The host link rate of the run's fabric and its run.seed, from the scenario copy in its
+    results folder (None when unknown)."""
     from collectors.results import SCENARIO_COPY
     from emulator.errors import EmulatorError
     from emulator.scenario import load_scenario
@@ -233,16 +251,120 @@ def _line_rate_bytes_per_s(folder: Path) -> float | None:
 
     copy = folder / SCENARIO_COPY
     if not copy.is_file():
-        return None
+        return None, None
     try:
-        fabric = load_scenario(copy).fabric
+        scenario = load_scenario(copy)
     except EmulatorError:
-        return None
+        return None, None
+    fabric = scenario.fabric
     if isinstance(fabric, ClosSpec):
-        return fabric.host_link_gbps * 1e9 / 8
+        return fabric.host_link_gbps * 1e9 / 8, scenario.run.seed
     if isinstance(fabric, DutSpec):
-        return fabric.max_rate_gbps * 1e9 / 8
-    return None
+        return fabric.max_rate_gbps * 1e9 / 8, scenario.run.seed
+    return None, scenario.run.seed
+
+
+def seed_of(folder: Path, copy_seed: int | None) -> int | None:
+    """The seed of a reused run: its scenario copy's (written as run, the study's seed included),
+    else what the study's folder name says (<role>-seed<k>)."""
+    if copy_seed is not None:
+        return copy_seed
+    match = re.fullmatch(r".*-seed(\d+)", folder.name)
+    return int(match.group(1)) if match else None
+
+
+def _pooled(runs: Sequence[StudyRun], collective: str, attribute: str) -> np.ndarray:
+    parts = [getattr(r.of(collective), attribute) for r in runs]
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def check_allreduce_cv(
+    alone: Sequence[StudyRun],
+    mixed: Sequence[StudyRun],
+    thresholds: StudyThresholds,
+    spec: BootstrapSpec = DEFAULT_BOOTSTRAP,
+) -> Check:
+    """CV over every instance: includes the fixed differences between process groups (paths)."""
+    a, m = _pooled(alone, ALL_REDUCE, "busbw"), _pooled(mixed, ALL_REDUCE, "busbw")
+    return cv_check(
+        "allreduce_busbw_cv",
+        "Does the All-Reduce busbw vary more when mixed with the All-to-All?",
+        PooledSample.of([r.of(ALL_REDUCE).busbw for r in alone], cv),
+        PooledSample.of([r.of(ALL_REDUCE).busbw for r in mixed], cv),
+        "complete All-Reduce instances",
+        thresholds,
+        spec,
+        {
+            "instances_alone": len(a),
+            "instances_mixed": len(m),
+            "busbw_mean_alone_bytes_per_s": float(a.mean()) if len(a) else None,
+            "busbw_mean_mixed_bytes_per_s": float(m.mean()) if len(m) else None,
+        },
+    )
+
+
+def check_allreduce_cv_within_groups(
+    alone: Sequence[StudyRun],
+    mixed: Sequence[StudyRun],
+    thresholds: StudyThresholds,
+    spec: BootstrapSpec = DEFAULT_BOOTSTRAP,
+) -> Check:
+    """The same question per process group (iteration to iteration), averaged over groups.
+
+    ECMP pins a group's flows to the same uplinks in every iteration, so groups differ from each
+    other by a fixed amount alone and mixed; this CV leaves that out and keeps what changes from
+    one iteration to the next. Groups with fewer than 2 complete instances in a run are left
+    out; a group's instances of different repeats are not pooled (run-to-run differences are not
+    iteration-to-iteration variability)."""
+    a = CellSample.of([r.of(ALL_REDUCE).groups for r in alone], cv)
+    m = CellSample.of([r.of(ALL_REDUCE).groups for r in mixed], cv)
+    return cv_check(
+        "allreduce_busbw_cv_within_groups",
+        "Does each All-Reduce group's busbw vary more from iteration to iteration when mixed?",
+        a,
+        m,
+        "complete All-Reduce instances in groups of 2 or more",
+        thresholds,
+        spec,
+        {"instances_alone": a.units, "instances_mixed": m.units},
+    )
+
+
+def check_alltoall_tail(
+    alone: Sequence[StudyRun],
+    mixed: Sequence[StudyRun],
+    thresholds: StudyThresholds,
+    spec: BootstrapSpec = DEFAULT_BOOTSTRAP,
+) -> Check:
+    from collectors.stats import percentile_nearest_rank as p
+
+    tail = percentile_ratio(99, 50)
+    c = compare(
+        PooledSample.of([r.of(ALL_TO_ALL).fct for r in alone], tail),
+        PooledSample.of([r.of(ALL_TO_ALL).fct for r in mixed], tail),
+        spec,
+    )
+    a, m = _pooled(alone, ALL_TO_ALL, "fct").tolist(), _pooled(mixed, ALL_TO_ALL, "fct").tolist()
+    numbers = {
+        "fct_p50_alone_s": p(a, 50),
+        "fct_p99_alone_s": p(a, 99),
+        "fct_p50_mixed_s": p(m, 50),
+        "fct_p99_mixed_s": p(m, 99),
+        "flows_finished_alone": len(a),
+        "flows_finished_mixed": len(m),
+    }
+    minimum = thresholds.tail_ratio_min
+    units = "finished All-to-All flows"
+    verdict = judge(c, "p99/p50", units, minimum, thresholds.repeats_min, spec.confidence)
+    return comparison_check(
+        "alltoall_fct_tail",
+        "Does the All-to-All FCT tail (p99/p50) grow when mixed with the All-Reduce?",
+        "longer tail mixed",
+        c,
+        verdict,
+        minimum,
+        numbers,
+    )
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -251,173 +373,67 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def _cv_check(
-    name: str,
-    question: str,
-    cv_alone: float | None,
-    cv_mixed: float | None,
-    thresholds: StudyThresholds,
-    numbers: Mapping[str, float | None],
+def check_allreduce_line_rate(
+    alone: Sequence[StudyRun], thresholds: StudyThresholds, spec: BootstrapSpec = DEFAULT_BOOTSTRAP
 ) -> Check:
-    ratio = _ratio(cv_mixed, cv_alone)
-    verdict: Verdict
-    if cv_alone is None or cv_mixed is None:
-        verdict = "not measurable"
-        detail = "no complete All-Reduce instances with a busbw in " + (
-            "the alone run" if cv_alone is None else "the mixed run"
-        )
-    elif cv_mixed < thresholds.cv_min:
-        verdict = "not shown"
-        detail = f"mixed CV {cv_mixed:.4f} is below {thresholds.cv_min:g}: steady"
-    elif ratio is None:
-        verdict = "shown"
-        detail = f"alone CV is 0 (one instance or identical ones); mixed CV {cv_mixed:.4f}"
-    else:
-        verdict = "shown" if ratio >= thresholds.cv_ratio_min else "not shown"
-        detail = (
-            f"mixed CV is {ratio:.2f}x the alone CV "
-            f"({'at or above' if verdict == 'shown' else 'below'} {thresholds.cv_ratio_min:g}x)"
-        )
-    return Check(
-        name,
-        question,
-        "higher CV mixed",
-        verdict,
-        cv_alone,
-        cv_mixed,
-        ratio,
-        thresholds.cv_ratio_min,
-        detail,
-        numbers,
-    )
-
-
-def check_allreduce_cv(alone: StudyRun, mixed: StudyRun, thresholds: StudyThresholds) -> Check:
-    """CV over every instance: includes the fixed differences between process groups (paths)."""
-    counts = {
-        "instances_alone": alone.stats(ALL_REDUCE).get("instances_complete"),
-        "instances_mixed": mixed.stats(ALL_REDUCE).get("instances_complete"),
-        "busbw_mean_alone_bytes_per_s": alone.stats(ALL_REDUCE).get("busbw_mean_bytes_per_s"),
-        "busbw_mean_mixed_bytes_per_s": mixed.stats(ALL_REDUCE).get("busbw_mean_bytes_per_s"),
-    }
-    return _cv_check(
-        "allreduce_busbw_cv",
-        "Does the All-Reduce busbw vary more when mixed with the All-to-All?",
-        alone.stats(ALL_REDUCE).get("busbw_cv"),
-        mixed.stats(ALL_REDUCE).get("busbw_cv"),
-        thresholds,
-        counts,
-    )
-
-
-def check_allreduce_cv_within_groups(
-    alone: StudyRun, mixed: StudyRun, thresholds: StudyThresholds
-) -> Check:
-    """The same question per process group (iteration to iteration), averaged over groups.
-
-    ECMP pins a group's flows to the same uplinks in every iteration, so groups differ from each
-    other by a fixed amount alone and mixed; this CV leaves that out and keeps what changes from
-    one iteration to the next."""
-    return _cv_check(
-        "allreduce_busbw_cv_within_groups",
-        "Does each All-Reduce group's busbw vary more from iteration to iteration when mixed?",
-        alone.cv_within_groups.get(ALL_REDUCE),
-        mixed.cv_within_groups.get(ALL_REDUCE),
-        thresholds,
-        {},
-    )
-
-
-def cv_within_groups(tables: Any, collective: str) -> float | None:
-    """Mean over process groups (with 2 or more complete instances) of their busbw CV."""
-    from collectors.stats import coefficient_of_variation, mean
-    from collectors.tables import rows
-
-    by_group: dict[str, list[float]] = {}
-    columns = ("collective_type", "process_group", "busbw_bytes_per_s", "complete")
-    for ctype, group, busbw, complete in rows(tables.collectives, columns):
-        if ctype == collective and complete and busbw is not None:
-            by_group.setdefault(group, []).append(busbw)
-    cvs = [coefficient_of_variation(v) for v in by_group.values() if len(v) >= 2]
-    return mean([cv for cv in cvs if cv is not None])
-
-
-def check_alltoall_tail(alone: StudyRun, mixed: StudyRun, thresholds: StudyThresholds) -> Check:
-    a, m = alone.stats(ALL_TO_ALL), mixed.stats(ALL_TO_ALL)
-    tail_alone = _ratio(a.get("fct_p99_s"), a.get("fct_p50_s"))
-    tail_mixed = _ratio(m.get("fct_p99_s"), m.get("fct_p50_s"))
-    ratio = _ratio(tail_mixed, tail_alone)
+    """Mean busbw / mean ideal busbw over the complete instances that have both. The verdict is
+    on the point estimate (near line rate is a level, with no "no change" to rule out); the
+    interval is reported, and said when it reaches across the threshold."""
+    paired = [r.of(ALL_REDUCE).paired for r in alone]
+    e = estimate_alone(PooledSample.of(paired, ratio_of_sums), spec)
+    pooled = np.concatenate(paired) if paired else np.empty((0, 2))
+    busbw = float(pooled[:, 0].mean()) if len(pooled) else None
+    ideal = float(pooled[:, 1].mean()) if len(pooled) else None
+    line = next((r.line_rate_bytes_per_s for r in alone if r.line_rate_bytes_per_s), None)
     numbers = {
-        "fct_p50_alone_s": a.get("fct_p50_s"),
-        "fct_p99_alone_s": a.get("fct_p99_s"),
-        "fct_p50_mixed_s": m.get("fct_p50_s"),
-        "fct_p99_mixed_s": m.get("fct_p99_s"),
-        "flows_finished_alone": a.get("flows_finished"),
-        "flows_finished_mixed": m.get("flows_finished"),
-    }
-    verdict: Verdict
-    if ratio is None:
-        verdict = "not measurable"
-        detail = "no finished All-to-All flows in " + (
-            "the alone run" if tail_alone is None else "the mixed run"
-        )
-    else:
-        verdict = "shown" if ratio >= thresholds.tail_ratio_min else "not shown"
-        detail = (
-            f"mixed p99/p50 is {ratio:.2f}x the alone p99/p50 "
-            f"({'at or above' if verdict == 'shown' else 'below'} {thresholds.tail_ratio_min:g}x)"
-        )
-    return Check(
-        "alltoall_fct_tail",
-        "Does the All-to-All FCT tail (p99/p50) grow when mixed with the All-Reduce?",
-        "longer tail mixed",
-        verdict,
-        tail_alone,
-        tail_mixed,
-        ratio,
-        thresholds.tail_ratio_min,
-        detail,
-        numbers,
-    )
-
-
-def check_allreduce_line_rate(alone: StudyRun, thresholds: StudyThresholds) -> Check:
-    stats = alone.stats(ALL_REDUCE)
-    busbw = stats.get("busbw_mean_bytes_per_s")
-    ideal = stats.get("ideal_busbw_bytes_per_s")
-    ratio = _ratio(busbw, ideal)
-    line = alone.line_rate_bytes_per_s
-    numbers = {
+        "repeats_alone": e.repeats,
+        "instances_alone": e.units,
         "busbw_mean_bytes_per_s": busbw,
         "ideal_busbw_bytes_per_s": ideal,
         "line_rate_bytes_per_s": line,
         "busbw_over_line_rate": _ratio(busbw, line),
         "ideal_over_line_rate": _ratio(ideal, line),
     }
-    verdict: Verdict
-    if ratio is None:
-        verdict = "not measurable"
-        detail = "no complete All-Reduce instance with an ideal busbw in the alone run"
+    minimum = thresholds.line_rate_ratio_min
+    verdict: Verdict = "not measurable"
+    if not e.measurable or busbw is None or ideal is None or e.point is None:
+        detail = (
+            "fewer than 2 complete All-Reduce instances with an ideal busbw in the alone runs "
+            f"({e.units})"
+        )
     else:
-        assert busbw is not None and ideal is not None  # a ratio needs both
-        verdict = "shown" if ratio >= thresholds.line_rate_ratio_min else "not shown"
         line_text = "" if line is None else f", host line rate {line / 1e9:.2f} GB/s"
         detail = (
-            f"busbw {busbw / 1e9:.2f} GB/s is {ratio:.0%} of the congestion-free plan's "
-            f"{ideal / 1e9:.2f} GB/s ({'at or above' if verdict == 'shown' else 'below'} "
-            f"{thresholds.line_rate_ratio_min:.0%}){line_text}"
+            f"busbw {busbw / 1e9:.2f} GB/s is {fmt_interval(e.point, e.interval)} "
+            f"({spec.confidence:.0%} CI) of the congestion-free plan's {ideal / 1e9:.2f} GB/s"
+            f"{line_text}; over {e.repeats} repeats ({e.units} instances)"
         )
+        if e.repeats < 2:
+            detail += (
+                "; with one repeat the interval is from that run's instances only and does not "
+                "include run-to-run variation"
+            )
+        if e.repeats < thresholds.repeats_min:
+            detail += f"; {thresholds.repeats_min} repeats needed to judge"
+        else:
+            verdict = "shown" if e.point >= minimum else "not shown"
+            detail += f"; {'at or above' if verdict == 'shown' else 'below'} {minimum:g}"
+            if e.interval is not None and e.interval[0] < minimum <= e.interval[1]:
+                detail += f" (the interval reaches across {minimum:g})"
     return Check(
         "allreduce_alone_line_rate",
         "Does the All-Reduce alone run near line rate (busbw / ideal busbw)?",
-        f"busbw / ideal >= {thresholds.line_rate_ratio_min:g}",
+        f"busbw / ideal >= {minimum:g}",
         verdict,
-        ratio,
+        e.point,
         None,
-        ratio,
-        thresholds.line_rate_ratio_min,
+        e.point,
+        minimum,
         detail,
         numbers,
+        e.interval,
+        None,
+        e.interval,
     )
 
 
@@ -425,19 +441,21 @@ def _notes(runs: Sequence[StudyRun], checks: Sequence[Check]) -> list[str]:
     notes = []
     for run in runs:
         if run.summary.get("partial"):
-            notes.append(f"{run.role}: the run is partial (interrupted or failed); fewer samples")
+            notes.append(f"{run.name}: the run is partial (interrupted or failed); fewer samples")
         fidelity = run.summary.get("fidelity") or {}
         if fidelity.get("verdict") not in (None, "ok"):
             reasons = "; ".join(fidelity.get("reasons") or []) or "no reason given"
             notes.append(
-                f"{run.role}: fidelity {fidelity.get('verdict')} ({reasons}): the numbers may "
+                f"{run.name}: fidelity {fidelity.get('verdict')} ({reasons}): the numbers may "
                 "show this machine's limits rather than the fabric's"
             )
     # An "alone" run carrying the other collective is not a baseline (wrong folder or scenario).
-    for run, other in ((runs[0], ALL_TO_ALL), (runs[1], ALL_REDUCE)):
-        if run.stats(other).get("instances"):
+    others = {"allreduce_only": ALL_TO_ALL, "alltoall_only": ALL_REDUCE}
+    for run in runs:
+        other = others.get(run.role)
+        if other is not None and run.stats(other).get("instances"):
             notes.append(
-                f"{run.role}: the run also carries {other} ({run.stats(other)['instances']} "
+                f"{run.name}: the run also carries {other} ({run.stats(other)['instances']} "
                 "instances), so it is not that collective alone; check the folder or scenario"
             )
     tdfs = {run.summary.get("tdf") for run in runs}
@@ -457,86 +475,126 @@ def _notes(runs: Sequence[StudyRun], checks: Sequence[Check]) -> list[str]:
     return notes
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return format(value, spec)
-
-
-def checks_table(checks: Sequence[Check]) -> str:
-    headers = ("check", "expected", "alone", "mixed", "mixed/alone", "verdict")
-    body = [
-        (
-            c.name,
-            c.expected,
-            _fmt(c.alone, ".4g"),
-            _fmt(c.mixed, ".4g"),
-            _fmt(c.ratio, ".3g") if c.mixed is not None else "-",
-            c.verdict,
-        )
-        for c in checks
-    ]
+def _table(headers: Sequence[str], body: Sequence[Sequence[str]], left: set[int]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(
-            cell.ljust(w) if i < 2 or i == 5 else cell.rjust(w)
+            cell.ljust(w) if i in left else cell.rjust(w)
             for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
         ).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, body)])
 
 
+def checks_table(checks: Sequence[Check]) -> str:
+    """Each check's point estimates with their intervals ('0.16 [0.12, 0.21]') and verdict."""
+    headers = ("check", "expected", "alone", "mixed", "mixed/alone", "verdict")
+    body = [
+        (
+            c.name,
+            c.expected,
+            fmt_interval(c.alone, c.alone_ci),
+            fmt_interval(c.mixed, c.mixed_ci),
+            fmt_interval(c.ratio, c.ratio_ci) if c.mixed is not None else "-",
+            c.verdict,
+        )
+        for c in checks
+    ]
+    return _table(headers, body, {0, 1, 5})
+
+
+def runs_table(runs: Sequence[StudyRun]) -> str:
+    """Every run's identity: role, repeat, seed, TDF, fidelity verdict, partial, folder."""
+    headers = ("role", "repeat", "seed", "tdf", "fidelity", "partial", "folder")
+    body = [
+        (
+            r.role,
+            str(r.repeat + 1),
+            "-" if r.seed is None else str(r.seed),
+            str(r.summary.get("tdf", "-")),
+            str((r.summary.get("fidelity") or {}).get("verdict", "-")),
+            "yes" if r.summary.get("partial") else "no",
+            str(r.folder),
+        )
+        for r in runs
+    ]
+    return _table(headers, body, {0, 4, 5, 6})
+
+
 def analyse(
-    folders: Mapping[str, Path], out_dir: Path, thresholds: StudyThresholds = StudyThresholds()
+    folders: Mapping[str, Path | Sequence[Path]],
+    out_dir: Path,
+    thresholds: StudyThresholds = DEFAULT_THRESHOLDS,
+    seeds: Mapping[str, Sequence[int | None]] | None = None,
+    bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
 ) -> StudyResult:
-    """Read the three results folders, judge the checks, write plots, study.json and study.txt."""
+    """Read the results folders (role -> one folder, or one per repeat), judge the checks, write
+    plots, study.json and study.txt. seeds: role -> each repeat's run.seed (default: from the
+    folders, seed_of)."""
     from collectors.report import LoadedRun, compare_table, load_run, write_compare_plots
     from collectors.results import write_private
     from collectors.summary import RunMeta, build_summary
 
-    missing = [role for role in ROLES if role not in folders]
+    missing = [role for role in ROLES if not folders.get(role)]
     if missing:
         raise InputError(f"study: no results folder for {', '.join(missing)}")
     loaded: list[LoadedRun] = []
     runs: list[StudyRun] = []
     for role in ROLES:
-        run = load_run(Path(folders[role]))
-        summary = build_summary(
-            RunMeta.from_summary(run.summary), run.tables, bool(run.summary.get("partial"))
-        )
-        # Label plots and tables by role, so the legends say "alone" or "mixed" whatever the
-        # scenarios are called.
-        label = f"{ROLE_LABELS[role]} ({run.label})"
-        loaded.append(LoadedRun(run.folder, {**run.summary, "scenario": label}, run.tables))
-        within = {ALL_REDUCE: cv_within_groups(run.tables, ALL_REDUCE)}  # what a check judges
-        line_rate = _line_rate_bytes_per_s(run.folder)
-        runs.append(StudyRun(role, run.folder, summary, line_rate, within))
-    ar_alone, a2a_alone, mixed = runs
+        given = folders[role]
+        for k, folder in enumerate([given] if isinstance(given, Path | str) else given):
+            run = load_run(Path(folder))
+            summary = build_summary(
+                RunMeta.from_summary(run.summary), run.tables, bool(run.summary.get("partial"))
+            )
+            line_rate, copy_seed = _scenario_facts(run.folder)
+            seed = seeds[role][k] if seeds is not None else seed_of(run.folder, copy_seed)
+            # Label plots and tables by role, so the legends say "alone" or "mixed" whatever the
+            # scenarios are called.
+            label = f"{ROLE_LABELS[role]}{'' if seed is None else f' seed {seed}'} ({run.label})"
+            loaded.append(LoadedRun(run.folder, {**run.summary, "scenario": label}, run.tables))
+            units = {
+                ctype: collective_units(run.tables, ctype) for ctype in (ALL_REDUCE, ALL_TO_ALL)
+            }
+            runs.append(StudyRun(role, run.folder, summary, line_rate, seed, k, units))
+    by_role = {role: [r for r in runs if r.role == role] for role in ROLES}
+    ar_alone, a2a_alone, mixed = (by_role[role] for role in ROLES)
     checks = (
-        check_allreduce_cv(ar_alone, mixed, thresholds),
-        check_alltoall_tail(a2a_alone, mixed, thresholds),
-        check_allreduce_line_rate(ar_alone, thresholds),
-        check_allreduce_cv_within_groups(ar_alone, mixed, thresholds),
+        check_allreduce_cv(ar_alone, mixed, thresholds, bootstrap),
+        check_alltoall_tail(a2a_alone, mixed, thresholds, bootstrap),
+        check_allreduce_line_rate(ar_alone, thresholds, bootstrap),
+        check_allreduce_cv_within_groups(ar_alone, mixed, thresholds, bootstrap),
     )
     notes = _notes(runs, checks)
-    plots = write_compare_plots(loaded, out_dir / PLOTS)
+    # The figures show the first repeat of each role. write_compare_plots takes any number of
+    # runs, but it colours each on its own (nothing groups the repeats of a role), so 3 x N lines
+    # would hide the alone/mixed contrast; every repeat is in the tables, the checks and study.json.
+    firsts = [loaded[runs.index(by_role[role][0])] for role in ROLES]
+    plots = write_compare_plots(firsts, out_dir / PLOTS)
     text = "\n".join(
         [
             f"interference study: {out_dir}",
-            *(f"  {r.role}: {r.folder} (tdf {r.summary.get('tdf')})" for r in runs),
+            "",
+            runs_table(runs),
             "",
             checks_table(checks),
             *(f"  {c.name}: {c.detail}" for c in checks),
+            f"  intervals: {bootstrap.confidence:.0%}, {BOOTSTRAP_METHOD}, "
+            f"B={bootstrap.resamples}, seed {bootstrap.seed}",
             "",
             compare_table(loaded),
             *([""] + [f"note: {n}" for n in notes] if notes else []),
             "",
-            f"plots: {out_dir / PLOTS}",
+            f"plots (first repeat of each role): {out_dir / PLOTS}",
         ]
     )
     result = StudyResult(out_dir, tuple(runs), checks, tuple(notes), tuple(plots), text)
-    document = {**result.to_json(), "thresholds": asdict(thresholds)}
+    document = {
+        **result.to_json(),
+        "thresholds": asdict(thresholds),
+        "bootstrap": {"method": BOOTSTRAP_METHOD, **asdict(bootstrap)},
+    }
     write_private(out_dir / STUDY_JSON, (json.dumps(document, indent=2) + "\n").encode())
     write_private(out_dir / STUDY_TEXT, (text + "\n").encode())
     return result

@@ -1,8 +1,9 @@
 """`emulate study interference`: each collective alone, then mixed, and the side-by-side report.
 
-Runs scenarios/allreduce_only.yaml, alltoall_only.yaml and moe_mix.yaml (or reuses their results
-folders), then writes the comparison plots, study.json and study.txt into the study folder and
-prints whether the expected interference shows. Exit 0 whether or not it shows; 2 on bad input.
+Runs scenarios/allreduce_only.yaml, alltoall_only.yaml and moe_mix.yaml --repeats times each
+(seeds run.seed, run.seed + 1, ...), or reuses finished results folders, then writes the comparison
+plots, study.json and study.txt into the study folder and prints whether the expected interference
+shows, with 95% bootstrap intervals. Exit 0 whether or not it shows; 2 on bad input.
 """
 
 from __future__ import annotations
@@ -11,13 +12,18 @@ import argparse
 import contextlib
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 HELP = "Run a study (interference: collectives alone vs mixed)."
 
 
+def _flag(role: str) -> str:
+    return role.replace("_", "-")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from emulator.study import ROLES, STUDIES
+    from emulator.study import DEFAULT_REPEATS, ROLES, STUDIES
 
     parser.add_argument("study", choices=sorted(STUDIES), help="the study to run")
     parser.add_argument(
@@ -33,36 +39,83 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="time dilation factor for every run (default: each scenario's run.time_dilation)",
     )
     parser.add_argument(
-        "--reuse",
-        nargs=len(ROLES),
-        metavar=tuple(d.upper() for d in ROLES),
-        help="use these results folders (All-Reduce alone, All-to-All alone, mixed) instead of "
-        "running the scenarios",
+        "--repeats",
+        type=int,
+        metavar="N",
+        help="runs of each scenario, repeat k (0..N-1) with run.seed + k of its scenario, into "
+        f"runs/<role>-seed<seed>/; the checks pool them (default {DEFAULT_REPEATS})",
     )
     for role, name in ROLES.items():
         parser.add_argument(
-            f"--{role.replace('_', '-')}",
+            f"--{_flag(role)}",
             metavar="YAML",
             dest=f"scenario_{role}",
-            help=f"scenario of the {role} run (default scenarios/{name})",
+            help=f"scenario of the {role} runs (default scenarios/{name})",
         )
+    reuse = parser.add_argument_group(
+        "reusing finished runs (instead of running the scenarios; excludes --tdf, --repeats "
+        "and scenario paths)"
+    )
+    for role in ROLES:
+        reuse.add_argument(
+            f"--reuse-{_flag(role)}",
+            nargs="+",
+            metavar="DIR",
+            dest=f"reuse_{role}",
+            help=f"results folders of the {role} runs, one per repeat (give all three roles)",
+        )
+    reuse.add_argument(
+        "--reuse",
+        nargs=len(ROLES),
+        metavar=tuple(d.upper() for d in ROLES),
+        help="one results folder per role, in this order (one repeat each: the checks are then "
+        "not measurable, an interval from one run leaves out run-to-run variation)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     parser.add_argument("--json", action="store_true", help="print study.json instead of tables")
 
 
+def reuse_folders(args: argparse.Namespace, roles: Sequence[str]) -> dict[str, list[Path]] | None:
+    """role -> reused results folders, from --reuse-<role> DIR... or --reuse A B C; None when
+    nothing is reused."""
+    from emulator.errors import InputError
+
+    per_role: Mapping[str, list[str] | None] = {
+        role: getattr(args, f"reuse_{role}") for role in roles
+    }
+    given = [role for role, folders in per_role.items() if folders]
+    if args.reuse is not None:
+        if given:
+            raise InputError(
+                "--reuse: give either --reuse A B C or --reuse-<role> DIR..., not both"
+            )
+        return {role: [Path(folder)] for role, folder in zip(roles, args.reuse, strict=True)}
+    if not given:
+        return None
+    missing = [f"--reuse-{_flag(role)}" for role in roles if role not in given]
+    if missing:
+        raise InputError(f"{', '.join(missing)}: reusing runs needs folders for every role")
+    return {role: [Path(folder) for folder in per_role[role] or []] for role in roles}
+
+
 def main(args: argparse.Namespace) -> int:
     from emulator.errors import InputError
-    from emulator.study import ROLES, STUDIES, default_out_dir
+    from emulator.study import DEFAULT_REPEATS, ROLES, STUDIES, default_out_dir
 
     if args.tdf is not None and not args.tdf >= 1.0:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
+    if args.repeats is not None and args.repeats < 1:
+        raise InputError(f"--repeats {args.repeats}: must be at least 1")
     scenarios = {
         role: Path(getattr(args, f"scenario_{role}"))
         for role in ROLES
         if getattr(args, f"scenario_{role}") is not None
     }
-    if args.reuse is not None and (scenarios or args.tdf is not None):
-        raise InputError("--reuse takes finished runs: it excludes --tdf and scenario paths")
+    reuse = reuse_folders(args, list(ROLES))
+    if reuse is not None and (scenarios or args.tdf is not None or args.repeats is not None):
+        raise InputError(
+            "--reuse takes finished runs: it excludes --tdf, --repeats and scenario paths"
+        )
     out = Path(args.out) if args.out else default_out_dir()
     # With --json stdout carries one document: each run's own table goes to stderr instead.
     stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
@@ -70,10 +123,11 @@ def main(args: argparse.Namespace) -> int:
         result = STUDIES[args.study](
             out,
             scenarios=scenarios,
-            reuse=[Path(d) for d in args.reuse] if args.reuse is not None else None,
+            reuse=reuse,
             tdf=args.tdf,
             progress=not args.no_progress,
             say=lambda line: print(line, file=sys.stderr),
+            repeats=args.repeats if args.repeats is not None else DEFAULT_REPEATS,
         )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))

@@ -55,8 +55,9 @@ def test_commands_that_do_not_need_root_work_without_it(
     assert main(["plan", SCENARIO]) == EXIT_OK
     from tests.unit.test_study import STEADY_A2A, STEADY_AR, write_run
 
-    run = write_run(not_root / "run", "moe_mix", STEADY_AR, STEADY_A2A)
-    other = write_run(not_root / "other", "moe_mix", STEADY_AR, STEADY_A2A)
+    # each is a list of repeats: one run takes the first
+    run = write_run(not_root / "run", "moe_mix", STEADY_AR[0], STEADY_A2A[0])
+    other = write_run(not_root / "other", "moe_mix", STEADY_AR[0], STEADY_A2A[0])
     assert main(["report", str(run), "--csv"]) == EXIT_OK
     assert main(["compare", str(run), str(other), "--out", str(not_root / "cmp")]) == EXIT_OK
     capsys.readouterr()
