@@ -8,7 +8,7 @@ a CNP is acted on within one such period on a NIC) and the maximum within one in
 (rpg_time_reset: a whole increase step missed changes the rate trajectory). CPU is the engine's
 own: each worker's CPU time over the run's wall time (other tenants of the machine are not the
 run; what they take shows up as lateness). The pacing deficit is what the rates allowed but ticks
-came too late to send (the token buckets' floor cut it), over what was sent: above 1% the rates
+came too late to send (the token buckets' floor cut it), over what was sent: above 5% the rates
 and FCTs measured are the machine's. A check without the numbers it needs says unknown.
 """
 
@@ -20,8 +20,11 @@ from emulator.transport.params import DcqcnParams
 
 BURST_SHARE_LIMIT = 0.05  # a flow may pass at most this share of its bytes above line rate
 # Pacing deficit: bytes the rates allowed that late ticks could not send, as a share of what was
-# sent; above this the measured rates are the machine's, not DCQCN's.
-PACING_DEFICIT_LIMIT = 0.01
+# sent. It delays sending by at most that share, so it biases busbw and FCTs by at most as much:
+# above 5% that is more than this machine's run-to-run spread (moe_mix, three runs: All-Reduce
+# busbw 14.14-14.74 GB/s, 4%), and the measured rates are the machine's, not DCQCN's. (1% made
+# verdicts flip between runs of a 4 s job on a 2-core machine: 1.3% and 3.4% at one factor.)
+PACING_DEFICIT_LIMIT = 0.05
 
 
 def burst_reason(flow_bytes: list[int], fabric: dict[str, Any]) -> str | None:
@@ -51,9 +54,14 @@ def timing_limits_s(dcqcn: DcqcnParams) -> tuple[float, float]:
 
 
 def engine_checks(
-    metadata: dict[str, Any], tdf: float, dcqcn: DcqcnParams, busy_limit: float
+    metadata: dict[str, Any],
+    tdf: float,
+    dcqcn: DcqcnParams,
+    busy_limit: float,
+    deficit_limit: float = PACING_DEFICIT_LIMIT,
 ) -> tuple[list[str], list[str]]:
-    """(reasons, unknown): the engine's timing and CPU judged per worker."""
+    """(reasons, unknown): the engine's timing and CPU judged per worker (`deficit_limit`: the
+    pacing deficit's; auto TDF's probes use a stricter one, emulator.run.probe)."""
     reasons: list[str] = []
     unknown: list[str] = []
     p99_limit_s, max_limit_s = timing_limits_s(dcqcn)
@@ -84,7 +92,7 @@ def engine_checks(
         if not isinstance(w, dict) or not w.get("sent_bytes"):
             continue
         share = w["lost_bytes"] / w["sent_bytes"]
-        if share > PACING_DEFICIT_LIMIT:
+        if share > deficit_limit:
             reasons.append(
                 f"engine worker {index}: its ticks came too late to send {share:.1%} more bytes "
                 "than it sent, which the queue pairs' rates allowed (pacing deficit): rates and "

@@ -94,3 +94,31 @@ def _keys(scenario: Any) -> list[str]:
     from emulator.run.calibrate import machine_key
 
     return [f"{machine_key(scenario.transport.path_mtu_bytes)}|{scenario_key(scenario)}"]
+
+
+def test_a_probe_passes_only_within_half_the_runs_pacing_deficit_limit(cache: Path) -> None:
+    """A 3% deficit is within the run's verdict (5%) but not a probe's (2.5%): the probe is a
+    sample of the run, so the factor grows until the sample has the margin."""
+    from emulator.run.probe import PROBE_DEFICIT_LIMIT
+    from emulator.run.verdict import PACING_DEFICIT_LIMIT
+
+    del cache
+    assert PROBE_DEFICIT_LIMIT == PACING_DEFICIT_LIMIT / 2
+    calls: list[float] = []
+
+    def prober(_scenario: Any, _options: Any, _planned: Any, tdf: float) -> dict[str, Any]:
+        calls.append(tdf)
+        on_time = {"ticks": 1000, "p99_s": 1e-3, "max_s": 1e-3}
+        behind = {"sent_bytes": 1e9, "lost_bytes": (0.03 if tdf < 2000 else 0.01) * 1e9}
+        return {
+            "worker_tick_lateness": [on_time],
+            "worker_busy_ratio": [0.3],
+            "worker_pacing": [behind],
+        }
+
+    scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
+    said: list[str] = []
+    first = TdfChoice(1600.0, "auto", 6.4e12, bound_by="load")
+    got = verify(scenario, RunOptions(progress=False, say=said.append), None, first, prober)
+    assert calls[0] == 1600.0 and got.tdf >= 2000
+    assert any("3.0% more bytes" in s for s in said)
