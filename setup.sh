@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 
 APT_PACKAGES=(
   python3 python3-venv python3-dev gcc
-  mininet iproute2 iputils-ping ethtool procps psmisc
+  iproute2 iputils-ping ethtool procps psmisc
   iperf3 clang llvm libbpf-dev bpftool tcpdump tshark prometheus
 )
 VENV=.venv

@@ -1,7 +1,7 @@
 """Collectors: turn the engine's events and the samplers' counters into records, live metrics,
 a results folder with tables and plots, and the Grafana dashboard that reads the live metrics.
 
-Data flows one way: events (collectors.events) -> RunRecorder (collectors.recorder) ->
+Data flows one way: events (emulator.events) -> RunRecorder (collectors.recorder) ->
 records (collectors.records), live counters (collectors.live) scraped by the Prometheus exporter
 (collectors.prometheus), and at the end the results folder (collectors.results). Collectors
 never drive the run.

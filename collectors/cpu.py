@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.events import CpuSample
 from emulator.errors import EnvironmentProblem
+from emulator.events import CpuSample
 
 # proc(5) fields of the `cpu` line counted as total time (guest/guest_nice are inside user/nice).
 _TOTAL_FIELDS = 8

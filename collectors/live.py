@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from collectors.latency import LatencyHistogram
+from emulator.latency import LatencyHistogram
 
 # FCT histogram bucket upper bounds (seconds, target timescale): 1-2-5 steps from 1 us to 100 s,
 # covering a 4 KB message at 400 Gb/s up to a multi-GB collective on a congested link.
@@ -23,7 +23,7 @@ FCT_BUCKETS_S: tuple[float, ...] = (
     100.0,
 )
 
-# Per-rank congestion counters, in the order of collectors.events.FlowFinished's counts.
+# Per-rank congestion counters, in the order of emulator.events.FlowFinished's counts.
 CONGESTION_COUNTERS = ("packets", "retransmitted_packets", "ce_marks", "cnps_sent", "cnps_received")
 
 

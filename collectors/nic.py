@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from collectors.events import NicSample
 from emulator.errors import EnvironmentProblem
+from emulator.events import NicSample
 
 
 class CounterSource(Protocol):

@@ -44,9 +44,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from collectors.latency import BOUNDS_S
 from collectors.live import CONGESTION_COUNTERS, LiveMetrics
 from emulator.errors import EnvironmentProblem
+from emulator.latency import BOUNDS_S
 
 PREFIX = "emulator_"
 
@@ -67,7 +67,7 @@ _PORT_COUNTERS = (
 )
 
 
-# Prometheus buckets of the latency histogram: every 5th of collectors.latency's (4 a decade)
+# Prometheus buckets of the latency histogram: every 5th of emulator.latency's (4 a decade)
 LATENCY_BUCKETS_S = tuple(float(b) for b in BOUNDS_S[4::5])
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from collectors.latency import LatencyHistogram
+from emulator.latency import LatencyHistogram
 
 # Column order of the lists a worker sends (emulator.engine.worker.Worker._queue_pairs).
 SEND_QP_COLUMNS = (

@@ -16,7 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from collectors.events import (
+from collectors.live import LiveMetrics, RunInfo
+from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
+from collectors.samples import CpuRow, NicTable, PortTable
+from collectors.tables import RunTables
+from emulator.events import (
     CollectiveMemberFinished,
     CollectiveMemberStarted,
     CpuSample,
@@ -28,10 +32,6 @@ from collectors.events import (
     RateSample,
     RunEvent,
 )
-from collectors.live import LiveMetrics, RunInfo
-from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
-from collectors.samples import CpuRow, NicTable, PortTable
-from collectors.tables import RunTables
 
 _ZERO = (0, 0, 0, 0, 0)
 # Index in the counts tuple -> credited to the flow's sender (True) or receiver (False).

@@ -1,7 +1,7 @@
 """Flow and collective-instance records, built from the plan's metadata and the event stream.
 
 The plan says what each flow is (FlowMeta: collective, iteration, step, ranks, QP, bytes); the
-engine says when it started and finished and what congestion it met (collectors.events).
+engine says when it started and finished and what congestion it met (emulator.events).
 
 A collective instance's times:
 - start_s: its first member starts (CollectiveMemberStarted), or its first flow starts when
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from collectors.events import (
+from emulator.events import (
     CollectiveMemberFinished,
     CollectiveMemberStarted,
     FlowFinished,

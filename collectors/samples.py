@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from collectors.events import NicSample, PortSample
+from emulator.events import NicSample, PortSample
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from collectors.events import (
+from collectors.records import CollectiveMeta, FlowMeta
+from emulator.events import (
     CpuSample,
     FlowFinished,
     FlowProgress,
@@ -22,7 +23,6 @@ from collectors.events import (
     RateSample,
     RunEvent,
 )
-from collectors.records import CollectiveMeta, FlowMeta
 
 LINE_RATE_BPS = 400e9
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collectors.events import FlowFinished, FlowProgress
+from emulator.events import FlowFinished, FlowProgress
 
 # Index of each count in a tally, in FlowFinished's field order.
 PACKETS, RETRANSMITTED, CE_MARKS, CNPS_SENT, CNPS_RECEIVED = range(5)

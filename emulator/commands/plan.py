@@ -152,7 +152,7 @@ def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple
 
 def _plan_with_traffic(scenario: Any, iterations: int | None) -> Any:
     """Traffic patterns (with or without a trace) are planned as `emulate run` plans them."""
-    from emulator.run.pipeline import fabric_ranks, target_rate_bps
+    from emulator.backends.engine import fabric_ranks, target_rate_bps
     from emulator.run.workload import plan_workload, trace_prefix
     from emulator.schedule.fabric import describe_fabric
     from emulator.schedule.planner import PlanOutcome

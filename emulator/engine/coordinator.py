@@ -26,9 +26,6 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from collectors.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
-from collectors.latency import LatencyHistogram, merged
-from collectors.queue_pairs import QpRow, qp_rows
 from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver
 from emulator.engine.params import EngineParams
@@ -44,6 +41,8 @@ from emulator.engine.plan import (
 )
 from emulator.engine.worker import WorkerSpec, worker_main
 from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
+from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
+from emulator.latency import LatencyHistogram, merged
 from emulator.transport.params import TransportParams
 
 START_MARGIN_S = 0.05  # between "go" and the common start: every worker gets the message first
@@ -71,6 +70,18 @@ class RunOutcome:
 
     def fct_s(self, flow_id: int) -> float:
         return self.finished[flow_id].time_s - self.started[flow_id].time_s
+
+
+@dataclass
+class QpCounters:
+    """Per-QP counters of a run, as the workers hand them over: the connections (src, dst, qp,
+    sport) -> connection id (QP number = id + 1), and by QP number the sender's and the
+    receiver's counter lists (columns: collectors.queue_pairs) and the one-way latency."""
+
+    connections: dict[tuple[int, int, int, int], int]
+    send: dict[int, list[int]] = field(default_factory=dict)
+    recv: dict[int, list[int]] = field(default_factory=dict)
+    latency: dict[int, LatencyHistogram] = field(default_factory=dict)
 
 
 @dataclass
@@ -453,18 +464,16 @@ class Coordinator:
                 "rename the pattern or change collectives.udp_sport_min"
             )
 
-    def queue_pairs(self) -> list[QpRow]:
+    def queue_pairs(self) -> QpCounters:
         """The tester's per-QP counters, as the workers reported them when they stopped (a
-        worker that was killed reports none)."""
-        send: dict[int, list[int]] = {}
-        recv: dict[int, list[int]] = {}
-        latency: dict[int, LatencyHistogram] = {}
+        worker that was killed reports none); collectors.queue_pairs.qp_rows joins them."""
+        counters = QpCounters(dict(self.connections))
         for w in self.workers:
-            send.update(w.stats.get("send_qps", {}))
-            recv.update(w.stats.get("recv_qps", {}))
+            counters.send.update(w.stats.get("send_qps", {}))
+            counters.recv.update(w.stats.get("recv_qps", {}))
             for qpn, wire in w.stats.get("qp_latency", {}).items():
-                latency[qpn] = LatencyHistogram.from_wire(wire)
-        return qp_rows(self.connections, send, recv, latency)
+                counters.latency[qpn] = LatencyHistogram.from_wire(wire)
+        return counters
 
     def latency_by_class(self) -> dict[int, LatencyHistogram]:
         """One-way latency so far per traffic class (DSCP as received), over every worker

@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from collectors.latency import LatencyHistogram
 from emulator.engine.clock import DilatedClock
 from emulator.engine.gcpause import GcPauses
 from emulator.engine.lateness import TickLateness
@@ -60,6 +59,7 @@ from emulator.engine.sockets import (
     tos_cmsg,
 )
 from emulator.errors import EmulatorError, EnvironmentProblem
+from emulator.latency import LatencyHistogram
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import (
     BurstBuffer,

@@ -16,10 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from collectors.cpu import CpuSampler
-from collectors.events import RunEvent
 from collectors.nic import NicSampler
-from collectors.recorder import RunRecorder
 from collectors.samples import port_samples
+from emulator.events import RunEvent
 from emulator.run.progress import ProgressLine, ProgressState
 
 PORT_INTERVAL_MIN_S = 1.0
@@ -30,7 +29,7 @@ READ_SHARE_MAX = 0.05
 class Sampler:
     def __init__(
         self,
-        recorder: RunRecorder,
+        on_samples: Callable[[list[RunEvent]], None],
         nic: NicSampler,
         read_ports: Callable[[], list[Any]] | None,
         interval_s: float,
@@ -38,7 +37,7 @@ class Sampler:
         progress: ProgressLine,
         state: Callable[[], ProgressState],
     ) -> None:
-        self.recorder = recorder
+        self.on_samples = on_samples  # the recorder's on_events: thread-safe per batch
         self.nic = nic
         self.read_ports = read_ports
         self.interval_s = interval_s
@@ -122,4 +121,4 @@ class Sampler:
         ):
             self._last_ports = wall
             events.extend(port_samples(self.read_ports(), now_s, tdf=self.tdf))
-        self.recorder.on_events(events)
+        self.on_samples(events)

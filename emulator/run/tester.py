@@ -105,7 +105,7 @@ class TesterResults:
         rows_: Sequence[QpRow],
         traffic: TrafficSchedule | None,
         pfc_sent: Mapping[int, int],
-        pfc: PfcReadings,
+        pfc_received: Mapping[int, int | None],
     ) -> TesterResults:
         qp_pattern = traffic.qp_patterns() if traffic is not None else {}
         named = [
@@ -114,7 +114,7 @@ class TesterResults:
             )
             for q in rows_
         ]
-        return cls(named, qp_pattern, dict(pfc_sent), pfc.received())
+        return cls(named, qp_pattern, dict(pfc_sent), dict(pfc_received))
 
     def summary(self) -> dict[str, Any]:
         """summary.json's tester sections: counter totals, and per rank (PFC frames included:

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from collectors.events import RateSample
 from emulator.engine.coordinator import RunOutcome, run_plan
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.testbed import NetnsBed, RoutedInfo, routed
+from emulator.events import RateSample
 from emulator.transport.params import TransportParams
 from fabrics.ecn.markers import EbpfMarker
 from fabrics.iproute import run, tc

@@ -22,11 +22,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from collectors.events import RateSample
 from emulator.engine.coordinator import RunOutcome, run_plan
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.testbed import NetnsBed, PairInfo, pair
+from emulator.events import RateSample
 from emulator.transport.packets import (
     AETH_NAK_PSN_SEQUENCE_ERROR,
     AckPacket,

@@ -13,11 +13,11 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.latency import LatencyHistogram
 from collectors.live import RunInfo
 from collectors.prometheus import make_registry
 from collectors.recorder import RunRecorder
 from collectors.synthetic import synthetic_run
+from emulator.latency import LatencyHistogram
 
 GRAFANA = Path(__file__).resolve().parents[2] / "collectors" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "emulator.json"

@@ -6,10 +6,10 @@ import socket
 
 import pytest
 
-from collectors.events import NicSample
 from collectors.nic import FixtureCounters, NetlinkCounters, NicSampler, SysfsCounters
 from collectors.samples import NicTable
 from emulator.errors import EnvironmentProblem
+from emulator.events import NicSample
 
 
 def test_utilization_from_fixture_counters() -> None:

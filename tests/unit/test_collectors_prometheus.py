@@ -284,8 +284,8 @@ def test_one_way_latency_histogram_per_class() -> None:
     samples at or under each bound, the sum is theirs, one series per DSCP."""
     import numpy as np
 
-    from collectors.latency import LatencyHistogram
     from collectors.prometheus import LATENCY_BUCKETS_S
+    from emulator.latency import LatencyHistogram
 
     rec = RunRecorder((), (), RunInfo("synth", 1.0, "dut", "dut"), 1e9)
     values = {26: [1e-6, 2e-6, 30e-6, 0.5e-3], 48: [3e-6]}
@@ -317,8 +317,8 @@ def test_pfc_equivalent_pauses_from_port_samples() -> None:
     """Cumulative pause counters of the port samples become per-port Prometheus counters from
     the first sample on (a reset counter adds what it counted since), ports.parquet keeps them,
     and summary.json's pfc_equivalent names the ports that would have paused."""
-    from collectors.events import PortSample
     from collectors.summary import pfc_equivalent
+    from emulator.events import PortSample
 
     rec = RunRecorder((), (), RunInfo("pfc", 10.0, "ebpf", "clos"), 400e9)
 

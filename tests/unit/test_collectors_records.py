@@ -4,13 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.events import (
-    CollectiveMemberFinished,
-    CollectiveMemberStarted,
-    FlowFinished,
-    FlowProgress,
-    FlowStarted,
-)
 from collectors.live import RunInfo
 from collectors.recorder import RunRecorder
 from collectors.records import (
@@ -19,6 +12,13 @@ from collectors.records import (
     RecordBuilder,
     ideal_times,
     metas_from_plan,
+)
+from emulator.events import (
+    CollectiveMemberFinished,
+    CollectiveMemberStarted,
+    FlowFinished,
+    FlowProgress,
+    FlowStarted,
 )
 from emulator.schedule.plan import CollectiveInstance, Flow
 

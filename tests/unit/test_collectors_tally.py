@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from collectors.events import FlowFinished, FlowProgress
 from collectors.tally import FlowTally, TargetClock
+from emulator.events import FlowFinished, FlowProgress
 
 
 def test_tally_snapshots_are_cumulative_and_finish_forgets() -> None:

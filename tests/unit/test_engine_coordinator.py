@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.events import FlowFinished, FlowStarted, NicSample, RateSample
 from emulator.engine.coordinator import Coordinator, _WorkerHandle
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
+from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample
 
 
 class _Pipe:

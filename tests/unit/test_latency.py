@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collectors.latency import (
+from collectors.prometheus import LATENCY_BUCKETS_S
+from emulator.latency import (
     BOUNDS_S,
     BUCKETS,
     LOWEST_S,
@@ -22,7 +23,6 @@ from collectors.latency import (
     LatencySummary,
     merged,
 )
-from collectors.prometheus import LATENCY_BUCKETS_S
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import (
     SEND_STAMP,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from collectors.events import FlowFinished, FlowStarted
 from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
 from emulator.commands.run import fabric_mapping, quick_scenario
 from emulator.errors import EnvironmentProblem, InputError
+from emulator.events import FlowFinished, FlowStarted
 from emulator.run.calibrate import (
     CACHE_ENV,
     Calibration,
@@ -222,7 +222,7 @@ def test_signals_during_teardown_wait_until_it_is_over() -> None:
     import os
     import signal
 
-    from emulator.run.pipeline import signals_deferred
+    from emulator.run.interrupts import signals_deferred
 
     steps: list[str] = []
     with pytest.raises(KeyboardInterrupt), signals_deferred():

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from collectors.events import FlowFinished, FlowStarted
 from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
 from collectors.results import ResultsWriter
 from collectors.summary import Fidelity, RunMeta
 from collectors.tables import RunTables
 from emulator.cli import main
+from emulator.events import FlowFinished, FlowStarted
 from emulator.study import ROLES, StudyThresholds, analyse, run_study, run_with_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,161 @@
+"""A planned workload through a backend, measured and written: the part of `emulate run` after
+planning and the TDF (emulator.run.pipeline), the same for every backend.
+
+It opens the backend the scenario's fabric asks for (emulator.backends), builds the recorder, the
+live exporter and the progress line, lets the backend's session replay the driver into them, and
+then turns what was recorded and what the backend reported into the tables, the fidelity
+verdict, the expectations and the results folder. An interrupted or failed replay still writes
+the folder, marked partial, before the error propagates. The probe (emulator.run.probe) runs
+short versions of it to verify a TDF.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from typing import Any
+
+from collectors.fidelity import assess_fidelity
+from collectors.live import RunInfo
+from collectors.prometheus import exporter_for, push
+from collectors.queue_pairs import QpRow
+from collectors.recorder import RunRecorder
+from collectors.report import summary_table
+from collectors.results import ResultsWriter
+from collectors.summary import RunMeta
+from collectors.tables import column, to_table
+from emulator.backends import BackendContext, ReplayJob, backend_for
+from emulator.backends.engine import target_rate_bps
+from emulator.run.interrupts import Interrupts
+from emulator.run.options import RunOptions, RunResult
+from emulator.run.progress import ProgressLine
+from emulator.run.replay import Replay
+from emulator.run.tdf import TdfChoice
+from emulator.run.tester import TesterResults
+from emulator.run.verdict import burst_reason
+from emulator.run.workload import PlannedWorkload, traffic_of
+from emulator.scenario.model import Scenario
+from emulator.schedule.fabric import describe_fabric
+
+
+def run_planned(
+    scenario: Scenario,
+    options: RunOptions,
+    planned: PlannedWorkload,
+    choice: TdfChoice,
+    writer: ResultsWriter,
+    stack: contextlib.ExitStack,
+) -> RunResult:
+    interrupts = Interrupts()
+    stack.enter_context(interrupts.handled())
+    backend = backend_for(scenario)
+    context = BackendContext(scenario, planned, choice.tdf, options, stack, interrupts)
+    session = backend.open(context)
+    info = RunInfo(scenario.name, choice.tdf, session.marker_name, describe_fabric(scenario.fabric))
+    recorder = RunRecorder(
+        (),
+        (),
+        info,
+        nic_line_rate_bps=target_rate_bps(scenario.fabric),
+        port_line_rate_bps=session.port_line_rate_bps,
+    )
+    replay = Replay(scenario, planned, recorder, interrupts)
+    exporter = exporter_for(scenario.metrics.prometheus, recorder.live)
+    stack.enter_context(exporter)
+    if exporter.port is not None:
+        options.say(
+            f"live metrics on http://{scenario.metrics.prometheus.bind_address}:{exporter.port}/metrics"
+        )
+    progress = ProgressLine(
+        planned.collectives,
+        planned.numbering.total,
+        planned.ideal.job_time_s * choice.tdf,
+        enabled=options.progress,
+    )
+
+    def latency_source(source: Any) -> None:
+        recorder.live.latency_source = source
+
+    report = session.run(
+        ReplayJob(
+            replay.job,
+            replay.on_events,
+            recorder.on_events,
+            progress,
+            replay.progress,
+            latency_source,
+        )
+    )
+    partial = report.error is not None or not replay.job.finished
+    tester = TesterResults.gather(
+        report.queue_pairs, traffic_of(replay.job), report.pfc_sent, session.pfc_received()
+    )
+    tables = dataclasses.replace(recorder.tables(), queue_pairs=to_table(tester.queue_pairs, QpRow))
+    fabric_metadata = session.metadata()
+    reasons, unknown = list(report.reasons), list(report.unknown)
+    if partial:
+        reasons.append("the run did not finish (partial results): what it measured is a part")
+    if (short := burst_reason(column(tables.flows, "bytes"), fabric_metadata)) is not None:
+        reasons.append(short)
+    if replay.unpaired:
+        reasons.append(
+            f"{len(replay.unpaired)} collectives had no ideal-time counterpart: "
+            + ", ".join(replay.unpaired[:4])
+        )
+    limits = scenario.metrics.fidelity
+    if not report.lossless:
+        limits = dataclasses.replace(limits, lossless=False)
+    fidelity = assess_fidelity(
+        tables, limits, reasons, unknown, not_applicable=report.not_applicable
+    )
+    metadata = report.metadata
+    extra: dict[str, Any] = {
+        "backend": backend.name,
+        "time_dilation": choice.to_json(),
+        "wall_time": {
+            "replay_s": metadata.get("replay_wall_s"),
+            "predicted_s": planned.ideal.job_time_s * choice.tdf,  # the ideal job time x TDF
+        },
+        "ideal_job_time_s": planned.ideal.job_time_s,
+        "seed": scenario.run.seed,
+        "world_size": planned.world_size,
+        "iterations": planned.numbering.total,
+        "engine": metadata,
+        "fabric_backend": fabric_metadata,
+        "warnings": planned.warnings,
+        **report.extra,
+        # the tester's counters (per QP in queue_pairs.parquet): totals, and per rank
+        **tester.summary(),
+    }
+    impairments: dict[str, Any] = {}
+    if scenario.compute.stragglers:
+        impairments["stragglers"] = dict(scenario.compute.stragglers)
+        impairments["collectives_with_a_straggler"] = dict(replay.affected)
+    impairments.update(session.impairments(tables.flows.to_pylist(), replay.job_time_s))
+    if impairments:
+        extra["impairments"] = impairments
+    error = report.error
+    if error is not None:
+        extra["stopped_by"] = (
+            "interrupt" if isinstance(error, KeyboardInterrupt) else f"error: {error}"
+        )
+    verdicts = (
+        tester.judge(scenario.expect, tables, session.expectation_view()) if scenario.expect else []
+    )
+    if verdicts:
+        extra["expectations"] = [v.to_json() for v in verdicts]
+    summary = writer.write(
+        RunMeta.from_info(info, fidelity, replay.job_time_s, extra), tables, partial
+    )
+    url = scenario.metrics.prometheus.pushgateway_url
+    if url:
+        push(exporter.registry, url)
+    if options.report:
+        print(summary_table(summary))  # with the latency per class and the expectations
+        print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")
+        sys.stdout.flush()
+    if error is not None:
+        raise error
+    failed = sum(v.status == "FAIL" for v in verdicts)
+    return RunResult(writer.target, summary, partial, failed)

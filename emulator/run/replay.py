@@ -1,0 +1,104 @@
+"""One replay of a planned workload: the driver (which flow may start when), the recorder it
+feeds, and their bookkeeping (iterations, stragglers, progress). Backend-neutral: it sees events."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from collectors.recorder import RunRecorder
+from collectors.records import CollectiveMeta, FlowMeta
+from emulator.events import CollectiveMemberStarted, NicSample, RunEvent
+from emulator.run.interrupts import Interrupts
+from emulator.run.progress import ProgressState
+from emulator.run.workload import Driver, PlannedWorkload
+from emulator.scenario.model import Scenario
+from emulator.schedule.plan import CollectiveInstance
+
+
+class Replay:
+    """One replay on a live fabric: the schedule, the recorder, and their bookkeeping."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        planned: PlannedWorkload,
+        recorder: RunRecorder,
+        interrupts: Interrupts | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.interrupts = interrupts or Interrupts()
+        self.planned = planned
+        self.recorder = recorder
+        self.unpaired: list[str] = []
+        self.iteration_of: dict[int, int] = {}
+        self.stragglers = {int(r) for r in scenario.compute.stragglers}
+        # collective instances with a straggler among their members, by type
+        self.affected: Counter[str] = Counter()
+        planned.numbering.restart()  # a replay numbers its instances from the first
+        self.job: Driver = planned.schedule(scenario, self._on_instance, self._on_member_issued)
+
+    def _on_instance(self, inst: CollectiveInstance) -> None:
+        if self.stragglers.intersection(inst.members):
+            self.affected[inst.collective] += 1
+        iteration = self.planned.numbering.number(inst)
+        self.iteration_of[inst.id] = iteration
+        ideal = self.planned.ideal_time(inst)
+        if ideal is None:
+            self.unpaired.append(f"{inst.collective} #{inst.id}")
+        coll = CollectiveMeta(
+            collective_id=inst.id,
+            collective_type=inst.collective,
+            process_group=inst.group,
+            group_size=inst.group_size,
+            iteration=iteration,
+            bytes=inst.size_bytes,
+            ideal_time_s=ideal,
+            timed_from_rank=inst.timed_from_rank,
+        )
+        flows = [
+            FlowMeta(
+                flow_id=f.id,
+                collective_id=inst.id,
+                collective_type=inst.collective,
+                iteration=iteration,
+                step=f.step,
+                src_rank=f.src,
+                dst_rank=f.dst,
+                qp=f.qp,
+                udp_sport=f.udp_sport,
+                bytes=f.bytes,
+            )
+            for f in inst.flows
+        ]
+        self.recorder.add_plan(flows, [coll])
+
+    def _on_member_issued(self, collective_id: int, rank: int, time_s: float) -> None:
+        # the rendezvous (last member in) is where busbw is timed from, as the ideal model does
+        self.recorder.on_events([CollectiveMemberStarted(collective_id, rank, time_s)])
+
+    def on_events(self, batch: list[RunEvent]) -> None:
+        self.interrupts.check()
+        # NIC samples come from the interfaces' own counters (the sampler), not the engine's
+        self.recorder.on_events([e for e in batch if not isinstance(e, NicSample)])
+
+    def progress(self, throughput_bps: float = 0.0) -> ProgressState:
+        results = self.job.results
+        done_by_iteration: dict[int, int] = {}
+        for r in list(results):
+            it = self.iteration_of.get(r.id, 0)
+            done_by_iteration[it] = done_by_iteration.get(it, 0) + 1
+        planned = self.planned.numbering
+        iterations_done = 0
+        per_iteration = max(self.planned.collectives // max(planned.total, 1), 1)
+        while done_by_iteration.get(iterations_done, 0) >= per_iteration:
+            iterations_done += 1
+        return ProgressState(
+            len(results),
+            min(iterations_done, planned.total),
+            throughput_bps,
+        )
+
+    @property
+    def job_time_s(self) -> float | None:
+        ends = [r.end_s for r in self.job.results]
+        return max(ends) if ends else None
