@@ -61,7 +61,7 @@ def engine_checks(
     deficit_limit: float = PACING_DEFICIT_LIMIT,
 ) -> tuple[list[str], list[str]]:
     """(reasons, unknown): the engine's timing and CPU judged per worker (`deficit_limit`: the
-    pacing deficit's; auto TDF's probes use a stricter one, emulator.run.probe)."""
+    pacing deficit's, the run's by default; emulator.run.probe passes its own)."""
     reasons: list[str] = []
     unknown: list[str] = []
     p99_limit_s, max_limit_s = timing_limits_s(dcqcn)
