@@ -43,6 +43,7 @@ from emulator.engine.worker import WorkerSpec, worker_main
 from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
 from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
 from emulator.latency import LatencyHistogram, merged
+from emulator.signals import signals_deferred
 from emulator.transport.params import TransportParams
 
 START_MARGIN_S = 0.05  # between "go" and the common start: every worker gets the message first
@@ -234,7 +235,10 @@ class Coordinator:
             process = ctx.Process(
                 target=worker_main, args=(spec, child), name=f"engine-worker-{i}", daemon=True
             )
-            process.start()
+            # a Ctrl-C in the middle of start() cut the child's bootstrap data short and it
+            # printed a traceback: the signal waits until the child has what it needs
+            with signals_deferred():
+                process.start()
             child.close()
             self.workers.append(_WorkerHandle(i, process, parent, tuple(sorted(members))))
 

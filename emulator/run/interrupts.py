@@ -9,6 +9,10 @@ import signal
 from collections.abc import Iterator
 from types import FrameType
 
+from emulator.signals import forked_helper_died, signals_deferred
+
+__all__ = ["Interrupts", "signals_deferred"]
+
 
 class Interrupts:
     """Ctrl-C and SIGTERM stop the run: partial results written, everything released.
@@ -33,7 +37,7 @@ class Interrupts:
 
         def handler(signum: int, frame: FrameType | None) -> None:
             del frame
-            if not _forked_helper_died(signum, owner):
+            if not forked_helper_died(signum, owner):
                 self.pending = True
                 raise KeyboardInterrupt
 
@@ -46,37 +50,3 @@ class Interrupts:
         finally:
             for sig, old in previous.items():
                 signal.signal(sig, old)
-
-
-def _forked_helper_died(signum: int, owner: int) -> bool:
-    """In a process forked from the run (pyroute2's netns child) that inherited a handler of
-    ours: die of the signal as usual (returns only in the run's own process, with False)."""
-    if os.getpid() == owner:
-        return False
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-    return True
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait until the block is over (noted, not lost): a teardown interrupted
-    halfway would leave namespaces behind. On exit a noted signal stops the run as usual
-    (KeyboardInterrupt). Python runs signal handlers in the main thread whichever thread the
-    signal hit, so this holds with the exporter's and the sampler's threads alive."""
-    noted: list[int] = []
-    owner = os.getpid()
-
-    def note(signum: int, frame: FrameType | None) -> None:
-        del frame
-        if not _forked_helper_died(signum, owner):
-            noted.append(signum)
-
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if noted:
-        raise KeyboardInterrupt

@@ -38,11 +38,13 @@ MAX_PROBES = 4  # growing; then at most BISECTIONS more between the last failure
 BISECTIONS = 2
 VERIFIED_FILE = "verified_tdf.json"
 GROWTH_MIN, GROWTH_MAX, GROWTH_MARGIN = 1.3, 4.0, 1.2
-# A probe replays the job's first PROBE_WALL_S, where every queue pair starts at line rate at once
-# and the NICs' arbiters are most backlogged: its pacing deficit reads high next to the whole
-# run's (moe_mix here: probes read 8-16% at TDF 3200-7200, the whole run 0.5-1.0% at 7200,
-# 11000 and 13000, verdict ok each time). So a probe uses the run's limit, without a margin.
-PROBE_DEFICIT_LIMIT = PACING_DEFICIT_LIMIT
+# A probe passes only within half the run's pacing-deficit limit. The deficit of one job at one
+# factor varies from run to run (a 4 s job at TDF 1200: a probe held, the run that followed read
+# 6.5%, another 10.8%), and the lowest factor that held once is the luckiest of noisy tries. On a
+# long job the probe (its first PROBE_WALL_S, every queue pair starting at line rate) reads high
+# instead (moe_mix: 8-16% at TDF 3200-7200, whole runs 0.5-1.0% at 7200-13000): there the
+# margin costs a higher factor, which is the safe side.
+PROBE_DEFICIT_LIMIT = PACING_DEFICIT_LIMIT / 2
 
 
 def scenario_key(scenario: Scenario) -> str:

@@ -3,7 +3,7 @@
 Data flows one way (DESIGN.md): trace -> schedule -> transport -> engine/backends -> events ->
 collectors. So a lower layer never imports a higher one:
 
-- the base modules (errors, config, netns, events, latency) import no other project module but
+- the base modules (errors, config, netns, events, latency, signals) import no other project module but
   each other;
 - the transport (the sans-I/O core) imports only itself and the base;
 - the engine imports no collector and nothing that runs it (backends, run pipeline, commands,
@@ -32,6 +32,7 @@ BASE = (
     "emulator.netns",
     "emulator.events",
     "emulator.latency",
+    "emulator.signals",
 )
 
 
