@@ -6,7 +6,7 @@ forwarding, HTB's timers and the ECN marker in softirq on the same two cores, AC
 the bursts of collectives starting together. So the first factor is tried: a probe replays the
 scenario itself on its fabric at that TDF for PROBE_WALL_S of wall time and the engine's checks
 (emulator.run.verdict: tick lateness in target time against DCQCN's timers, the pacing deficit,
-worker CPU) judge it;
+worker CPU) judge it, twice in a row before the factor counts as holding;
 while they fail the factor grows by what the lateness says (at most MAX_PROBES tries), then a
 bisection between the last failing and the passing factor finds the lowest that holds. The
 factor that held is cached per machine and scenario (what the probe depends on: fabric,
@@ -45,6 +45,11 @@ GROWTH_MIN, GROWTH_MAX, GROWTH_MARGIN = 1.3, 4.0, 1.2
 # instead (moe_mix: 8-16% at TDF 3200-7200, whole runs 0.5-1.0% at 7200-13000): there the
 # margin costs a higher factor, which is the safe side.
 PROBE_DEFICIT_LIMIT = PACING_DEFICIT_LIMIT / 2
+# A factor holds only when HOLDS_NEEDED replays in a row pass. Near the lowest factor that holds
+# the deficit is a cliff with run-to-run noise (the 4-host mini moe_mix: 0.2-8% over 14 runs at
+# TDF 1300, 0-0.25% at 2000, 0 at 3000): a single pass there came about as often as not, and the
+# run after it failed the verdict about one time in six.
+HOLDS_NEEDED = 2
 
 
 def scenario_key(scenario: Scenario) -> str:
@@ -158,16 +163,22 @@ def verify(
     results: dict[float, bool] = {}
 
     def passes(tdf: float) -> bool:
-        options.say(f"verifying TDF {tdf:g} on the scenario's own workload ({PROBE_WALL_S:g} s)")
-        metadata = prober(scenario, options, planned, tdf)
-        reasons, unknown = engine_checks(
-            metadata, tdf, scenario.transport.dcqcn, busy_limit, PROBE_DEFICIT_LIMIT
-        )
-        results[tdf] = not reasons and not unknown
-        if not results[tdf]:
-            options.say(f"TDF {tdf:g}: {(reasons or unknown)[0]}")
-            growth[0] = lateness_growth(metadata, tdf, scenario)
-        return results[tdf]
+        for replay in range(1, HOLDS_NEEDED + 1):
+            again = f", {replay} of {HOLDS_NEEDED}" if replay > 1 else ""
+            options.say(
+                f"verifying TDF {tdf:g} on the scenario's own workload ({PROBE_WALL_S:g} s{again})"
+            )
+            metadata = prober(scenario, options, planned, tdf)
+            reasons, unknown = engine_checks(
+                metadata, tdf, scenario.transport.dcqcn, busy_limit, PROBE_DEFICIT_LIMIT
+            )
+            if reasons or unknown:
+                options.say(f"TDF {tdf:g}: {(reasons or unknown)[0]}")
+                growth[0] = lateness_growth(metadata, tdf, scenario)
+                results[tdf] = False
+                return False
+        results[tdf] = True
+        return True
 
     growth = [GROWTH_MIN]
     tdf = first.tdf

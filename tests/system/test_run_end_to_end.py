@@ -171,12 +171,12 @@ def test_shrunken_moe_mix_end_to_end(
         ),
     )
     assert not any("burst tolerance" in r for r in fidelity["reasons"])
-    # every check had its data, and at the factor auto chose the run held: the verdict is ok
-    # (no drops or retransmissions in the lossless fabric, ticks on time for DCQCN's timers)
+    # every check had its data; the verdict itself is judged below, away from the edge: auto
+    # chose the lowest factor its probes held at, where a 4 s job's pacing deficit is a cliff
+    # with run-to-run noise (0.2-12% at TDF 1300 here, 0-0.25% at 2000), so this run may read ok
+    # or degraded for the engine's timing, and says which
     assert fidelity["unknown"] == []
-    assert fidelity["verdict"] == "ok", fidelity["reasons"]
-    assert summary["totals"]["switch_drops"] == 0
-    assert summary["totals"]["retransmitted_packets"] == 0
+    assert fidelity["verdict"] == ("degraded" if fidelity["reasons"] else "ok")
     assert summary["pfc_equivalent"]["known"] in (True, False)
     nic = pq.read_table(out / "nic.parquet").to_pylist()
     assert {r["rank"] for r in nic} == {0, 1, 2, 3} and sum(r["delta_bytes"] for r in nic) > 0
@@ -189,6 +189,29 @@ def test_shrunken_moe_mix_end_to_end(
     # nothing left behind
     assert _netns() == before
     assert not list(tmp_path.glob("state*.json"))
+
+    # The verdict tells a run that held from one that did not: 3x the factor auto chose is well
+    # clear of the edge (ok: ticks on time for DCQCN's timers, no pacing deficit, and no drops or
+    # retransmissions in the lossless fabric); an eighth of it is far below (degraded, and the
+    # reasons name the engine's workers)
+    verdicts = {}
+    for factor in (3.0, 1 / 8):
+        tdf = round(summary["tdf"] * factor)
+        path.write_text(MINI % tdf + "compute: {stragglers: {1: 3.0}}\n")
+        held = run_scenario(
+            load_scenario(path),
+            RunOptions(out_dir=tmp_path / f"out-{tdf}", progress=False, fabric_prefix=fabric_env),
+        ).summary
+        verdicts[factor] = held["fidelity"]
+        print(f"TDF {tdf}:", json.dumps(held["fidelity"]), json.dumps(held["totals"]))
+        if factor > 1:
+            assert held["fidelity"] == {"verdict": "ok", "reasons": [], "unknown": []}
+            assert held["totals"]["switch_drops"] == 0
+            assert held["totals"]["retransmitted_packets"] == 0
+    late = verdicts[1 / 8]
+    assert late["verdict"] == "degraded" and late["unknown"] == []
+    assert any(r.startswith("engine worker") for r in late["reasons"]), late["reasons"]
+    assert _netns() == before
 
 
 def test_interrupted_run_writes_partial_results_and_cleans_up(
