@@ -35,41 +35,34 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from emulator.errors import InputError
+from emulator.study_checks import (
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    StudyRun,
+    check_allreduce_cv,
+    check_allreduce_cv_within_groups,
+    check_allreduce_line_rate,
+    check_alltoall_tail,
+)
+from emulator.study_report import checks_table, runs_table, study_notes
 from emulator.study_stats import (
     BOOTSTRAP_METHOD,
     DEFAULT_BOOTSTRAP,
     DEFAULT_THRESHOLDS,
     BootstrapSpec,
-    CellSample,
     Check,
-    CollectiveUnits,
-    PooledSample,
     StudyThresholds,
-    Verdict,
     collective_units,
-    compare,
-    comparison_check,
-    cv,
-    cv_check,
-    estimate_alone,
-    fmt_interval,
-    judge,
-    percentile_ratio,
-    ratio_of_sums,
 )
 
-ALL_REDUCE, ALL_TO_ALL = "ALL_REDUCE", "ALL_TO_ALL"
 STUDY_JSON, STUDY_TEXT, PLOTS, RUNS = "study.json", "study.txt", "plots", "runs"
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 DEFAULT_REPEATS = 3
@@ -87,45 +80,6 @@ ROLE_LABELS: dict[str, str] = {
     "alltoall_only": "All-to-All alone",
     "mixed": "mixed",
 }
-
-
-@dataclass(frozen=True)
-class StudyRun:
-    """One run (one repeat of one condition) of the study as read back from its results folder."""
-
-    role: str
-    folder: Path
-    summary: dict[str, Any]  # recomputed with collectors.summary.build_summary
-    line_rate_bytes_per_s: float | None  # host link rate of the run's fabric, when known
-    seed: int | None = None  # run.seed it ran with, when known
-    repeat: int = 0  # 0-based, within its role
-    units: Mapping[str, CollectiveUnits] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return f"{self.role} repeat {self.repeat + 1}"
-
-    def stats(self, collective: str) -> Mapping[str, Any]:
-        return (self.summary.get("collectives") or {}).get(collective) or {}
-
-    def of(self, collective: str) -> CollectiveUnits:
-        return self.units.get(collective) or CollectiveUnits.empty()
-
-    def identity(self) -> dict[str, Any]:
-        return {
-            "repeat": self.repeat + 1,
-            "seed": self.seed,
-            "folder": str(self.folder),
-            "scenario": self.summary.get("scenario"),
-            "tdf": self.summary.get("tdf"),
-            "partial": bool(self.summary.get("partial")),
-            "fidelity": self.summary.get("fidelity"),
-            "line_rate_bytes_per_s": self.line_rate_bytes_per_s,
-            "cnps_by_collective": {
-                ctype: stats.get("cnps")
-                for ctype, stats in (self.summary.get("collectives") or {}).items()
-            },
-        }
 
 
 @dataclass(frozen=True)
@@ -273,255 +227,6 @@ def seed_of(folder: Path, copy_seed: int | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _pooled(runs: Sequence[StudyRun], collective: str, attribute: str) -> np.ndarray:
-    parts = [getattr(r.of(collective), attribute) for r in runs]
-    return np.concatenate(parts) if parts else np.empty(0)
-
-
-def check_allreduce_cv(
-    alone: Sequence[StudyRun],
-    mixed: Sequence[StudyRun],
-    thresholds: StudyThresholds,
-    spec: BootstrapSpec = DEFAULT_BOOTSTRAP,
-) -> Check:
-    """CV over every instance: includes the fixed differences between process groups (paths)."""
-    a, m = _pooled(alone, ALL_REDUCE, "busbw"), _pooled(mixed, ALL_REDUCE, "busbw")
-    return cv_check(
-        "allreduce_busbw_cv",
-        "Does the All-Reduce busbw vary more when mixed with the All-to-All?",
-        PooledSample.of([r.of(ALL_REDUCE).busbw for r in alone], cv),
-        PooledSample.of([r.of(ALL_REDUCE).busbw for r in mixed], cv),
-        "complete All-Reduce instances",
-        thresholds,
-        spec,
-        {
-            "instances_alone": len(a),
-            "instances_mixed": len(m),
-            "busbw_mean_alone_bytes_per_s": float(a.mean()) if len(a) else None,
-            "busbw_mean_mixed_bytes_per_s": float(m.mean()) if len(m) else None,
-        },
-    )
-
-
-def check_allreduce_cv_within_groups(
-    alone: Sequence[StudyRun],
-    mixed: Sequence[StudyRun],
-    thresholds: StudyThresholds,
-    spec: BootstrapSpec = DEFAULT_BOOTSTRAP,
-) -> Check:
-    """The same question per process group (iteration to iteration), averaged over groups.
-
-    ECMP pins a group's flows to the same uplinks in every iteration, so groups differ from each
-    other by a fixed amount alone and mixed; this CV leaves that out and keeps what changes from
-    one iteration to the next. Groups with fewer than 2 complete instances in a run are left
-    out; a group's instances of different repeats are not pooled (run-to-run differences are not
-    iteration-to-iteration variability)."""
-    a = CellSample.of([r.of(ALL_REDUCE).groups for r in alone], cv)
-    m = CellSample.of([r.of(ALL_REDUCE).groups for r in mixed], cv)
-    return cv_check(
-        "allreduce_busbw_cv_within_groups",
-        "Does each All-Reduce group's busbw vary more from iteration to iteration when mixed?",
-        a,
-        m,
-        "complete All-Reduce instances in groups of 2 or more",
-        thresholds,
-        spec,
-        {"instances_alone": a.units, "instances_mixed": m.units},
-    )
-
-
-def check_alltoall_tail(
-    alone: Sequence[StudyRun],
-    mixed: Sequence[StudyRun],
-    thresholds: StudyThresholds,
-    spec: BootstrapSpec = DEFAULT_BOOTSTRAP,
-) -> Check:
-    from collectors.stats import percentile_nearest_rank as p
-
-    tail = percentile_ratio(99, 50)
-    c = compare(
-        PooledSample.of([r.of(ALL_TO_ALL).fct for r in alone], tail),
-        PooledSample.of([r.of(ALL_TO_ALL).fct for r in mixed], tail),
-        spec,
-    )
-    a, m = _pooled(alone, ALL_TO_ALL, "fct").tolist(), _pooled(mixed, ALL_TO_ALL, "fct").tolist()
-    numbers = {
-        "fct_p50_alone_s": p(a, 50),
-        "fct_p99_alone_s": p(a, 99),
-        "fct_p50_mixed_s": p(m, 50),
-        "fct_p99_mixed_s": p(m, 99),
-        "flows_finished_alone": len(a),
-        "flows_finished_mixed": len(m),
-    }
-    minimum = thresholds.tail_ratio_min
-    units = "finished All-to-All flows"
-    verdict = judge(c, "p99/p50", units, minimum, thresholds.repeats_min, spec.confidence)
-    return comparison_check(
-        "alltoall_fct_tail",
-        "Does the All-to-All FCT tail (p99/p50) grow when mixed with the All-Reduce?",
-        "longer tail mixed",
-        c,
-        verdict,
-        minimum,
-        numbers,
-    )
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b == 0 or math.isnan(a) or math.isnan(b):
-        return None
-    return a / b
-
-
-def check_allreduce_line_rate(
-    alone: Sequence[StudyRun], thresholds: StudyThresholds, spec: BootstrapSpec = DEFAULT_BOOTSTRAP
-) -> Check:
-    """Mean busbw / mean ideal busbw over the complete instances that have both. The verdict is
-    on the point estimate (near line rate is a level, with no "no change" to rule out); the
-    interval is reported, and said when it reaches across the threshold."""
-    paired = [r.of(ALL_REDUCE).paired for r in alone]
-    e = estimate_alone(PooledSample.of(paired, ratio_of_sums), spec)
-    pooled = np.concatenate(paired) if paired else np.empty((0, 2))
-    busbw = float(pooled[:, 0].mean()) if len(pooled) else None
-    ideal = float(pooled[:, 1].mean()) if len(pooled) else None
-    line = next((r.line_rate_bytes_per_s for r in alone if r.line_rate_bytes_per_s), None)
-    numbers = {
-        "repeats_alone": e.repeats,
-        "instances_alone": e.units,
-        "busbw_mean_bytes_per_s": busbw,
-        "ideal_busbw_bytes_per_s": ideal,
-        "line_rate_bytes_per_s": line,
-        "busbw_over_line_rate": _ratio(busbw, line),
-        "ideal_over_line_rate": _ratio(ideal, line),
-    }
-    minimum = thresholds.line_rate_ratio_min
-    verdict: Verdict = "not measurable"
-    if not e.measurable or busbw is None or ideal is None or e.point is None:
-        detail = (
-            "fewer than 2 complete All-Reduce instances with an ideal busbw in the alone runs "
-            f"({e.units})"
-        )
-    else:
-        line_text = "" if line is None else f", host line rate {line / 1e9:.2f} GB/s"
-        detail = (
-            f"busbw {busbw / 1e9:.2f} GB/s is {fmt_interval(e.point, e.interval)} "
-            f"({spec.confidence:.0%} CI) of the congestion-free plan's {ideal / 1e9:.2f} GB/s"
-            f"{line_text}; over {e.repeats} repeats ({e.units} instances)"
-        )
-        if e.repeats < 2:
-            detail += (
-                "; with one repeat the interval is from that run's instances only and does not "
-                "include run-to-run variation"
-            )
-        if e.repeats < thresholds.repeats_min:
-            detail += f"; {thresholds.repeats_min} repeats needed to judge"
-        else:
-            verdict = "shown" if e.point >= minimum else "not shown"
-            detail += f"; {'at or above' if verdict == 'shown' else 'below'} {minimum:g}"
-            if e.interval is not None and e.interval[0] < minimum <= e.interval[1]:
-                detail += f" (the interval reaches across {minimum:g})"
-    return Check(
-        "allreduce_alone_line_rate",
-        "Does the All-Reduce alone run near line rate (busbw / ideal busbw)?",
-        f"busbw / ideal >= {minimum:g}",
-        verdict,
-        e.point,
-        None,
-        e.point,
-        minimum,
-        detail,
-        numbers,
-        e.interval,
-        None,
-        e.interval,
-    )
-
-
-def _notes(runs: Sequence[StudyRun], checks: Sequence[Check]) -> list[str]:
-    notes = []
-    for run in runs:
-        if run.summary.get("partial"):
-            notes.append(f"{run.name}: the run is partial (interrupted or failed); fewer samples")
-        fidelity = run.summary.get("fidelity") or {}
-        if fidelity.get("verdict") not in (None, "ok"):
-            reasons = "; ".join(fidelity.get("reasons") or []) or "no reason given"
-            notes.append(
-                f"{run.name}: fidelity {fidelity.get('verdict')} ({reasons}): the numbers may "
-                "show this machine's limits rather than the fabric's"
-            )
-    # An "alone" run carrying the other collective is not a baseline (wrong folder or scenario).
-    others = {"allreduce_only": ALL_TO_ALL, "alltoall_only": ALL_REDUCE}
-    for run in runs:
-        other = others.get(run.role)
-        if other is not None and run.stats(other).get("instances"):
-            notes.append(
-                f"{run.name}: the run also carries {other} ({run.stats(other)['instances']} "
-                "instances), so it is not that collective alone; check the folder or scenario"
-            )
-    tdfs = {run.summary.get("tdf") for run in runs}
-    if len(tdfs) > 1:
-        notes.append(
-            "the runs used different time dilation factors "
-            f"({', '.join(str(t) for t in sorted(tdfs, key=str))}): pass --tdf to fix one"
-        )
-    line_check = next(c for c in checks if c.name == "allreduce_alone_line_rate")
-    ideal_over_line = line_check.numbers.get("ideal_over_line_rate")
-    if ideal_over_line is not None and ideal_over_line < line_check.threshold:
-        notes.append(
-            f"the congestion-free plan itself gives the All-Reduce only {ideal_over_line:.0%} of "
-            "the host line rate (links shared in the plan's paths, e.g. ECMP collisions), so even "
-            "a perfect replay is not at line rate"
-        )
-    return notes
-
-
-def _table(headers: Sequence[str], body: Sequence[Sequence[str]], left: set[int]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(
-            cell.ljust(w) if i in left else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
-        ).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, body)])
-
-
-def checks_table(checks: Sequence[Check]) -> str:
-    """Each check's point estimates with their intervals ('0.16 [0.12, 0.21]') and verdict."""
-    headers = ("check", "expected", "alone", "mixed", "mixed/alone", "verdict")
-    body = [
-        (
-            c.name,
-            c.expected,
-            fmt_interval(c.alone, c.alone_ci),
-            fmt_interval(c.mixed, c.mixed_ci),
-            fmt_interval(c.ratio, c.ratio_ci) if c.mixed is not None else "-",
-            c.verdict,
-        )
-        for c in checks
-    ]
-    return _table(headers, body, {0, 1, 5})
-
-
-def runs_table(runs: Sequence[StudyRun]) -> str:
-    """Every run's identity: role, repeat, seed, TDF, fidelity verdict, partial, folder."""
-    headers = ("role", "repeat", "seed", "tdf", "fidelity", "partial", "folder")
-    body = [
-        (
-            r.role,
-            str(r.repeat + 1),
-            "-" if r.seed is None else str(r.seed),
-            str(r.summary.get("tdf", "-")),
-            str((r.summary.get("fidelity") or {}).get("verdict", "-")),
-            "yes" if r.summary.get("partial") else "no",
-            str(r.folder),
-        )
-        for r in runs
-    ]
-    return _table(headers, body, {0, 4, 5, 6})
-
-
 def analyse(
     folders: Mapping[str, Path | Sequence[Path]],
     out_dir: Path,
@@ -566,7 +271,7 @@ def analyse(
         check_allreduce_line_rate(ar_alone, thresholds, bootstrap),
         check_allreduce_cv_within_groups(ar_alone, mixed, thresholds, bootstrap),
     )
-    notes = _notes(runs, checks)
+    notes = study_notes(runs, checks)
     # The figures show the first repeat of each role. write_compare_plots takes any number of
     # runs, but it colours each on its own (nothing groups the repeats of a role), so 3 x N lines
     # would hide the alone/mixed contrast; every repeat is in the tables, the checks and study.json.

@@ -8,6 +8,7 @@ import pytest
 
 from collectors.cpu import CpuSampler, read_cpu_jiffies
 from collectors.fidelity import FidelityLimits, assess_fidelity
+from collectors.queue_pairs import QpRow
 from collectors.records import FlowRecord
 from collectors.samples import CpuRow, NicRow, PortRow
 from collectors.tables import RunTables
@@ -51,6 +52,28 @@ def test_each_check_gives_its_reason() -> None:
     assert fidelity.reasons[-1] == "pacing fell behind on rank 3"
     lossy = assess_fidelity(tables, FidelityLimits(lossless=False))
     assert not any("lossless" in r for r in lossy.reasons) and len(lossy.reasons) == 1
+
+
+def qp(gaps: int) -> QpRow:
+    return QpRow(0, 1, 0, 49152, 1, 26, 100, 409600, 4, 100, 1, 0, 104, 425984, gaps, 0,
+                  100, 1, 0, 0, 0)  # fmt: skip
+
+
+def test_retransmissions_without_a_switch_drop_are_put_down_to_reordering() -> None:
+    """4 retransmissions, no switch drop, 4 packets past a gap (a main-job run here: the
+    kernel's per-CPU forwarding reordered them): still degraded (go-back-N resent them), and
+    the reason says where they came from; with a switch drop it does not guess."""
+    clean = [port(0.0, 0), port(1.0, 0)]
+    reordered = RunTables.from_rows(flows=[flow(4)], ports=clean, queue_pairs=[qp(4)])
+    [reason] = assess_fidelity(reordered).reasons
+    assert reason.startswith("4 packets were retransmitted")
+    assert "no switch drop: 4 packets arrived out of sequence" in reason
+    dropped = RunTables.from_rows(
+        flows=[flow(4)], ports=[port(0.0, 0), port(1.0, 2)], queue_pairs=[qp(4)]
+    )
+    assert not any("out of sequence" in r for r in assess_fidelity(dropped).reasons)
+    in_order = RunTables.from_rows(flows=[flow(4)], ports=clean, queue_pairs=[qp(0)])
+    assert not any("out of sequence" in r for r in assess_fidelity(in_order).reasons)
 
 
 def test_a_check_without_data_is_unknown_never_ok() -> None:

@@ -127,6 +127,9 @@ RULES = {
             "emulator.run",
             "emulator.commands",
             "emulator.study",
+            "emulator.study_checks",
+            "emulator.study_report",
+            "emulator.study_stats",
             "emulator.cli",
         )
     ),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from collectors.stats import percentile_nearest_rank
-from emulator.study import (
+from emulator.study_checks import (
     ALL_REDUCE,
     ALL_TO_ALL,
     StudyRun,

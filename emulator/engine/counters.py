@@ -1,0 +1,150 @@
+"""What a worker counts and measures, and the stats it reports with every batch of events.
+
+Per traffic class (DSCP) the packets and bytes its ranks sent and received; the one-way latency
+of data packets from the departure stamps the sender wrote into them (per QP and per class,
+target seconds); its NICs' byte counters and pacing; its CPU time, tick lateness and GC pauses;
+and, once at the end, each queue pair's counters.
+"""
+
+from __future__ import annotations
+
+import resource
+from collections import Counter
+from typing import Any
+
+from emulator.engine.gcpause import GcPauses
+from emulator.engine.lateness import TickLateness
+from emulator.engine.ranks import Rank, RecvConn, SendConn
+from emulator.latency import LatencyHistogram
+from emulator.transport.burst_wire import departed_ns
+
+
+class Counters:
+    """Counting and reporting, as part of a Worker."""
+
+    # the Worker's fields this part uses (set in Worker.__init__)
+    ranks: dict[int, Rank]
+    send_conns: dict[int, SendConn]
+    recv_conns: dict[int, RecvConn]
+    drops: Counter[str]
+    counters: Counter[str]
+    classes: dict[int, list[int]]
+    latency_classes: dict[int, LatencyHistogram]
+    _target_s_per_ns: float
+    _nic_sent: dict[int, tuple[int, int]]
+    started: bool
+    _cpu_at_start_s: float
+    max_tick_gap_s: float
+    tick_lateness: TickLateness
+    gc_pauses: GcPauses
+
+    def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
+        """Per-DSCP tally of what this worker's ranks sent or received (UDP payload bytes)."""
+        row = self.classes.get(tos >> 2)
+        if row is None:
+            row = self.classes[tos >> 2] = [0, 0, 0, 0]
+        at = 0 if sent else 2
+        row[at] += packets
+        row[at + 1] += udp_bytes
+
+    def _observe(
+        self, qpn: int, tos: int, data: bytearray | memoryview, nbytes: int, psn: int, rx_ns: int
+    ) -> None:
+        """The one-way latency of the first data segment of one read. The kernel stamps a GRO
+        batch once, with its first segment's arrival: that segment's latency is exact, the
+        others' would be read against the wrong arrival, so one segment per read is measured
+        (every packet when they arrive one per read; a sample of them under load)."""
+        conn = self.recv_conns.get(qpn)
+        if conn is None:
+            return
+        departed = departed_ns(data, nbytes, psn)
+        if not departed:
+            return
+        # a stamp from the future (a clock step) counts as 0, not as a negative latency
+        latency_s = max(rx_ns - departed, 0) * self._target_s_per_ns
+        if conn.latency is None:
+            conn.latency = LatencyHistogram()
+        conn.latency.observe(latency_s)
+        by_class = self.latency_classes.get(tos >> 2)
+        if by_class is None:
+            by_class = self.latency_classes[tos >> 2] = LatencyHistogram()
+        by_class.observe(latency_s)
+
+    def _stats(self, now: float) -> dict[str, Any]:
+        return {
+            "time_s": now,
+            "nic": self._nic_changes(),
+            "drops": dict(self.drops),  # every drop is a PacketDropped event, counted once
+            "counters": dict(self.counters),
+            "classes": {dscp: list(row) for dscp, row in self.classes.items()},
+            "cpu_s": cpu_s(),
+            "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "run_cpu_s": cpu_s() - self._cpu_at_start_s if self.started else 0.0,
+            "max_tick_gap_s": self.max_tick_gap_s,
+            "tick_lateness": self.tick_lateness.to_json(),  # wall seconds
+            "gc_pauses": self.gc_pauses.to_json(),  # wall seconds
+            "pacing": self._pacing(),
+            "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
+        }
+
+    def _pacing(self) -> dict[str, float]:
+        """Bytes sent and bytes the rates allowed but the ticks came too late for (the NICs'
+        when line-rate bound, else their queue pairs'), summed over the worker's NICs."""
+        nics = {id(r.nic): r.nic for r in self.ranks.values()}.values()
+        lost = sum(n.lost_wire_bytes for n in nics)
+        lost += sum(c.qp.pacing_lost_bytes for c in self.send_conns.values())
+        return {"sent_bytes": float(sum(n.sent_wire_bytes for n in nics)), "lost_bytes": lost}
+
+    def _nic_changes(self) -> dict[int, tuple[int, int]]:
+        """Byte counters of the ranks whose counters moved since the last report (a worker
+        with a thousand idle endpoints would otherwise send them all at every flush)."""
+        out = {}
+        sent = self._nic_sent
+        for r in self.ranks.values():
+            now = (r.tx_bytes, r.rx_bytes)
+            if sent.get(r.spec.rank) != now:
+                sent[r.spec.rank] = now
+                out[r.spec.rank] = now
+        return out
+
+    def _queue_pairs(self) -> dict[str, Any]:
+        """The tester's per-QP counters, each half where it lives (sent once, at the end: a
+        run may have thousands of QPs). Rows are lists in the order of SEND_QP_COLUMNS and
+        RECV_QP_COLUMNS, by QP number."""
+        return {
+            "send_qps": {
+                qpn: [
+                    c.qp.packets_sent,
+                    c.qp.bytes_acked,
+                    c.qp.packets_retransmitted,
+                    c.qp.acks_received,
+                    c.qp.naks_received,
+                    c.cnps_received,
+                    c.tos >> 2,
+                ]
+                for qpn, c in self.send_conns.items()
+            },
+            "recv_qps": {
+                qpn: [
+                    c.qp.packets_received,
+                    c.qp.delivered_bytes,
+                    c.qp.drops["out_of_sequence"],
+                    c.qp.drops["duplicate"],
+                    c.qp.acks_sent,
+                    c.qp.naks_sent,
+                    c.qp.ce_packets,
+                    c.cnps_sent,
+                ]
+                for qpn, c in self.recv_conns.items()
+            },
+            "qp_latency": {
+                qpn: c.latency.to_wire()
+                for qpn, c in self.recv_conns.items()
+                if c.latency is not None
+            },
+        }
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime

@@ -1,0 +1,148 @@
+"""A worker's flows: the send queue pair each flow's connection gets, and when a flow starts.
+
+A flow starts once the flows it depends on are done (here or, as the coordinator relays, in
+another worker) and its start delay is over; starting posts it to its connection's queue pair,
+which the tick then sends from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import socket
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from emulator.engine.clock import DilatedClock
+from emulator.engine.params import EngineParams
+from emulator.engine.plan import EngineFlow
+from emulator.engine.ranks import Rank, SendConn
+from emulator.engine.sockets import tos_cmsg
+from emulator.transport.burst_wire import BurstBuffer, BurstWriter
+from emulator.transport.events import TransportEvent
+from emulator.transport.packets import ROCEV2_UDP_PORT
+from emulator.transport.params import TransportParams
+from emulator.transport.sender import SendQueuePair
+from emulator.transport.wire import FlowAddress, IcrcContext
+
+if TYPE_CHECKING:
+    from emulator.engine.worker import WorkerSpec
+
+
+class FlowStarts:
+    """Setting flows up and starting them, as part of a Worker."""
+
+    # the Worker's fields this part uses (set in Worker.__init__)
+    spec: WorkerSpec
+    params: EngineParams
+    transport: TransportParams
+    clock: DilatedClock
+    started: bool
+    events: list[TransportEvent]
+    out: list[tuple[Any, ...]]
+    ranks: dict[int, Rank]
+    send_conns: dict[int, SendConn]
+    active: dict[int, SendConn]
+    flows: dict[int, EngineFlow]
+    connections: dict[tuple[int, int, int, int], int]
+    waiting: dict[int, int]
+    dependents: dict[int, list[int]]
+    done_flows: set[int]
+    delayed: list[tuple[float, int]]
+    gso_buf: BurstBuffer
+    tos_data: int
+    _profile_params: dict[int, TransportParams]
+
+    if TYPE_CHECKING:  # the other parts' methods it calls
+
+        def _sport_socket(self, rank: Rank, sport: int) -> socket.socket: ...
+
+    def _add_flows(
+        self, flows: Sequence[EngineFlow], connections: dict[tuple[int, int, int, int], int]
+    ) -> None:
+        self.connections.update(connections)
+        for f in flows:
+            conn_id = connections[f.connection_key]
+            qpn = conn_id + 1
+            if qpn not in self.send_conns:
+                rank = self.ranks[f.src]
+                dst = self.spec.addresses[f.dst]
+                params, rate_bps, dscp = self._profile(f, rank.spec.line_rate_bps)
+                qp = SendQueuePair(
+                    qpn=qpn,
+                    dest_qp=qpn,
+                    params=params,
+                    line_rate_bps=rate_bps,
+                    events=self.events,
+                )
+                # its ACKs, NAKs and CNPs come from the receiver's socket bound to our source port
+                rank.endpoint.add_sender(qp, peer=(dst, f.udp_sport))
+                address = FlowAddress(rank.spec.address, dst, f.udp_sport, dscp=self.transport.dscp)
+                icrc = IcrcContext(address)
+                tos = dscp << 2 | self.transport.data_ecn_bits
+                self.send_conns[qpn] = SendConn(
+                    conn_id,
+                    rank,
+                    qp,
+                    self._sport_socket(rank, f.udp_sport),
+                    (dst, ROCEV2_UDP_PORT),
+                    icrc,
+                    BurstWriter(icrc, self.gso_buf, self.params.gso_max_segments),
+                    tos=tos,
+                    tos_cmsgs=() if tos == self.tos_data else (tos_cmsg(tos),),
+                )
+            self.flows[f.id] = f
+        for f in flows:
+            pending = [d for d in set(f.deps) if d not in self.done_flows]
+            self.waiting[f.id] = len(pending)
+            for d in pending:
+                self.dependents.setdefault(d, []).append(f.id)
+            if not pending and self.started:
+                self._ready(f, self.clock.now())
+
+    def _profile(
+        self, flow: EngineFlow, line_rate_bps: float
+    ) -> tuple[TransportParams, float, int]:
+        """The transport parameters, starting (and highest) rate and data DSCP of a new QP."""
+        t = self.transport
+        if flow.profile == 0:
+            return t, line_rate_bps, t.data_dscp(flow.qp)
+        p = self.spec.profiles[flow.profile]
+        changes: dict[str, Any] = {}
+        if p.congestion_control is not None:
+            changes["congestion_control"] = p.congestion_control
+        if p.path_mtu_bytes is not None:
+            changes["path_mtu_bytes"] = p.path_mtu_bytes
+        params = self._profile_params.get(flow.profile)
+        if params is None:
+            params = self._profile_params[flow.profile] = dataclasses.replace(t, **changes)
+        rate = min(line_rate_bps, p.max_rate_bps or line_rate_bps)
+        return params, rate, t.data_dscp(flow.qp) if p.dscp is None else p.dscp
+
+    def _ready(self, flow: EngineFlow, now: float) -> None:
+        if flow.start_delay_s > 0:
+            heapq.heappush(self.delayed, (now + flow.start_delay_s, flow.id))
+        else:
+            self._post(flow, now)
+
+    def _post(self, flow: EngineFlow, now: float) -> None:
+        qpn = self.connections[flow.connection_key] + 1
+        conn = self.send_conns[qpn]
+        qp = conn.qp
+        if qp.idle:
+            conn.snapshot = (qp.packets_sent, qp.packets_retransmitted, conn.cnps_received)
+        qp.post_send(now=now, message_id=flow.id, size_bytes=flow.bytes)
+        conn.ordinals[flow.id] = conn.next_ordinal
+        conn.next_ordinal += 1
+        self.active[qpn] = conn
+        self.out.append(("started", flow.id, now))
+
+    def _deps_done(self, flow_ids: Sequence[int], now: float) -> None:
+        for fid in flow_ids:
+            if fid in self.done_flows:
+                continue
+            self.done_flows.add(fid)
+            for child in self.dependents.pop(fid, ()):
+                self.waiting[child] -= 1
+                if self.waiting[child] == 0:
+                    self._ready(self.flows[child], now)

@@ -1,0 +1,140 @@
+"""A worker's ranks and their sockets: what a rank and each of its queue pairs hold, and the
+opening and closing of the rank sockets (the send and receive paths only use them).
+
+A rank receives every RoCEv2 packet on one socket bound to ADDRESS:4791; its queue pairs send
+from one socket per UDP source port, which their ACKs and CNPs come back to on the reversed
+5-tuple (the module docstring of emulator/engine/worker.py says why). Ranks that name one NIC
+share its NicPacer.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from emulator.engine.nicpacer import NicPacer
+from emulator.engine.params import EngineParams
+from emulator.engine.plan import RankEndpoint
+from emulator.engine.sockets import SO_TIMESTAMPNS, Offloads, open_udp
+from emulator.latency import LatencyHistogram
+from emulator.transport.burst_wire import BurstWriter
+from emulator.transport.endpoint import RoceEndpoint
+from emulator.transport.events import TransportEvent
+from emulator.transport.packets import IPV4_HEADER_BYTES, ROCEV2_UDP_PORT, UDP_HEADER_BYTES
+from emulator.transport.receiver import ReceiveQueuePair
+from emulator.transport.sender import SendQueuePair
+from emulator.transport.wire import IcrcContext
+
+if TYPE_CHECKING:
+    from emulator.engine.worker import WorkerSpec
+
+IP_UDP_BYTES = IPV4_HEADER_BYTES + UDP_HEADER_BYTES
+RECV_BUFFER_BYTES = 65535 * 2
+
+
+@dataclass(eq=False)
+class Rank:
+    """A rank of the worker's shard: its endpoint (queue pairs), sockets, NIC and byte counters."""
+
+    spec: RankEndpoint
+    endpoint: RoceEndpoint
+    rx_sock: socket.socket
+    nic: NicPacer
+    sport_socks: dict[int, socket.socket] = field(default_factory=dict)
+    ns_per_byte: float = 0.0  # wall time of one byte on its link (line rate, dilated)
+    tx_bytes: int = 0
+    rx_bytes: int = 0
+
+
+@dataclass(eq=False)
+class SendConn:
+    """A send queue pair: its rank, the socket it sends from and what its reports need."""
+
+    conn_id: int
+    rank: Rank
+    qp: SendQueuePair
+    sock: socket.socket
+    dest: tuple[str, int]
+    icrc: IcrcContext
+    writer: BurstWriter
+    next_ordinal: int = 0
+    cnps_received: int = 0
+    snapshot: tuple[int, int, int] = (0, 0, 0)
+    ordinals: dict[int, int] = field(default_factory=dict)
+    last_rate_sample_s: float = float("-inf")
+    tos: int = 0  # ToS byte of its data: its class's DSCP and the data ECN field
+    tos_cmsgs: tuple[tuple[int, int, bytes], ...] = ()  # () when the socket's default is it
+
+
+@dataclass(eq=False)
+class RecvConn:
+    """A receive queue pair: its rank, the socket its ACKs and CNPs leave from, its counters."""
+
+    conn_id: int
+    rank: Rank
+    qp: ReceiveQueuePair
+    sock: socket.socket
+    dest: tuple[str, int]
+    icrc: IcrcContext
+    cnps_sent: int = 0
+    snapshot: tuple[int, int] = (0, 0)
+    latency: LatencyHistogram | None = None  # one-way latency of its data packets
+
+
+class RankSockets:
+    """Opening and closing the rank sockets, as part of a Worker."""
+
+    # the Worker's fields this part uses (set in Worker.__init__)
+    spec: WorkerSpec
+    params: EngineParams
+    offloads: Offloads
+    events: list[TransportEvent]
+    ranks: dict[int, Rank]
+    latency: bool
+    tos_data: int
+
+    def _open_ranks(self) -> None:
+        p = self.params
+        nics: dict[object, NicPacer] = {}  # ranks naming one NIC share its arbiter
+        for r in self.spec.ranks:
+            key = ("nic", r.nic) if r.nic is not None else ("rank", r.rank)
+            nic = nics.get(key)
+            if nic is None:
+                nic = nics[key] = NicPacer(r.line_rate_bps)
+            sock = open_udp(
+                r.netns,
+                r.address,
+                ROCEV2_UDP_PORT,
+                gro=self.offloads.gro,
+                buffer_bytes=p.socket_buffer_bytes,
+            )
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos_data)
+            if self.latency:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            self.ranks[r.rank] = Rank(
+                r,
+                RoceEndpoint(self.events),
+                sock,
+                nic,
+                ns_per_byte=8e9 * p.tdf / r.line_rate_bps,
+            )
+
+    def _sport_socket(self, rank: Rank, sport: int) -> socket.socket:
+        if sport == ROCEV2_UDP_PORT:
+            return rank.rx_sock
+        sock = rank.sport_socks.get(sport)
+        if sock is None:
+            s = rank.spec
+            sock = open_udp(
+                s.netns, s.address, sport, gro=False, buffer_bytes=self.params.socket_buffer_bytes
+            )
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos_data)
+            rank.sport_socks[sport] = sock
+        return sock
+
+    def close(self) -> None:
+        for rank in self.ranks.values():
+            rank.rx_sock.close()
+            for s in rank.sport_socks.values():
+                s.close()

@@ -1,0 +1,130 @@
+"""A worker's reports: the transport core's events, turned into the tuples the coordinator reads
+(cheap to pickle) and into counters. A completed flow releases the flows here that wait for it;
+the completion of a flow another worker waits for (a relay) is flushed at once.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from emulator.engine.params import EngineParams
+from emulator.engine.ranks import RecvConn, SendConn
+from emulator.transport.events import (
+    CnpReceived,
+    CnpSent,
+    FlowCompleted,
+    MessageReceived,
+    PacketDropped,
+    RateChanged,
+    Retransmitted,
+    TransportEvent,
+)
+
+
+class EventReports:
+    """Handling the core's events, as part of a Worker (Worker.__init__ maps each event type to
+    its handler here)."""
+
+    # the Worker's fields this part uses (set in Worker.__init__)
+    params: EngineParams
+    events: list[TransportEvent]
+    out: list[tuple[Any, ...]]
+    counters: Counter[str]
+    drops: Counter[str]
+    send_conns: dict[int, SendConn]
+    recv_conns: dict[int, RecvConn]
+    relay: set[int]
+    flush_now: bool
+    _completed: list[tuple[int, float]]
+    _handlers: dict[type, Callable[[Any], None]]
+
+    if TYPE_CHECKING:  # the other parts' methods it calls
+
+        def _deps_done(self, flow_ids: Sequence[int], now: float) -> None: ...
+
+    def _handle_events(self) -> None:
+        """Turn the core's events into reports (tuples) and counters; release dependents."""
+        events = self.events
+        if not events:
+            return
+        batch = events[:]
+        events.clear()
+        self._completed = []
+        handlers = self._handlers
+        for ev in batch:
+            handler = handlers.get(type(ev))
+            if handler is None:
+                self.counters[f"unhandled_{type(ev).__name__}"] += 1
+            else:
+                handler(ev)
+        if self._completed:
+            self._deps_done([fid for fid, _ in self._completed], max(t for _, t in self._completed))
+
+    def _on_flow_completed(self, ev: FlowCompleted) -> None:
+        conn = self.send_conns[ev.qpn]
+        qp = conn.qp
+        snap = (qp.packets_sent, qp.packets_retransmitted, conn.cnps_received)
+        old = conn.snapshot
+        conn.snapshot = snap
+        self.out.append(
+            (
+                "done",
+                ev.message_id,
+                ev.completed_s,
+                snap[0] - old[0],
+                snap[1] - old[1],
+                snap[2] - old[2],
+                conn.conn_id,
+                conn.ordinals.pop(ev.message_id, -1),
+            )
+        )
+        self._completed.append((ev.message_id, ev.completed_s))
+        if ev.message_id in self.relay:
+            self.flush_now = True
+
+    def _on_message_received(self, ev: MessageReceived) -> None:
+        rx = self.recv_conns[ev.qpn]
+        snap = (rx.qp.ce_packets, rx.cnps_sent)
+        old = rx.snapshot
+        rx.snapshot = snap
+        self.out.append(
+            (
+                "rx",
+                rx.conn_id,
+                ev.message_index,
+                ev.now_s,
+                ev.size_bytes,
+                snap[0] - old[0],
+                snap[1] - old[1],
+            )
+        )
+
+    def _on_rate_changed(self, ev: RateChanged) -> None:
+        conn = self.send_conns.get(ev.qpn)
+        if conn is None:
+            return
+        # every cut is reported; increases at most once per rate_sample_s per QP
+        if ev.reason == "cnp" or ev.now_s - conn.last_rate_sample_s >= self.params.rate_sample_s:
+            conn.last_rate_sample_s = ev.now_s
+            self.out.append(("rate", conn.rank.spec.rank, ev.qpn, ev.now_s, ev.current_rate_bps))
+
+    def _on_cnp_received(self, ev: CnpReceived) -> None:
+        conn = self.send_conns.get(ev.qpn)
+        if conn is not None:
+            conn.cnps_received += 1
+        self.counters["cnps_received"] += 1
+
+    def _on_cnp_sent(self, ev: CnpSent) -> None:
+        conn = self.recv_conns.get(ev.qpn)
+        if conn is not None:
+            conn.cnps_sent += 1
+        self.counters["cnps_sent"] += 1
+
+    def _on_retransmitted(self, ev: Retransmitted) -> None:
+        self.counters[f"go_back_n_{ev.reason}"] += 1
+        self.counters["packets_resent_planned"] += ev.packets
+
+    def _on_packet_dropped(self, ev: PacketDropped) -> None:
+        self.drops[ev.reason] += 1

@@ -1,0 +1,223 @@
+"""The send side of a worker: what the queue pairs' pacers release goes onto the wire as GSO
+batches, each NIC's queue pairs served in turn within its line rate; the ACKs and CNPs a read
+produces go back the same way.
+
+A send that fails because a buffer is full or the path is down loses its packets as a congested
+or dead wire would (counted; the transport recovers them); anything else is fatal.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
+from emulator.engine.params import EngineParams
+from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
+from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
+from emulator.errors import EnvironmentProblem
+from emulator.transport.burst import Burst
+from emulator.transport.packets import AckPacket, CnpPacket, Packet
+from emulator.transport.params import TransportParams
+from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
+from emulator.transport.wire import encode, layout_gso
+
+# no way to the destination right now (a link down, no route): the send is lost, not fatal
+NO_PATH_ERRNOS = frozenset({errno.ENETDOWN, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN})
+
+
+class SendPath:
+    """Sending, as part of a Worker: the tick's bursts and the replies to what was read."""
+
+    # the Worker's fields this part uses (set in Worker.__init__)
+    params: EngineParams
+    transport: TransportParams
+    offloads: Offloads
+    counters: Counter[str]
+    active: dict[int, SendConn]
+    recv_conns: dict[int, RecvConn]
+    latency: bool
+    gso_view: memoryview
+    _gso_cmsgs: dict[tuple[int, int], list[tuple[int, int, bytes]]]
+    reply_buf: bytearray
+    tos_ack: int
+    tos_cnp: int
+    _burst_s: float
+    _max_packet_wire_bytes: int
+
+    if TYPE_CHECKING:  # the other parts' methods it calls
+
+        def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None: ...
+
+    def _pump(self, now: float, late_s: float = 0.0) -> None:
+        """Send what every active queue pair's pacer released by `now`, within its NIC's rate."""
+        # A token bucket of depth burst_s (+ how late this tick is): enough for a tick that
+        # fires late without losing rate, never a catch-up burst after idling or a stall.
+        floor = now - self._burst_s - late_s
+        max_segments = self.params.gso_max_segments if self.offloads.gso else 64
+        per_nic: dict[int, list[tuple[int, SendConn]]] = {}
+        for qpn, conn in self.active.items():
+            per_nic.setdefault(id(conn.rank.nic), []).append((qpn, conn))
+        for conns in per_nic.values():
+            self._serve_nic(conns, now, floor, max_segments)
+        for conns in per_nic.values():
+            for qpn, conn in conns:
+                if conn.qp.idle:
+                    del self.active[qpn]
+
+    def _serve_nic(
+        self, conns: list[tuple[int, SendConn]], now: float, floor: float, max_segments: int
+    ) -> None:
+        """A NIC's transmit arbiter: its queue pairs in turn, one GSO burst each per round,
+        until none has a packet due or the NIC's line-rate budget is spent (each queue pair
+        paces itself at its own rate; together they must not exceed the NIC's)."""
+        nic = conns[0][1].rank.nic
+        turn = nic.turn % len(conns)
+        nic.turn += 1
+        order = [conn for _, conn in conns[turn:] + conns[:turn]]
+        packet_wire = self._max_packet_wire_bytes
+        nic.start_tick(floor)
+        # a NIC that was line-rate bound accounts the lost credit itself, not its queue pairs
+        count_lost = not nic.backlogged
+        budget = nic.budget_bytes(now, floor)
+        while order and budget >= 0:
+            waiting = []
+            for conn in order:
+                burst = conn.qp.poll_burst(
+                    now=now,
+                    floor_s=floor,
+                    max_packets=min(max_segments, 1 + budget // packet_wire),
+                    max_bytes=GSO_MAX_BUFFER_BYTES,
+                    count_lost=count_lost,
+                )
+                if burst is None:
+                    continue
+                used = self._send_burst(conn, burst)
+                nic.consume(floor, used + burst.count * IPV4_FRAME_OVERHEAD_BYTES)
+                budget = nic.budget_bytes(now, floor)
+                waiting.append(conn)
+                if budget < 0:
+                    break
+            order = waiting
+        nic.backlogged = budget < 0 and bool(order)
+
+    def _send_burst(self, conn: SendConn, burst: Burst) -> int:
+        """One GSO send of the burst's segments (one send per segment without GSO); returns
+        the UDP payload bytes handed to the kernel."""
+        count = burst.count
+        gso = self.offloads.gso
+        if self.latency:
+            # a burst's packets leave back to back at the rank's line rate (dilated)
+            spacing = (burst.segment_bytes + IPV4_FRAME_OVERHEAD_BYTES) * conn.rank.ns_per_byte
+            used = conn.writer.write(
+                burst, gso=gso, departed_ns=time.time_ns(), spacing_ns=int(spacing)
+            )
+        else:
+            used = conn.writer.write(burst, gso=gso)
+        view = self.gso_view
+        if count == 1:
+            self._sendmsg(conn.sock, [view[:used]], conn.tos_cmsgs, conn.dest, conn.rank)
+        elif gso:
+            segment = burst.segment_bytes
+            cmsg = self._gso_cmsgs.get((segment, conn.tos))
+            if cmsg is None:
+                cmsg = self._gso_cmsgs[(segment, conn.tos)] = [gso_cmsg(segment), *conn.tos_cmsgs]
+            buffers = [view[:used]]
+            try:
+                conn.sock.sendmsg(buffers, cmsg, 0, conn.dest)  # _sendmsg, inlined
+            except OSError as e:
+                self._send_failed(e, buffers, conn.dest, conn.rank)
+            self.counters["gso_sends"] += 1
+        else:
+            segment = burst.segment_bytes
+            for at in range(0, used, segment):
+                end = min(at + segment, used)
+                self._sendmsg(conn.sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
+        self.counters["data_packets_sent"] += count
+        conn.rank.tx_bytes += used + IP_UDP_BYTES * count
+        self._count_class(conn.tos, count, used, sent=True)
+        return used
+
+    def _sendmsg(
+        self,
+        sock: socket.socket,
+        buffers: list[bytes] | list[memoryview],
+        ancillary: Sequence[tuple[int, int, bytes]],
+        dest: tuple[str, int],
+        rank: Rank,
+    ) -> None:
+        try:
+            sock.sendmsg(buffers, ancillary, 0, dest)
+        except OSError as e:
+            self._send_failed(e, buffers, dest, rank)
+
+    def _send_failed(
+        self,
+        e: OSError,
+        buffers: list[bytes] | list[memoryview],
+        dest: tuple[str, int],
+        rank: Rank,
+    ) -> None:
+        if isinstance(e, BlockingIOError | InterruptedError):
+            # The socket buffer is full: the packets are lost like on a congested NIC; the
+            # transport recovers them (NAK or timeout). Counted so a run can say so.
+            self.counters["send_buffer_full"] += 1
+            return
+        if e.errno == errno.EMSGSIZE:
+            raise EnvironmentProblem(
+                f"rank {rank.spec.rank}: a {sum(len(b) for b in buffers)}-byte RoCEv2 send "
+                f"to {dest[0]} exceeds the path MTU: raise the interface MTU or lower "
+                f"transport.path_mtu_bytes ({self.transport.path_mtu_bytes})"
+            ) from None
+        if e.errno == errno.ENOBUFS:  # qdisc or device queue full
+            self.counters["send_no_buffers"] += 1
+            return
+        if e.errno in NO_PATH_ERRNOS:
+            # The rank's link is down or no route leads there (a link-event impairment, or a
+            # switch under test that lost a port): lost like on a dead wire; the transport
+            # retransmits once the path is back, or the run's deadline names the flow.
+            self.counters["send_no_path"] += 1
+            return
+        raise e
+
+    def _send_replies(self, replies: list[Packet]) -> None:
+        i = 0
+        total = len(replies)
+        while i < total:
+            packet = replies[i]
+            conn = self.recv_conns.get(packet.dest_qp)
+            if conn is None:
+                i += 1
+                continue
+            j = i + 1
+            if type(packet) is AckPacket and self.offloads.gso:
+                # the ACKs of one read to one QP leave as one GSO send (IP ids 0, 1, ...)
+                limit = min(total, i + self.params.gso_max_segments)
+                while (
+                    j < limit
+                    and type(replies[j]) is AckPacket
+                    and replies[j].dest_qp == packet.dest_qp
+                ):
+                    j += 1
+            if j - i > 1:
+                used, segment = layout_gso(self.reply_buf, replies[i:j], conn.icrc, ip_id_first=0)
+                self._sendmsg(
+                    conn.sock,
+                    [memoryview(self.reply_buf)[:used]],
+                    (gso_cmsg(segment), tos_cmsg(self.tos_ack)),
+                    conn.dest,
+                    conn.rank,
+                )
+                conn.rank.tx_bytes += used + IP_UDP_BYTES * (j - i)
+                self._count_class(self.tos_ack, j - i, used, sent=True)
+            else:
+                data = encode(packet, conn.icrc, 0)
+                tos = self.tos_cnp if type(packet) is CnpPacket else self.tos_ack
+                self._sendmsg(conn.sock, [data], (tos_cmsg(tos),), conn.dest, conn.rank)
+                conn.rank.tx_bytes += len(data) + IP_UDP_BYTES
+                self._count_class(tos, 1, len(data), sent=True)
+            i = j

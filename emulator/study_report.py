@@ -1,0 +1,99 @@
+"""The interference study's text: the runs and checks tables, and the notes that qualify them.
+
+Plain-text tables for study.txt and the terminal (every run's identity, each check's estimates
+with intervals and verdict), and the notes on what may distort the numbers (partial runs, a
+fidelity verdict other than ok, an alone run carrying the other collective, mixed TDFs, a plan
+below line rate), which study.json keeps as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from emulator.study_checks import ALL_REDUCE, ALL_TO_ALL, StudyRun
+from emulator.study_stats import Check, fmt_interval
+
+
+def study_notes(runs: Sequence[StudyRun], checks: Sequence[Check]) -> list[str]:
+    notes = []
+    for run in runs:
+        if run.summary.get("partial"):
+            notes.append(f"{run.name}: the run is partial (interrupted or failed); fewer samples")
+        fidelity = run.summary.get("fidelity") or {}
+        if fidelity.get("verdict") not in (None, "ok"):
+            reasons = "; ".join(fidelity.get("reasons") or []) or "no reason given"
+            notes.append(
+                f"{run.name}: fidelity {fidelity.get('verdict')} ({reasons}): the numbers may "
+                "show this machine's limits rather than the fabric's"
+            )
+    # An "alone" run carrying the other collective is not a baseline (wrong folder or scenario).
+    others = {"allreduce_only": ALL_TO_ALL, "alltoall_only": ALL_REDUCE}
+    for run in runs:
+        other = others.get(run.role)
+        if other is not None and run.stats(other).get("instances"):
+            notes.append(
+                f"{run.name}: the run also carries {other} ({run.stats(other)['instances']} "
+                "instances), so it is not that collective alone; check the folder or scenario"
+            )
+    tdfs = {run.summary.get("tdf") for run in runs}
+    if len(tdfs) > 1:
+        notes.append(
+            "the runs used different time dilation factors "
+            f"({', '.join(str(t) for t in sorted(tdfs, key=str))}): pass --tdf to fix one"
+        )
+    line_check = next(c for c in checks if c.name == "allreduce_alone_line_rate")
+    ideal_over_line = line_check.numbers.get("ideal_over_line_rate")
+    if ideal_over_line is not None and ideal_over_line < line_check.threshold:
+        notes.append(
+            f"the congestion-free plan itself gives the All-Reduce only {ideal_over_line:.0%} of "
+            "the host line rate (links shared in the plan's paths, e.g. ECMP collisions), so even "
+            "a perfect replay is not at line rate"
+        )
+    return notes
+
+
+def _table(headers: Sequence[str], body: Sequence[Sequence[str]], left: set[int]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            cell.ljust(w) if i in left else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, body)])
+
+
+def checks_table(checks: Sequence[Check]) -> str:
+    """Each check's point estimates with their intervals ('0.16 [0.12, 0.21]') and verdict."""
+    headers = ("check", "expected", "alone", "mixed", "mixed/alone", "verdict")
+    body = [
+        (
+            c.name,
+            c.expected,
+            fmt_interval(c.alone, c.alone_ci),
+            fmt_interval(c.mixed, c.mixed_ci),
+            fmt_interval(c.ratio, c.ratio_ci) if c.mixed is not None else "-",
+            c.verdict,
+        )
+        for c in checks
+    ]
+    return _table(headers, body, {0, 1, 5})
+
+
+def runs_table(runs: Sequence[StudyRun]) -> str:
+    """Every run's identity: role, repeat, seed, TDF, fidelity verdict, partial, folder."""
+    headers = ("role", "repeat", "seed", "tdf", "fidelity", "partial", "folder")
+    body = [
+        (
+            r.role,
+            str(r.repeat + 1),
+            "-" if r.seed is None else str(r.seed),
+            str(r.summary.get("tdf", "-")),
+            str((r.summary.get("fidelity") or {}).get("verdict", "-")),
+            "yes" if r.summary.get("partial") else "no",
+            str(r.folder),
+        )
+        for r in runs
+    ]
+    return _table(headers, body, {0, 4, 5, 6})
