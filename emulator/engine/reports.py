@@ -21,11 +21,12 @@ from emulator.transport.events import (
     Retransmitted,
     TransportEvent,
 )
+from emulator.transport.events import FlowStarted as PostedToQueue
 
 
 class EventReports:
-    """Handling the core's events, as part of a Worker (Worker.__init__ maps each event type to
-    its handler here)."""
+    """Handling the core's events, as part of a Worker (Worker.__init__ keeps the table of
+    _event_handlers)."""
 
     # the Worker's fields this part uses (set in Worker.__init__)
     params: EngineParams
@@ -43,6 +44,20 @@ class EventReports:
     if TYPE_CHECKING:  # the other parts' methods it calls
 
         def _deps_done(self, flow_ids: Sequence[int], now: float) -> None: ...
+
+    def _event_handlers(self) -> dict[type, Callable[[Any], None]]:
+        """Each event type the core emits -> its handler (a type missing here is counted as
+        unhandled)."""
+        return {
+            FlowCompleted: self._on_flow_completed,
+            MessageReceived: self._on_message_received,
+            RateChanged: self._on_rate_changed,
+            CnpReceived: self._on_cnp_received,
+            CnpSent: self._on_cnp_sent,
+            Retransmitted: self._on_retransmitted,
+            PacketDropped: self._on_packet_dropped,
+            PostedToQueue: _ignore,  # the engine reports the start itself, with the flow id
+        }
 
     def _handle_events(self) -> None:
         """Turn the core's events into reports (tuples) and counters; release dependents."""
@@ -128,3 +143,7 @@ class EventReports:
 
     def _on_packet_dropped(self, ev: PacketDropped) -> None:
         self.drops[ev.reason] += 1
+
+
+def _ignore(event: object) -> None:
+    del event

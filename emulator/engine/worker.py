@@ -38,7 +38,6 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -58,17 +57,7 @@ from emulator.engine.sockets import Offloads, detect_offloads
 from emulator.errors import EmulatorError
 from emulator.latency import LatencyHistogram
 from emulator.transport.burst_wire import BurstBuffer
-from emulator.transport.events import (
-    CnpReceived,
-    CnpSent,
-    FlowCompleted,
-    MessageReceived,
-    PacketDropped,
-    RateChanged,
-    Retransmitted,
-    TransportEvent,
-)
-from emulator.transport.events import FlowStarted as PostedToQueue
+from emulator.transport.events import TransportEvent
 from emulator.transport.packets import BTH_BYTES, ICRC_BYTES
 from emulator.transport.params import TransportParams
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
@@ -130,16 +119,7 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         self.reply_buf = bytearray(RECV_BUFFER_BYTES)
         self.relay = set(spec.relay)
         self._completed: list[tuple[int, float]] = []
-        self._handlers: dict[type, Callable[[Any], None]] = {
-            FlowCompleted: self._on_flow_completed,
-            MessageReceived: self._on_message_received,
-            RateChanged: self._on_rate_changed,
-            CnpReceived: self._on_cnp_received,
-            CnpSent: self._on_cnp_sent,
-            Retransmitted: self._on_retransmitted,
-            PacketDropped: self._on_packet_dropped,
-            PostedToQueue: _ignore,  # the engine reports the start itself, with the flow id
-        }
+        self._handlers = self._event_handlers()
         self.flush_now = False
         self.started = False
         self._last_tick_wall = 0.0
@@ -283,10 +263,6 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         finally:
             loop.close()
             self.close()
-
-
-def _ignore(event: object) -> None:
-    del event
 
 
 def _die_with_parent() -> None:
