@@ -86,18 +86,18 @@ def _retransmissions(tables: RunTables, limits: FidelityLimits) -> Finding:
 
 
 def _reordered(tables: RunTables) -> str:
-    """Why, when no switch dropped anything but receivers saw gaps: the emulated fabric is
-    Linux forwarding on this machine, where either CPU may forward a flow's next packet (each
-    CPU's backlog is its own queue), so a flow can arrive out of order; go-back-N takes that
-    for loss. A single-path fabric does not reorder: that share is this machine's."""
+    """Why, when no switch dropped anything but receivers saw gaps: the packets arrived out of
+    order. The emulated fabric routes a flow on one path and queues it FIFO at every hop (veth
+    rings drained by NAPI, one HTB and FIFO per port, static neighbours), so the reordering
+    happened on this machine outside what the fabric models; go-back-N took it for loss."""
     if "sequence_errors" not in tables.queue_pairs.column_names:
         return ""
     gaps = sum(n or 0 for n in column(tables.queue_pairs, "sequence_errors"))
     if not gaps or sum(port_growth(tables, "drops").values()):
         return ""
     return (
-        f", with no switch drop: {gaps} packets arrived out of sequence (this machine's kernel "
-        "forwards a flow on either CPU and can reorder it; a single-path fabric does not)"
+        f", with no switch drop: {gaps} packets arrived out of sequence (reordered on this "
+        "machine: the fabric keeps each flow on one path and in order)"
     )
 
 

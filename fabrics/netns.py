@@ -124,6 +124,10 @@ class LiveFabric:
         state = "up" if up else "down"
         for end in (cable.a, cable.b):
             run_batch([ip("link", "set", "dev", end.ifname, state, netns=self.netns[end.node])])
+        if up:  # taking an interface down flushed its neighbours, permanent ones too
+            index = self.topology.cables.index(cable)
+            for cmd in neighbour_commands(index, cable, self.netns):
+                run_batch([cmd])
 
     def reroute(self, down: Iterable[Cable]) -> None:
         """Install on every switch the routes of the fabric without `down` (what a converged
@@ -151,6 +155,38 @@ class LiveFabric:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def cable_mac(index: int, end: int) -> str:
+    """The MAC address of end `end` (0: a, 1: b) of the fabric's cable `index`: locally
+    administered unicast (02:...), unique in the fabric and the same in every run, so
+    captures and neighbour tables are reproducible."""
+    return f"02:00:{index >> 16 & 255:02x}:{index >> 8 & 255:02x}:{index & 255:02x}:{end:02x}"
+
+
+def neighbour_commands(index: int, cable: Cable, netns: dict[str, str]) -> list[Cmd]:
+    """Each end of a cable knows the other's MAC for good (`nud permanent`). With ARP, every
+    neighbour entry of a forwarding-only switch goes stale every 15-45 s and is re-probed
+    through the port's shaped data queue (ip-sysctl.rst, neigh/default/base_reachable_time_ms);
+    a probe stuck behind a congested queue for its 3 x 1 s can fail the entry, and packets
+    then wait in the neighbour's queue and leave behind later ones (reordered) or are dropped
+    unseen by the port's counters. A static L2 keeps the shaped queues for data alone."""
+    ends = ((cable.a, cable.b, 1), (cable.b, cable.a, 0))
+    return [
+        ip(
+            "neigh",
+            "replace",
+            str(far.address.ip),
+            "lladdr",
+            cable_mac(index, far_end),
+            "dev",
+            near.ifname,
+            "nud",
+            "permanent",
+            netns=netns[near.node],
+        )
+        for near, far, far_end in ends
+    ]
 
 
 def route_args(route: Route) -> list[str]:
@@ -304,6 +340,8 @@ def _bring_up(
             "add",
             "name",  # explicit: a bare name could parse as an ip-link keyword ("a" is address)
             c.a.ifname,
+            "address",
+            cable_mac(i, 0),
             "mtu",
             mtu,
             "type",
@@ -311,13 +349,15 @@ def _bring_up(
             "peer",
             "name",
             c.b.ifname,
+            "address",
+            cable_mac(i, 1),
             "mtu",
             mtu,
             "netns",
             netns[c.b.node],
             netns=netns[c.a.node],
         )
-        for c in topo.cables
+        for i, c in enumerate(topo.cables)
     )
     config: list[Cmd] = []
     for node in topo.nodes:
@@ -328,6 +368,8 @@ def _bring_up(
             config.append(ip("link", "set", "dev", port.ifname, "up", netns=ns))
         for route in topo.routes.get(node.name, ()):
             config.append(ip("route", "add", *route_args(route), netns=ns))
+    for i, c in enumerate(topo.cables):
+        config += neighbour_commands(i, c, netns)
     run_grouped(config)
     # Offloads: segment UDP GSO at the host's transmit so the fabric carries MTU-sized packets.
     # Every veth receives on NAPI: one ring per veth, drained in order. Without it a veth hands
