@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from emulator.events import (
     CollectiveMemberFinished,
@@ -31,6 +31,9 @@ from emulator.events import (
     FlowStarted,
 )
 from emulator.schedule.busbw import algbw_bytes_per_s, busbw_bytes_per_s
+
+if TYPE_CHECKING:
+    from emulator.schedule.plan import CollectiveInstance
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +332,39 @@ def _counts(event: FlowProgress | FlowFinished) -> tuple[int, int, int, int, int
     )
 
 
+def instance_metas(
+    inst: CollectiveInstance, iteration: int, ideal_time_s: float | None
+) -> tuple[list[FlowMeta], CollectiveMeta]:
+    """The records' view of one planned collective instance and its flows, all numbered
+    `iteration` (the run's own numbering, or the plan's)."""
+    coll = CollectiveMeta(
+        collective_id=inst.id,
+        collective_type=inst.collective,
+        process_group=inst.group,
+        group_size=inst.group_size,
+        iteration=iteration,
+        bytes=inst.size_bytes,
+        ideal_time_s=ideal_time_s,
+        timed_from_rank=inst.timed_from_rank,
+    )
+    flows = [
+        FlowMeta(
+            flow_id=f.id,
+            collective_id=inst.id,
+            collective_type=inst.collective,
+            iteration=iteration,
+            step=f.step,
+            src_rank=f.src,
+            dst_rank=f.dst,
+            qp=f.qp,
+            udp_sport=f.udp_sport,
+            bytes=f.bytes,
+        )
+        for f in inst.flows
+    ]
+    return flows, coll
+
+
 def metas_from_plan(
     instances: Iterable[object], ideal_time_s: Mapping[int, float] | None = None
 ) -> tuple[list[FlowMeta], list[CollectiveMeta]]:
@@ -344,33 +380,9 @@ def metas_from_plan(
     for inst in instances:
         if not isinstance(inst, CollectiveInstance):
             raise TypeError(f"expected a CollectiveInstance, got {type(inst).__name__}")
-        collectives.append(
-            CollectiveMeta(
-                collective_id=inst.id,
-                collective_type=inst.collective,
-                process_group=inst.group,
-                group_size=inst.group_size,
-                iteration=inst.iteration,
-                bytes=inst.size_bytes,
-                ideal_time_s=ideal.get(inst.id),
-                timed_from_rank=inst.timed_from_rank,
-            )
-        )
-        flows.extend(
-            FlowMeta(
-                flow_id=f.id,
-                collective_id=inst.id,
-                collective_type=inst.collective,
-                iteration=f.iteration,
-                step=f.step,
-                src_rank=f.src,
-                dst_rank=f.dst,
-                qp=f.qp,
-                udp_sport=f.udp_sport,
-                bytes=f.bytes,
-            )
-            for f in inst.flows
-        )
+        inst_flows, coll = instance_metas(inst, inst.iteration, ideal.get(inst.id))
+        flows.extend(inst_flows)
+        collectives.append(coll)
     return flows, collectives
 
 

@@ -89,7 +89,7 @@ def runs_table(runs: Sequence[StudyRun]) -> str:
             r.role,
             str(r.repeat + 1),
             "-" if r.seed is None else str(r.seed),
-            str(r.summary.get("tdf", "-")),
+            "-" if r.summary.get("tdf") is None else f"{r.summary['tdf']:g}",
             str((r.summary.get("fidelity") or {}).get("verdict", "-")),
             "yes" if r.summary.get("partial") else "no",
             str(r.folder),

@@ -131,7 +131,8 @@ class SendPath:
                 conn.sock.sendmsg(buffers, cmsg, 0, conn.dest)  # _sendmsg, inlined
             except OSError as e:
                 self._send_failed(e, buffers, conn.dest, conn.rank)
-            self.counters["gso_sends"] += 1
+            else:
+                self.counters["gso_sends"] += 1  # sends the kernel took
         else:
             segment = burst.segment_bytes
             for at in range(0, used, segment):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from collectors.recorder import RunRecorder
-from collectors.records import CollectiveMeta, FlowMeta
+from collectors.records import instance_metas
 from emulator.events import CollectiveMemberStarted, NicSample, RunEvent
 from emulator.run.interrupts import Interrupts
 from emulator.run.progress import ProgressState
@@ -45,31 +45,7 @@ class Replay:
         ideal = self.planned.ideal_time(inst)
         if ideal is None:
             self.unpaired.append(f"{inst.collective} #{inst.id}")
-        coll = CollectiveMeta(
-            collective_id=inst.id,
-            collective_type=inst.collective,
-            process_group=inst.group,
-            group_size=inst.group_size,
-            iteration=iteration,
-            bytes=inst.size_bytes,
-            ideal_time_s=ideal,
-            timed_from_rank=inst.timed_from_rank,
-        )
-        flows = [
-            FlowMeta(
-                flow_id=f.id,
-                collective_id=inst.id,
-                collective_type=inst.collective,
-                iteration=iteration,
-                step=f.step,
-                src_rank=f.src,
-                dst_rank=f.dst,
-                qp=f.qp,
-                udp_sport=f.udp_sport,
-                bytes=f.bytes,
-            )
-            for f in inst.flows
-        ]
+        flows, coll = instance_metas(inst, iteration, ideal)
         self.recorder.add_plan(flows, [coll])
 
     def _on_member_issued(self, collective_id: int, rank: int, time_s: float) -> None:

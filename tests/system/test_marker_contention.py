@@ -184,13 +184,15 @@ class Rebuilt:
     max_queue_bytes: float
 
 
+LAW = EcnMarker(  # probability() only: the draws are the BPF program's
+    EcnMarkingParams(kmin_bytes=ECN.kmin_bytes, kmax_bytes=ECN.kmax_bytes, pmax=ECN.pmax),
+    random.Random(0),
+)
+BYTES_PER_NS = RATE_BPS / 8e9  # the port's drain rate
+
+
 def rebuild(arrivals: list[Arrival]) -> Rebuilt:
     """The phantom queue from the arrivals alone, in time order, and the Python law on it."""
-    law = EcnMarker(
-        EcnMarkingParams(kmin_bytes=ECN.kmin_bytes, kmax_bytes=ECN.kmax_bytes, pmax=ECN.pmax),
-        random.Random(0),
-    )
-    bytes_per_ns = RATE_BPS / 8e9
     q = 0.0
     t_last: int | None = None
     expected = variance = pause_ns = peak = 0.0
@@ -199,11 +201,11 @@ def rebuild(arrivals: list[Arrival]) -> Rebuilt:
         if t_last is not None:
             elapsed = a.now_ns - t_last
             if q > XOFF_BYTES:
-                pause_ns += min(elapsed, (q - XOFF_BYTES) / bytes_per_ns)
-            q = max(0.0, q - elapsed * bytes_per_ns)
+                pause_ns += min(elapsed, (q - XOFF_BYTES) / BYTES_PER_NS)
+            q = max(0.0, q - elapsed * BYTES_PER_NS)
         t_last = a.now_ns
         if a.flags & TRACE_ECT:
-            p = law.probability(int(q))
+            p = LAW.probability(int(q))
             expected += p
             variance += p * (1 - p)
             in_ramp += ECN.kmin_bytes < q <= ECN.kmax_bytes
@@ -221,23 +223,18 @@ def lock_order_marks(arrivals: list[Arrival], *, wrap: bool) -> float:
     keeps `last_ns` (its difference from the time-order law is the systematic part of the
     tolerance, measured on each try). With wrap=True, the program before the fix: `now - last_ns`
     wrapped, drained the queue to 0 and moved `last_ns` back."""
-    law = EcnMarker(
-        EcnMarkingParams(kmin_bytes=ECN.kmin_bytes, kmax_bytes=ECN.kmax_bytes, pmax=ECN.pmax),
-        random.Random(0),
-    )
-    bytes_per_ns = RATE_BPS / 8e9
     q = 0.0
     last_ns: int | None = None
     expected = 0.0
     for a in sorted(arrivals, key=lambda a: a.seq):
         if last_ns is None or a.now_ns >= last_ns:
             if last_ns is not None:
-                q = max(0.0, q - (a.now_ns - last_ns) * bytes_per_ns)
+                q = max(0.0, q - (a.now_ns - last_ns) * BYTES_PER_NS)
             last_ns = a.now_ns
         elif wrap:
             q, last_ns = 0.0, a.now_ns
         if a.flags & TRACE_ECT:
-            expected += law.probability(int(q))
+            expected += LAW.probability(int(q))
         if q + a.length <= BUFFER_BYTES:
             q += a.length
     return expected

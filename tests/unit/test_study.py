@@ -549,3 +549,19 @@ def test_fixed_differences_between_groups_are_not_iteration_to_iteration_variabi
     cells = [busbw_cv(run[g::2]) for run in mixed for g in (0, 1)]
     assert within.mixed == pytest.approx(sum(cells) / 4)
     assert within.numbers["instances_mixed"] == 16
+
+
+def test_runs_table_shows_a_missing_tdf_as_a_dash_and_a_factor_without_noise() -> None:
+    """A run without a TDF (a DUT at target time, an old folder) reads "-", not "None"."""
+    from emulator.study_checks import StudyRun
+    from emulator.study_report import runs_table
+
+    runs = [
+        StudyRun("mixed", Path("a"), {"tdf": None, "fidelity": {"verdict": "ok"}}, None),
+        StudyRun(
+            "mixed", Path("b"), {"tdf": 9700.0, "fidelity": {"verdict": "ok"}}, None, repeat=1
+        ),
+    ]
+    rows = runs_table(runs).splitlines()
+    assert "None" not in rows[2] and " - " in rows[2]
+    assert " 9700 " in rows[3] and "9700.0" not in rows[3]
