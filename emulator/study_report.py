@@ -39,7 +39,8 @@ def study_notes(runs: Sequence[StudyRun], checks: Sequence[Check]) -> list[str]:
     if len(tdfs) > 1:
         notes.append(
             "the runs used different time dilation factors "
-            f"({', '.join(str(t) for t in sorted(tdfs, key=str))}): pass --tdf to fix one"
+            f"({', '.join('-' if t is None else f'{t:g}' for t in sorted(tdfs, key=str))}): "
+            "pass --tdf to fix one"
         )
     line_check = next(c for c in checks if c.name == "allreduce_alone_line_rate")
     ideal_over_line = line_check.numbers.get("ideal_over_line_rate")
