@@ -125,9 +125,7 @@ class LiveFabric:
         for end in (cable.a, cable.b):
             run_batch([ip("link", "set", "dev", end.ifname, state, netns=self.netns[end.node])])
         if up:  # taking an interface down flushed its neighbours, permanent ones too
-            index = self.topology.cables.index(cable)
-            for cmd in neighbour_commands(index, cable, self.netns):
-                run_batch([cmd])
+            run_grouped(neighbour_commands(self.topology.cables.index(cable), cable, self.netns))
 
     def reroute(self, down: Iterable[Cable]) -> None:
         """Install on every switch the routes of the fabric without `down` (what a converged
