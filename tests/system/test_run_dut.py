@@ -44,7 +44,12 @@ def test_moe_mix_dut_scenario_runs_against_the_software_dut(
         gateways=tuple(f"192.168.{70 + i}.1" for i in range(PORTS)),
         routes=("192.168.64.0/20",),
         allowlist=("192.168.64.0/20",),
-        max_rate_gbps=DUT_RATE_BPS / 1e9,
+        # NICs twice as fast as the switch's ports (a 200G NIC on a 100G port): a flow alone
+        # already fills its egress port, so the queue and its CE marks do not depend on two
+        # flows happening to overlap there (at equal rates each NIC splits its rate between
+        # its All-to-All and All-Reduce flows and a port sees 2:1 only by chance: 0-7 marks
+        # per run, none in about one run in three)
+        max_rate_gbps=2 * DUT_RATE_BPS / 1e9,
     )
     generate = dataclasses.replace(
         shipped.workload.generate,
@@ -79,7 +84,7 @@ def test_moe_mix_dut_scenario_runs_against_the_software_dut(
     assert len(collectives) == 12 and all(c["complete"] for c in collectives)
     flows = pq.read_table(result.out_dir / "flows.parquet").to_pylist()
     assert all(f["fct_s"] > 0 for f in flows)
-    # the All-to-All incast into a 100 Mb/s DUT port builds a queue there: CE marks, CNPs back
+    # 200 Mb/s NICs into 100 Mb/s DUT ports build queues there: CE marks, CNPs back
     assert sum(f["ce_marks"] for f in flows) > 0 and sum(f["cnps_sent"] for f in flows) > 0
     # the rate cap held: no rank's NIC above its max rate (a few % of sampling jitter)
     nic = pq.read_table(result.out_dir / "nic.parquet").to_pylist()
