@@ -128,6 +128,7 @@ def assess_fidelity(
     extra_reasons: Iterable[str] = (),
     extra_unknown: Iterable[str] = (),
     not_applicable: Iterable[str] = (),
+    leaves_out: Iterable[str] = (),
 ) -> Fidelity:
     """Every check's finding, plus the backend's own reasons and unknowns; `not_applicable`
     names checks the backend has no such data for by design (a DUT's switch is not ours)."""
@@ -138,4 +139,4 @@ def assess_fidelity(
     verdict: Literal["ok", "degraded", "unknown"] = (
         "degraded" if reasons else "unknown" if unknown else "ok"
     )
-    return Fidelity(verdict, tuple(reasons), tuple(unknown))
+    return Fidelity(verdict, tuple(reasons), tuple(unknown), tuple(leaves_out))

@@ -31,6 +31,9 @@ class Fidelity:
     verdict: Literal["ok", "degraded", "unknown"] = "ok"
     reasons: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
+    # what the backend's model of the fabric does not include (a simulation: no CPU, no
+    # kernel); said beside the verdict, never a reason against it
+    leaves_out: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class RunMeta:
                 fid.get("verdict", "ok"),
                 tuple(fid.get("reasons", ())),
                 tuple(fid.get("unknown", ())),
+                tuple(fid.get("leaves_out", ())),
             ),
             job_time_s=summary.get("job_time_s"),
             extra={k: v for k, v in summary.items() if k not in computed | known},
@@ -226,6 +230,7 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
             "verdict": meta.fidelity.verdict,
             "reasons": list(meta.fidelity.reasons),
             "unknown": list(meta.fidelity.unknown),
+            **({"leaves_out": list(meta.fidelity.leaves_out)} if meta.fidelity.leaves_out else {}),
         },
         "job_time_s": meta.job_time_s if meta.job_time_s is not None else _job_time(tables),
         "partial": partial,

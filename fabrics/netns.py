@@ -28,7 +28,7 @@ from emulator.errors import EnvironmentProblem, ScenarioError
 from fabrics.ecn.markers import NETEM_PROBE, Marker, choose_marker, qdisc_kind_available
 from fabrics.iproute import Cmd, in_netns, ip, run_batch, run_grouped
 from fabrics.ownership import Ledger
-from fabrics.queues import EcnThresholds, EgressPort, htb_commands, netem_delay
+from fabrics.queues import EgressPort, egress_ports, htb_commands, netem_delay
 from fabrics.topology import HOST_IFNAME, Cable, Route, Topology, routes_without
 
 NETNS_DIR = Path("/run/netns")  # where `ip netns add` names its namespaces
@@ -196,43 +196,6 @@ def route_args(route: Route) -> list[str]:
     for h in route.nexthops:
         hops += ["nexthop", "via", str(h.gateway), "dev", h.ifname]
     return hops
-
-
-def egress_ports(
-    topology: Topology, netns: dict[str, str], rate_scale: float, delay_scale: float
-) -> tuple[EgressPort, ...]:
-    """Every interface's egress queue: host NICs shape only; switch ports also mark."""
-    out: list[EgressPort] = []
-    for (node, dev), link in topology.links.items():
-        role = topology.node_by_name[node].role
-        delay_s = topology.link_delay_s * delay_scale
-        gbps = link.rate_bps / 1e9
-        loss = 0.0
-        xoff = 0
-        if role == "host":
-            buffer, ecn = topology.host_buffer_bytes, None
-        else:
-            tier = topology.tiers[role]
-            buffer = tier.buffer_for(gbps)
-            kmin, kmax = tier.ecn.thresholds_bytes(gbps)
-            ecn = EcnThresholds(kmin, kmax, tier.ecn.pmax) if tier.ecn.enabled else None
-            loss = topology.link_loss.get(dev, tier.loss_probability)
-            xoff = tier.xoff_bytes
-        out.append(
-            EgressPort(
-                node,
-                netns[node],
-                dev,
-                link.rate_bps * rate_scale,
-                buffer,
-                topology.mtu_bytes,
-                delay_s,
-                ecn,
-                loss,
-                xoff,
-            )
-        )
-    return tuple(out)
 
 
 def bring_up(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fabrics.iproute import Cmd, tc
+from fabrics.topology import Topology
 
 ETH_HEADER_BYTES = 14
 ROOT_HANDLE = "1:"
@@ -100,3 +101,40 @@ def drop_tail(port: EgressPort) -> tuple[str, ...]:
 def netem_delay(port: EgressPort) -> tuple[str, ...]:
     packets = max(1, port.buffer_bytes // (port.mtu_bytes + ETH_HEADER_BYTES))
     return ("netem", "delay", f"{round(port.delay_s * 1e6)}us", "limit", str(packets))
+
+
+def egress_ports(
+    topology: Topology, netns: dict[str, str], rate_scale: float, delay_scale: float
+) -> tuple[EgressPort, ...]:
+    """Every interface's egress queue: host NICs shape only; switch ports also mark."""
+    out: list[EgressPort] = []
+    for (node, dev), link in topology.links.items():
+        role = topology.node_by_name[node].role
+        delay_s = topology.link_delay_s * delay_scale
+        gbps = link.rate_bps / 1e9
+        loss = 0.0
+        xoff = 0
+        if role == "host":
+            buffer, ecn = topology.host_buffer_bytes, None
+        else:
+            tier = topology.tiers[role]
+            buffer = tier.buffer_for(gbps)
+            kmin, kmax = tier.ecn.thresholds_bytes(gbps)
+            ecn = EcnThresholds(kmin, kmax, tier.ecn.pmax) if tier.ecn.enabled else None
+            loss = topology.link_loss.get(dev, tier.loss_probability)
+            xoff = tier.xoff_bytes
+        out.append(
+            EgressPort(
+                node,
+                netns[node],
+                dev,
+                link.rate_bps * rate_scale,
+                buffer,
+                topology.mtu_bytes,
+                delay_s,
+                ecn,
+                loss,
+                xoff,
+            )
+        )
+    return tuple(out)

@@ -115,6 +115,10 @@ EGRESS_DT_ALPHA = 1.0
 # switch-mmu.cc GetPfcThreshold: (buffer - headroom - reserve - shared used) >> pfc_a_shift, with
 # pfc_a_shift 3 in its third.cc): one congested ingress queue pauses at T = (B - T) / 8, T = B / 9.
 PFC_A_SHIFT = 3
+# Bytes a maximum frame takes on the wire beyond its IP MTU: Ethernet header and FCS, preamble and
+# inter-frame gap (IEEE 802.3); a PFC frame is a minimum frame, 64 bytes plus the same 20.
+ETHERNET_FRAMING_BYTES = 14 + 4 + 8 + 12
+PFC_FRAME_BYTES = 64 + 8 + 12
 
 
 def dynamic_threshold_bytes(shared_bytes: int, alpha: float) -> int:
@@ -144,12 +148,33 @@ class TierSpec:
     )
     pfc_xoff_bytes: int | None = param(
         None,
-        doc="queue length at which a PFC fabric would pause the upstream; the emulated fabric "
-        "cannot pause, so time spent above it is reported per port as PFC-equivalent pause time "
-        "(ports.parquet pause_s, summary.json pfc_equivalent); default: shared buffer / 9, the "
-        "HPCC ns-3 dynamic threshold (>> 3) with one congested queue",
+        doc="PFC XOFF: data bytes an ingress port may hold before the switch pauses its upstream. "
+        "The simulator (backend sim) pauses; its default is the HPCC ns-3 dynamic threshold, "
+        "(shared buffer - headroom - bytes held) >> 3, so one congested ingress pauses at about "
+        "shared buffer / 9 and many pause earlier. The emulated fabric cannot pause: it reports "
+        "the time its egress queue spent at or above this (default shared buffer / 9) as "
+        "PFC-equivalent pause time (ports.parquet pause_s, summary.json pfc_equivalent)",
         unit="bytes",
         source="HPCC ns-3 switch-mmu.cc GetPfcThreshold, pfc_a_shift 3",
+        min=0,
+    )
+    pfc_xon_offset_bytes: int = param(
+        3072,
+        doc="simulator: a paused ingress resumes (XON) once its bytes are this far below XOFF "
+        "and its headroom is empty",
+        unit="bytes",
+        source="HPCC ns-3 switch-mmu.cc: resume_offset 3 KiB, CheckShouldResume",
+        min=0,
+    )
+    pfc_headroom_bytes: int | None = param(
+        None,
+        doc="simulator: bytes an ingress may take above XOFF while its PAUSE travels upstream; "
+        "beyond it the packet is dropped (a lossless class never drops when it is large enough). "
+        "Default per link: twice the link's bandwidth-delay product (rate x link_delay_us) plus "
+        "two maximum frames and the PFC frame itself",
+        unit="bytes",
+        source="HPCC ns-3 third.cc: headroom = rate x delay x 2 + 2 packets; IEEE 802.1Qbb "
+        "annex O (delay model: a frame in transmission at each end plus the round trip)",
         min=0,
     )
     ecn: EcnSpec = field(default_factory=EcnSpec)
@@ -168,6 +193,13 @@ class TierSpec:
         if self.buffer_bytes is not None:
             return self.buffer_bytes
         return dynamic_threshold_bytes(self.shared_buffer_bytes, EGRESS_DT_ALPHA)
+
+    def headroom_for(self, rate_bps: float, delay_s: float, mtu_bytes: int) -> int:
+        """PFC headroom of an ingress fed by a link of this rate and delay (see the key)."""
+        if self.pfc_headroom_bytes is not None:
+            return self.pfc_headroom_bytes
+        max_frame = mtu_bytes + ETHERNET_FRAMING_BYTES
+        return int(2 * rate_bps * delay_s / 8) + 2 * max_frame + PFC_FRAME_BYTES
 
     @property
     def xoff_bytes(self) -> int:
@@ -224,9 +256,26 @@ class ClosSpec:
     )
     link_delay_us: float = param(
         0.0,
-        doc="one-way propagation delay per link (needs netem in the kernel)",
+        doc="one-way propagation delay per link (the emulated fabric needs netem in the kernel; "
+        "this one has none, so only the simulator takes a non-zero value here)",
         unit="us",
         min=0.0,
+    )
+    switch_latency_ns: float = param(
+        0.0,
+        doc="simulator only: processing latency of every switch hop, from a packet's arrival to "
+        "its egress queue (a Tomahawk-class switch forwards in several hundred ns); the "
+        "emulated fabric refuses a non-zero value (its hops take what this machine takes)",
+        unit="ns",
+        min=0.0,
+    )
+    pfc: bool = param(
+        True,
+        doc="PFC (IEEE 802.1Qbb) on the RoCE data priority: the simulator pauses upstream ports "
+        "at XOFF and resumes at XON (per tier: pfc_xoff_bytes, pfc_xon_offset_bytes, "
+        "pfc_headroom_bytes), so the class never drops; off, its egress queues tail-drop at "
+        "buffer_bytes. The emulated fabric cannot pause either way: it reports PFC-equivalent "
+        "pause time instead",
     )
     ecmp_hash_seed: int = param(
         1,

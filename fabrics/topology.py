@@ -144,8 +144,8 @@ class Topology:
         if src == dst:
             return ()
         src_ip, dst_ip = self.host_address(src), self.host_address(dst)
-        mhash = l4_multipath_hash(src_ip, dst_ip, UDP_PROTO, sport, dport, self.ecmp_hash_seed)
-        flow = f"{src_ip},{dst_ip},{UDP_PROTO},{sport},{dport}".encode()
+        mhash = self.flow_hash(src_ip, dst_ip, sport, dport)
+        flow = flow_key(src_ip, dst_ip, sport, dport)
         hops: list[Link] = []
         node, ifname = src, HOST_IFNAME
         for _ in range(len(self.nodes)):
@@ -154,15 +154,37 @@ class Topology:
             node = link.dst
             if node == dst:
                 return tuple(hops)
-            route = self.lookup(node, dst_ip)
-            if route is None:
+            hop = self.next_hop(node, dst_ip, mhash, flow)
+            if hop is None:
                 break
-            choices = route.nexthops
-            if self.ecmp_hash_seed:
-                ifname = choices[hash_threshold_index(mhash, len(choices))].ifname
-            else:
-                ifname = _ecmp_choice(node, flow, choices).ifname
+            ifname = hop.ifname
         raise ValueError(f"no route from {src} to {dst} at {node}")
+
+    def flow_hash(
+        self,
+        src_ip: ipaddress.IPv4Address,
+        dst_ip: ipaddress.IPv4Address,
+        sport: int,
+        dport: int = ROCE_UDP_DPORT,
+    ) -> int:
+        """The kernel's multipath hash of a UDP 5-tuple (the same both ways: it is symmetric)."""
+        return l4_multipath_hash(src_ip, dst_ip, UDP_PROTO, sport, dport, self.ecmp_hash_seed)
+
+    def next_hop(
+        self, node: str, dst_ip: ipaddress.IPv4Address, mhash: int, flow: bytes
+    ) -> NextHop | None:
+        """The next hop a router picks for a packet (its flow hash `mhash`; `flow`, the 5-tuple
+        as flow_key gives it, only matters with seed 0): the one choice Topology.path and the
+        simulator's switches share, so both route every 5-tuple as the kernel does."""
+        route = self.lookup(node, dst_ip)
+        if route is None:
+            return None
+        choices = route.nexthops
+        if len(choices) == 1:
+            return choices[0]
+        if self.ecmp_hash_seed:
+            return choices[hash_threshold_index(mhash, len(choices))]
+        return _ecmp_choice(node, flow, choices)
 
     def lookup(self, node: str, dst: ipaddress.IPv4Address) -> Route | None:
         """Longest-prefix match in a node's routes, counting directly attached /31s first."""
@@ -177,6 +199,13 @@ class Topology:
             ):
                 best = route
         return best
+
+
+def flow_key(
+    src_ip: ipaddress.IPv4Address, dst_ip: ipaddress.IPv4Address, sport: int, dport: int
+) -> bytes:
+    """A UDP 5-tuple as the seed-0 model hashes it (one direction)."""
+    return f"{src_ip},{dst_ip},{UDP_PROTO},{sport},{dport}".encode()
 
 
 def _ecmp_choice(node: str, flow: bytes, nexthops: tuple[NextHop, ...]) -> NextHop:

@@ -4,8 +4,9 @@
 |---------|---------------------------------------------------------------------|-----------------|
 | `netns` | the emulated Clos in network namespaces on this machine, the engine | backends.engine |
 | `dut`   | ranks on interfaces cabled to a switch under test, the engine       | backends.engine |
+| `sim`   | a packet-level simulation of the Clos, the same transport code      | backends.sim    |
 
-A new backend (the packet-level simulator, the engine over several servers on Ray) is a Backend
+A new backend (the engine over several servers on Ray) is a Backend
 subclass registered here; the run (emulator.run.execute), the study and the collectors do not
 change. Read emulator/backends/base.py first: it says what a backend must do.
 """
@@ -22,24 +23,45 @@ from emulator.backends.base import (
     SessionReport,
 )
 from emulator.backends.engine import DutEngineBackend, NetnsEngineBackend
-from emulator.errors import EnvironmentProblem
+from emulator.backends.sim import SimBackend
+from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.scenario.model import Scenario
 from fabrics.spec import ClosSpec, DutSpec
 
 BACKENDS: dict[str, Callable[[], Backend]] = {
     NetnsEngineBackend.name: NetnsEngineBackend,
     DutEngineBackend.name: DutEngineBackend,
+    SimBackend.name: SimBackend,
 }
+# the fabric kind each backend runs
+_FABRIC_OF = {"netns": ClosSpec, "dut": DutSpec, "sim": ClosSpec}
 
 
-def backend_for(scenario: Scenario) -> Backend:
-    """The backend the scenario's fabric asks for: a Clos is emulated, a DUT is driven."""
+def backend_name(scenario: Scenario, override: str | None = None) -> str:
+    """The backend that runs the scenario: `override` (the command line), else run.backend,
+    else the fabric's own (a Clos is emulated, a DUT is driven); a backend that cannot run the
+    fabric is refused in one line."""
     fabric = scenario.fabric
-    if isinstance(fabric, ClosSpec):
-        return BACKENDS["netns"]()
-    if isinstance(fabric, DutSpec):
-        return BACKENDS["dut"]()
-    raise EnvironmentProblem(f"fabric: no backend runs a {type(fabric).__name__}")
+    name = override or scenario.run.backend
+    if name == "auto":
+        if isinstance(fabric, ClosSpec):
+            return "netns"
+        if isinstance(fabric, DutSpec):
+            return "dut"
+        raise EnvironmentProblem(f"fabric: no backend runs a {type(fabric).__name__}")
+    if name not in BACKENDS:
+        raise ScenarioError(f"run.backend: {name!r} is not one of {', '.join(sorted(BACKENDS))}")
+    if not isinstance(fabric, _FABRIC_OF[name]):
+        kind = "clos" if _FABRIC_OF[name] is ClosSpec else "dut"
+        raise ScenarioError(
+            f"run.backend: {name} runs a {kind} fabric, and this scenario's fabric is "
+            f"{type(fabric).__name__}"
+        )
+    return name
+
+
+def backend_for(scenario: Scenario, override: str | None = None) -> Backend:
+    return BACKENDS[backend_name(scenario, override)]()
 
 
 __all__ = [
@@ -50,4 +72,5 @@ __all__ = [
     "Session",
     "SessionReport",
     "backend_for",
+    "backend_name",
 ]

@@ -82,6 +82,7 @@ class SessionReport:
     reasons: list[str] = field(default_factory=list)  # fidelity problems only it can see
     unknown: list[str] = field(default_factory=list)  # its checks that had no data
     not_applicable: tuple[str, ...] = ()  # collectors.fidelity checks it cannot support
+    leaves_out: tuple[str, ...] = ()  # what its model of the fabric does not include
     lossless: bool = True  # False: drops and retransmissions were asked for (impairments)
     pfc_sent: Counter[int] = field(default_factory=Counter)  # PFC frames our generators sent
     extra: dict[str, Any] = field(default_factory=dict)  # more of summary.json

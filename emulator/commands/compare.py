@@ -1,7 +1,9 @@
 """`emulate compare`: compare results folders side by side (busbw, FCT percentiles, CNPs) with overlaid plots.
 
 The comparison plots go to --out, by default a new folder `compare-<UTC timestamp>` beside the
-first results folder, so no run's own folder is modified.
+first results folder, so no run's own folder is modified. With exactly two folders, the second is
+also taken as the reference of the first (collectors.reference): per collective type, the busbw
+ratio, CV difference and FCT KS distance against stated bounds, and the deviations beyond them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from collectors.reference import compare_runs, reference_lines
     from collectors.report import compare_table, load_run, unique_labels, write_compare_plots
     from collectors.summary import RunMeta, build_summary
 
@@ -39,6 +42,7 @@ def main(args: argparse.Namespace) -> int:
         else first.resolve().parent / f"compare-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     )
     paths = write_compare_plots(runs, out)
+    reference = compare_runs(runs[0].tables, runs[1].tables) if len(runs) == 2 else None
     if args.json:
         summaries = {
             label: build_summary(
@@ -46,8 +50,14 @@ def main(args: argparse.Namespace) -> int:
             )
             for label, r in zip(unique_labels(runs), runs, strict=True)
         }
-        print(json.dumps({"runs": summaries, "plots": [str(p) for p in paths]}, indent=2))
+        result = {"runs": summaries, "plots": [str(p) for p in paths]}
+        if reference is not None:
+            result["reference"] = reference
+        print(json.dumps(result, indent=2))
         return 0
     print(compare_table(runs))
+    if reference is not None:
+        print("\nsecond folder as the reference:")
+        print("\n".join(reference_lines(reference)))
     print(f"\nplots: {out}")
     return 0

@@ -39,6 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with time_dilation auto: measure this machine again instead of the cached value",
     )
+    parser.add_argument(
+        "--backend",
+        choices=("netns", "dut", "sim"),
+        default=None,
+        help="what runs it (overrides run.backend): netns, the emulated Clos on this machine; "
+        "dut, toward a switch under test; sim, a packet-level simulation of the Clos (no root, "
+        "simulated time)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress line")
     parser.add_argument(
         "--netns-prefix", default="emu-", help="name prefix of the fabric's namespaces (emu-)"
@@ -115,7 +123,10 @@ def main(args: argparse.Namespace) -> int:
         tdf=args.tdf,
         recalibrate=args.recalibrate,
         fabric_prefix=args.netns_prefix,
+        backend=args.backend,
     )
+    if args.backend == "sim" and args.tdf is not None:
+        raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
     result = run_scenario(scenario, options)
     if result.failed_expectations:
         return EXIT_EXPECTATION_FAILED

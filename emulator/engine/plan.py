@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from emulator.errors import PlanError
+from emulator.schedule.driver import FlowLike
 
 MAX_CONNECTIONS = (1 << 24) - 2  # QP numbers are 24 bits; 0 is avoided
 
@@ -46,27 +46,6 @@ class QpProfile:
 
 
 DEFAULT_PROFILE = QpProfile()
-
-
-class FlowLike(Protocol):
-    """The fields of emulator.schedule.plan.Flow the engine reads."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def src(self) -> int: ...
-    @property
-    def dst(self) -> int: ...
-    @property
-    def qp(self) -> int: ...
-    @property
-    def udp_sport(self) -> int: ...
-    @property
-    def bytes(self) -> int: ...
-    @property
-    def deps(self) -> tuple[int, ...]: ...
-    @property
-    def profile(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ def run_planned(
 ) -> RunResult:
     interrupts = Interrupts()
     stack.enter_context(interrupts.handled())
-    backend = backend_for(scenario)
+    backend = backend_for(scenario, options.backend)
     context = BackendContext(scenario, planned, choice.tdf, options, stack, interrupts)
     session = backend.open(context)
     info = RunInfo(scenario.name, choice.tdf, session.marker_name, describe_fabric(scenario.fabric))
@@ -107,7 +107,12 @@ def run_planned(
     if not report.lossless:
         limits = dataclasses.replace(limits, lossless=False)
     fidelity = assess_fidelity(
-        tables, limits, reasons, unknown, not_applicable=report.not_applicable
+        tables,
+        limits,
+        reasons,
+        unknown,
+        not_applicable=report.not_applicable,
+        leaves_out=report.leaves_out,
     )
     metadata = report.metadata
     extra: dict[str, Any] = {

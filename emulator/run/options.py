@@ -18,6 +18,7 @@ class RunOptions:
     recalibrate: bool = False  # measure the machine again instead of using the cached value
     fabric_prefix: str = "emu-"  # namespace name prefix of the fabric
     report: bool = True  # print the summary table and the results' paths at the end
+    backend: str | None = None  # overrides run.backend (emulator.backends.BACKENDS)
     say: Callable[[str], None] = field(default=say, compare=False)
 
 

@@ -20,8 +20,9 @@ from typing import Any
 import yaml
 
 from collectors.results import ResultsWriter, default_results_dir
+from emulator.backends import backend_name
 from emulator.backends.engine import fabric_ranks, target_rate_bps
-from emulator.errors import EnvironmentProblem
+from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.run.calibrate import Shape
 from emulator.run.execute import run_planned
 from emulator.run.link_events import resolve as resolve_link_events
@@ -133,10 +134,27 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _check_backend_keys(scenario: Scenario, backend: str) -> None:
+    """Keys only the simulator models are refused, in one line, by the emulated fabric."""
+    fabric = scenario.fabric
+    if backend == "netns" and isinstance(fabric, ClosSpec) and fabric.switch_latency_ns > 0:
+        raise ScenarioError(
+            f"fabric.switch_latency_ns: {fabric.switch_latency_ns:g} ns asked, but the emulated "
+            "fabric's hops take what this machine takes; only the simulator models it "
+            "(--backend sim or run.backend: sim)"
+        )
+
+
 def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunResult:
     options = options or RunOptions()
-    if os.geteuid() != 0:
-        raise EnvironmentProblem("emulate run needs root (network namespaces, qdiscs, BPF)")
+    backend = backend_name(scenario, options.backend)
+    options = dataclasses.replace(options, backend=backend)
+    simulated = backend == "sim"
+    if not simulated and os.geteuid() != 0:
+        raise EnvironmentProblem(
+            "emulate run needs root (network namespaces, qdiscs, BPF); --backend sim does not"
+        )
+    _check_backend_keys(scenario, backend)
     with contextlib.ExitStack() as stack:
         prefix = stack.enter_context(trace_prefix(scenario))
         planned = plan_workload(
@@ -148,16 +166,27 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
             from fabrics.topology import build_clos
 
             resolve_link_events(scenario.fabric, build_clos(scenario.fabric))  # before bring-up
-        choice = choose_tdf(scenario, options, planned.world_size, planned)
+        if simulated:
+            choice = TdfChoice(
+                1.0, "none: simulated time", planned.world_size * target_rate_bps(scenario.fabric)
+            )
+        else:
+            choice = choose_tdf(scenario, options, planned.world_size, planned)
         started = datetime.now(UTC)
         out_dir = options.out_dir or default_results_dir(
             Path(scenario.metrics.results_dir), scenario.name, started
         )
         writer = ResultsWriter(out_dir, scenario_text=scenario_text(scenario))
-        options.say(
+        head = (
             f"{planned.world_size} ranks, {planned.collectives} collectives, ideal job time "
-            f"{planned.ideal.job_time_s * 1e3:.3f} ms; TDF {choice.tdf:g} ({choice.how}"
-            + (f", bound by {choice.bound_by}" if choice.bound_by else "")
-            + f"), so about {planned.ideal.job_time_s * choice.tdf:.0f} s of wall time at best"
+            f"{planned.ideal.job_time_s * 1e3:.3f} ms"
         )
+        if simulated:
+            options.say(f"{head}; simulated (backend sim: no dilation, simulated time)")
+        else:
+            options.say(
+                f"{head}; TDF {choice.tdf:g} ({choice.how}"
+                + (f", bound by {choice.bound_by}" if choice.bound_by else "")
+                + f"), so about {planned.ideal.job_time_s * choice.tdf:.0f} s of wall time at best"
+            )
         return run_planned(scenario, options, planned, choice, writer, stack)

@@ -161,6 +161,37 @@ class RunSpec:
     pfc_frames: tuple[PfcFramesSpec, ...] = param(
         (), doc="PFC frame generators (switch tests: PFC propagation, pause handling)"
     )
+    backend: Literal["auto", "netns", "dut", "sim"] = param(
+        "auto",
+        doc="what runs the scenario: netns (the Clos emulated in network namespaces on this "
+        "machine, the engine sending real packets), dut (the engine toward a switch under "
+        "test), sim (a packet-level simulation of the same Clos from the same transport code: "
+        "no root, no time dilation, simulated time, PFC, link delay and switch latency); auto: "
+        "netns for a clos fabric, dut for a dut fabric (`emulate run --backend` overrides)",
+    )
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    """How the packet-level simulation (run.backend: sim) measures."""
+
+    sample_interval_us: float = param(
+        100.0,
+        doc="simulated time between two readings of every port's exact queue depth, counters "
+        "and pauses and every NIC's bytes (ports.parquet, nic.parquet); smaller is finer and "
+        "makes larger tables",
+        unit="us",
+        min=0.1,
+        max=1_000_000.0,
+    )
+    time_limit_s: float | None = param(
+        None,
+        doc="simulated time after which an unfinished run stops (partial results); default: "
+        "100 times the ideal job time, at least 1 s",
+        unit="s",
+        min=0.0,
+        min_exclusive=True,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,6 +220,7 @@ class Scenario:
         "the run; `emulate run` exits 1 when one fails",
     )
     engine: EngineParams = field(default_factory=EngineParams)
+    sim: SimSpec = field(default_factory=SimSpec)
     source: Path | None = field(default=None, compare=False, metadata={"internal": True})
 
     def __post_init__(self) -> None:

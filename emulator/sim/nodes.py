@@ -73,8 +73,9 @@ class Host:
         self.endpoint = RoceEndpoint(self.events)
         self.nic: Port | None = None
         self._tx_qps: list[SendQueuePair] = []
-        self._qp_route: dict[int, tuple[str, str, int]] = {}  # qpn -> (dst host, dst addr, sport)
-        self._rx_route: dict[int, tuple[str, str, int]] = {}
+        # qpn -> (peer host, peer address, UDP source port, ECMP hash, tag)
+        self._qp_route: dict[int, tuple[str, str, int, int, int]] = {}
+        self._rx_route: dict[int, tuple[str, str, int, int, int]] = {}
         self._rr = 0
         self._wakeup_at = math.inf
         self._timer_at: dict[int, float] = {}
@@ -87,15 +88,19 @@ class Host:
         nic.on_idle = self._pull
 
     # -- set-up --------------------------------------------------------------------------
-    def add_sender(self, qp: SendQueuePair, *, dst: Host, sport: int) -> None:
+    def add_sender(
+        self, qp: SendQueuePair, *, dst: Host, sport: int, mhash: int = 0, tag: int = -1
+    ) -> None:
         self.endpoint.add_sender(qp)
         self._tx_qps.append(qp)
-        self._qp_route[qp.qpn] = (dst.name, dst.address, sport)
+        self._qp_route[qp.qpn] = (dst.name, dst.address, sport, mhash, tag)
         self.peers[dst.name] = dst
 
-    def add_receiver(self, qp: ReceiveQueuePair, *, src: Host, sport: int) -> None:
+    def add_receiver(
+        self, qp: ReceiveQueuePair, *, src: Host, sport: int, mhash: int = 0, tag: int = -1
+    ) -> None:
         self.endpoint.add_receiver(qp)
-        self._rx_route[qp.qpn] = (src.name, src.address, sport)
+        self._rx_route[qp.qpn] = (src.name, src.address, sport, mhash, tag)
 
     def post(
         self, qp: SendQueuePair, *, message_id: int, size_bytes: int, payload: bytes | None = None
@@ -112,7 +117,11 @@ class Host:
             self._pull()
 
     def _pull(self) -> None:
-        """The NIC is idle: send the next eligible data packet, or sleep until one is due."""
+        """The NIC is idle: send the next eligible data packet, or sleep until one is due (a
+        NIC its switch paused sends no data; the resume calls this again)."""
+        nic = self.nic
+        if nic is not None and nic.paused:
+            return
         now = self.sim.now
         qps = self._tx_qps
         n = len(qps)
@@ -143,7 +152,14 @@ class Host:
         self._wakeup_at = math.inf
         self._kick()
 
-    def _frame(self, packet: Packet, dst: str, dst_addr: str, sport: int, *, data: bool) -> Frame:
+    def _frame(
+        self,
+        packet: Packet,
+        route: tuple[str, str, int, int, int],
+        *,
+        data: bool,
+    ) -> Frame:
+        dst, dst_addr, sport, mhash, tag = route
         size = packet.udp_payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
         ecn = ECN_ECT0 if data else ECN_NOT_ECT
         body: Packet | bytes = packet
@@ -152,12 +168,11 @@ class Host:
             dscp = self._dscp[0] if data else self._dscp[1]
             address = FlowAddress(self.address, dst_addr, sport, dscp=dscp, ecn=ecn)
             body = ipv4_packet(packet, address, ip_id=self._ip_id)
-        return Frame(self.name, dst, sport, size, ecn, body, not data)
+        return Frame(self.name, dst, sport, size, ecn, body, not data, mhash, tag)
 
     def _transmit_data(self, qp: SendQueuePair, packet: DataPacket) -> None:
-        dst, dst_addr, sport = self._qp_route[qp.qpn]
         assert self.nic is not None
-        self.nic.send(self._frame(packet, dst, dst_addr, sport, data=True))
+        self.nic.send(self._frame(packet, self._qp_route[qp.qpn], data=True))
 
     # -- receive -------------------------------------------------------------------------
     def receive(self, frame: Frame, port: Port) -> None:
@@ -182,10 +197,15 @@ class Host:
         local_qpn = _dest_qp(body)
         if replies:
             assert self.nic is not None
-            route = self._rx_route.get(local_qpn)
-            dst, dst_addr, sport = route if route else (frame.src, "0.0.0.0", frame.sport)
+            route = self._rx_route.get(local_qpn) or (
+                frame.src,
+                "0.0.0.0",
+                frame.sport,
+                frame.mhash,
+                frame.tag,
+            )
             for reply in replies:
-                self.nic.send(self._frame(reply, dst, dst_addr, sport, data=False))
+                self.nic.send(self._frame(reply, route, data=False))
         sender = endpoint.senders.get(local_qpn)
         if sender is not None:
             self._arm_timer(sender)

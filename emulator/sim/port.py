@@ -1,8 +1,15 @@
-"""A link's sending end: an output port with a byte buffer (tail drop), ECN marking at dequeue,
-serialization at the link rate and a propagation delay to the peer.
+"""A link's sending end: an output port with a byte buffer, ECN marking at dequeue, serialization
+at the link rate, a propagation delay to the peer, and PFC's pause of its data queue.
 
 Control frames (ACK, NAK, CNP) go in a strict-priority queue ahead of data, as CNPs usually are
-(NVIDIA sends them with cnp_dscp 48); only the data queue counts for ECN and the buffer.
+(NVIDIA sends them with cnp_dscp 48); only the data queue counts for ECN, the buffer and PFC.
+
+PFC (IEEE 802.1Qbb) is modelled for the one lossless data priority: the switch at the far end
+counts, per ingress port, the data bytes it holds that came in on this link (PfcIngress); above
+XOFF it sends a PAUSE back, and this port then holds its data queue (control frames still go:
+they ride a priority PFC does not pause) until a RESUME comes at XON. A lossless port never
+tail-drops data (the pause bounds its queue instead); the far end drops only what overflows the
+headroom above XOFF, which is sized for what is in flight while the PAUSE travels.
 """
 
 from __future__ import annotations
@@ -18,11 +25,17 @@ from emulator.transport.marking import EcnMarker
 from emulator.transport.packets import Packet
 from emulator.transport.wire import ECN_CE, ECN_ECT0
 
+# A PFC frame is a minimum-size MAC control frame: 64 bytes, plus preamble and inter-frame gap
+# (IEEE 802.3 clause 31 and 802.1Qbb): 84 bytes of link time.
+PFC_FRAME_WIRE_BYTES = 84
+
 
 @dataclass(slots=True)
 class Frame:
     """A packet on a link. `packet` is a descriptor, or the whole IPv4 packet as bytes when the
-    fabric carries real encoded bytes."""
+    fabric carries real encoded bytes. `mhash` is the flow's ECMP hash (symmetric, so both
+    directions of a connection share it); `tag` says whose it is (a flow's collective, for
+    attribution); `ingress` is the PFC account it is charged to while a switch holds it."""
 
     src: str
     dst: str
@@ -31,12 +44,94 @@ class Frame:
     ecn: int
     packet: Packet | bytes
     control: bool = False
+    mhash: int = 0
+    tag: int = -1
+    ingress: PfcIngress | None = None
 
 
 class Node(Protocol):
     name: str
 
     def receive(self, frame: Frame, port: Port) -> None: ...
+
+
+class PfcIngress:
+    """One switch ingress port's PFC account, as the HPCC ns-3 MMU keeps it (switch-mmu.cc):
+    data bytes held that came in on this port, in the shared buffer up to the XOFF threshold and
+    in the port's headroom beyond it. It pauses `upstream` once anything is in the headroom or
+    the shared part reaches XOFF (CheckShouldPause), and resumes it once the headroom is empty
+    and the shared part is `xon_offset` below XOFF (CheckShouldResume). A frame that finds the
+    headroom full is dropped (CheckIngressAdmission): the pause came too late."""
+
+    __slots__ = (
+        "drops",
+        "hdrm",
+        "headroom_bytes",
+        "max_bytes",
+        "paused",
+        "shared",
+        "upstream",
+        "xoff",
+        "xon_offset",
+    )
+
+    def __init__(self, upstream: Port, xoff_bytes: int, xon_offset: int, headroom_bytes: int):
+        self.upstream = upstream
+        self.xoff = xoff_bytes
+        self.xon_offset = xon_offset
+        self.headroom_bytes = headroom_bytes
+        self.shared = 0
+        self.hdrm = 0
+        self.max_bytes = 0
+        self.paused = False
+        self.drops = 0
+
+    def threshold(self) -> int:
+        """XOFF now (a static threshold; see emulator.sim.fabric.DynamicIngress)."""
+        return self.xoff
+
+    def _shared_changed(self, delta: int) -> None:
+        """The shared part grew (or shrank) by delta bytes (a dynamic threshold's pool)."""
+
+    @property
+    def held_bytes(self) -> int:
+        return self.shared + self.hdrm
+
+    def admit(self, frame: Frame) -> bool:
+        """Charge an arriving data frame; False when it overflows the headroom (dropped)."""
+        size = frame.size_bytes
+        threshold = self.threshold()
+        if self.shared + size > threshold:
+            if self.hdrm + size > self.headroom_bytes:
+                self.drops += 1
+                return False
+            self.hdrm += size
+        else:
+            self.shared += size
+            self._shared_changed(size)
+        held = self.shared + self.hdrm
+        if held > self.max_bytes:
+            self.max_bytes = held
+        frame.ingress = self
+        if not self.paused and (self.hdrm > 0 or self.shared >= threshold):
+            self.paused = True
+            self.upstream.signal_pause(True)
+        return True
+
+    def release(self, size_bytes: int) -> None:
+        """The switch sent (or dropped) a frame charged here."""
+        from_hdrm = min(self.hdrm, size_bytes)
+        self.hdrm -= from_hdrm
+        if size_bytes > from_hdrm:
+            self.shared -= size_bytes - from_hdrm
+            self._shared_changed(from_hdrm - size_bytes)
+        if (
+            self.paused
+            and self.hdrm == 0
+            and (self.shared == 0 or self.shared + self.xon_offset <= self.threshold())
+        ):
+            self.paused = False
+            self.upstream.signal_pause(False)
 
 
 class Port:
@@ -51,6 +146,7 @@ class Port:
         marker: EcnMarker | None = None,
         loss_probability: float = 0.0,
         rng: random.Random | None = None,
+        lossless: bool = False,
     ) -> None:
         self.sim = sim
         self.name = name
@@ -59,13 +155,22 @@ class Port:
         self.buffer_bytes = buffer_bytes
         self.marker = marker
         self.loss_probability = loss_probability
+        self.lossless = lossless  # PFC guards its data: no tail drop
         self._rng = rng if rng is not None else random.Random(0)
         self.peer: Node | None = None
         self.on_idle: Callable[[], None] | None = None  # hosts pull packets when idle
+        self.on_tx: Callable[[Frame, bool], None] | None = None  # attribution: (frame, marked)
         self._data: deque[Frame] = deque()
         self._control: deque[Frame] = deque()
         self.queued_bytes = 0
         self.busy = False
+        self.up = True
+        # PFC: the far end asked this port to hold its data
+        self.paused = False
+        self._paused_since = 0.0
+        self.paused_s = 0.0  # total time paused, to the last resume
+        self.pause_frames = 0  # PAUSE (XOFF) frames received
+        self.resume_frames = 0
         # counters
         self.tx_frames = 0
         self.tx_bytes = 0
@@ -76,14 +181,16 @@ class Port:
         self.queue_samples: list[tuple[float, int]] | None = None
 
     def send(self, frame: Frame) -> None:
+        if not self.up:
+            self._drop(frame)
+            return
         if frame.control:
             self._control.append(frame)
         else:
-            queued = self.queued_bytes
-            if queued + frame.size_bytes > self.buffer_bytes:
-                self.drops += 1
+            queued = self.queued_bytes + frame.size_bytes
+            if queued > self.buffer_bytes and not self.lossless:
+                self._drop(frame)
                 return
-            queued += frame.size_bytes
             self.queued_bytes = queued
             if queued > self.max_queued_bytes:
                 self.max_queued_bytes = queued
@@ -93,24 +200,38 @@ class Port:
         if not self.busy:
             self._start()
 
+    def _drop(self, frame: Frame) -> None:
+        self.drops += 1
+        if frame.ingress is not None:
+            frame.ingress.release(frame.size_bytes)
+            frame.ingress = None
+
     def _start(self) -> None:
         if self._control:
             frame = self._control.popleft()
-        else:
+        elif self._data and not self.paused:
             frame = self._data.popleft()
             self.queued_bytes -= frame.size_bytes
+            if frame.ingress is not None:
+                frame.ingress.release(frame.size_bytes)
+                frame.ingress = None
             marker = self.marker
             # Marking at dequeue on the queue left behind, as the HPCC ns-3 switch does: the
             # mark then reaches the receiver without waiting behind the queue it reports.
-            if (
+            marked = (
                 marker is not None
                 and frame.ecn == ECN_ECT0
                 and marker.should_mark(self.queued_bytes)
-            ):
+            )
+            if marked:
                 frame.ecn = ECN_CE
                 if isinstance(frame.packet, bytes):
                     frame.packet = _set_ce(frame.packet)
                 self.marks += 1
+            if self.on_tx is not None:
+                self.on_tx(frame, marked)
+        else:
+            return  # paused with only data queued: the resume restarts it
         self.busy = True
         sim = self.sim
         done = sim.now + frame.size_bytes * 8 / self.rate_bps
@@ -123,15 +244,62 @@ class Port:
         sim.at(done + self.delay_s, self._deliver, frame)
 
     def _deliver(self, frame: Frame) -> None:
+        if not self.up:
+            self.losses += 1  # on the wire when the cable went down
+            return
         assert self.peer is not None
         self.peer.receive(frame, self)
 
     def _done(self) -> None:
         self.busy = False
-        if self._control or self._data:
+        if self._control or (self._data and not self.paused):
             self._start()
-        elif self.on_idle is not None:
+        elif self.on_idle is not None and not self.paused:
             self.on_idle()
+
+    # -- PFC ------------------------------------------------------------------------------
+    def signal_pause(self, pause: bool) -> None:
+        """The far end's ingress crossed XOFF (pause) or XON (resume): its PFC frame reaches
+        this port after the frame's own time on the link and the propagation delay."""
+        delay = PFC_FRAME_WIRE_BYTES * 8 / self.rate_bps + self.delay_s
+        self.sim.at(self.sim.now + delay, self._set_paused, pause)
+
+    def _set_paused(self, pause: bool) -> None:
+        now = self.sim.now
+        if pause:
+            self.pause_frames += 1
+            if not self.paused:
+                self.paused = True
+                self._paused_since = now
+            return
+        self.resume_frames += 1
+        if self.paused:
+            self.paused = False
+            self.paused_s += now - self._paused_since
+            if not self.busy:
+                if self._data or self._control:
+                    self._start()
+                elif self.on_idle is not None:
+                    self.on_idle()
+
+    def paused_s_until(self, now: float) -> float:
+        """Total paused time, the pause in progress included."""
+        return self.paused_s + (now - self._paused_since if self.paused else 0.0)
+
+    # -- link events ----------------------------------------------------------------------
+    def set_up(self, up: bool) -> None:
+        """Cable up or down: going down loses what is queued (as an interface going down
+        flushes its qdisc) and what is on the wire."""
+        if up == self.up:
+            return
+        self.up = up
+        if up:
+            return
+        for frame in (*self._control, *self._data):
+            self._drop(frame)
+        self._control.clear()
+        self._data.clear()
+        self.queued_bytes = 0
 
 
 def _set_ce(ip_packet: bytes) -> bytes:
@@ -147,3 +315,6 @@ def _set_ce(ip_packet: bytes) -> bytes:
     checksum = ~total & 0xFFFF
     data[10], data[11] = checksum >> 8, checksum & 0xFF
     return bytes(data)
+
+
+__all__ = ["PFC_FRAME_WIRE_BYTES", "Frame", "Node", "PfcIngress", "Port"]

@@ -95,7 +95,9 @@ def test_compare_side_by_side(
     assert main(["compare", str(iso), str(mixed), "--out", str(out_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["collective", "run", "busbw"]
-    body = [line.split() for line in lines[2:] if line and not line.startswith("plots")]
+    table = lines[2 : lines.index("")]  # the reference section follows a blank line
+    body = [line.split() for line in table]
+    assert "second folder as the reference:" in lines
     assert [(c[0], c[1]) for c in body] == [
         ("ALL_REDUCE", "isolated"),
         ("ALL_REDUCE", "mixed"),

@@ -13,9 +13,8 @@ from fabrics.dut import DestinationRefused, check_destination
 from fabrics.ecn.ebpf import PARAMS, STATE, MarkerParams, MarkerState
 from fabrics.ecn.markers import NoMarker, RedMarker
 from fabrics.iproute import Cmd, _batch_line, ip, tc
-from fabrics.netns import egress_ports
 from fabrics.ownership import FabricActive, Ledger, describe
-from fabrics.queues import EgressPort, htb_commands, netem_delay
+from fabrics.queues import EgressPort, egress_ports, htb_commands, netem_delay
 from fabrics.spec import ClosSpec, DutSpec, EcnSpec, TierSpec
 from fabrics.topology import build_clos
 

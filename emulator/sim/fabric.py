@@ -1,0 +1,260 @@
+"""A scenario's Clos as simulated switches and ports, from the same Topology as the emulated one.
+
+Every directed link of fabrics.topology.Topology becomes a Port named as the emulated fabric
+names the interface (node, ifname) with the same rate, buffer, ECN law, loss and delay
+(fabrics.queues.egress_ports computes them for both). Switches forward hop by hop with the
+topology's own next-hop choice (Topology.next_hop, the kernel's ECMP hash), so a flow crosses the
+links the emulated fabric would put it on. With PFC on, each switch ingress keeps the HPCC ns-3
+accounting (emulator.sim.port.PfcIngress) against the switch's shared buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import ipaddress
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from emulator.sim.engine import Simulator
+from emulator.sim.nodes import Host
+from emulator.sim.port import Frame, PfcIngress, Port
+from emulator.transport.events import TransportEvent
+from emulator.transport.marking import EcnMarker
+from emulator.transport.packets import ROCEV2_UDP_PORT
+from emulator.transport.params import EcnMarkingParams
+from fabrics.queues import egress_ports
+from fabrics.spec import PFC_A_SHIFT, TierSpec
+from fabrics.topology import Cable, Route, Topology, flow_key, routes_without
+
+
+@dataclass(frozen=True)
+class SimFabricParams:
+    """What the simulator adds to the topology (fabric keys only it takes)."""
+
+    pfc: bool = True
+    switch_latency_s: float = 0.0
+    data_dscp: int = 26
+    cnp_dscp: int = 48
+
+
+class SharedBuffer:
+    """A switch's shared packet buffer as the HPCC ns-3 MMU sees it: the dynamic PFC threshold
+    is (buffer - total headroom - bytes held) >> pfc_a_shift (switch-mmu.cc GetPfcThreshold)."""
+
+    __slots__ = ("free_bytes", "shift", "used")
+
+    def __init__(self, buffer_bytes: int, headroom_total_bytes: int, shift: int) -> None:
+        self.free_bytes = max(0, buffer_bytes - headroom_total_bytes)
+        self.shift = shift
+        self.used = 0
+
+
+class DynamicIngress(PfcIngress):
+    """An ingress whose XOFF follows its switch's free shared buffer (HPCC's default)."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self, upstream: Port, pool: SharedBuffer, xon_offset: int, headroom: int):
+        super().__init__(upstream, 0, xon_offset, headroom)
+        self.pool = pool
+
+    def threshold(self) -> int:
+        pool = self.pool
+        return max(0, pool.free_bytes - pool.used) >> pool.shift
+
+    def _shared_changed(self, delta: int) -> None:
+        self.pool.used += delta
+
+
+class Switch:
+    """Forwards each frame to the egress port the topology's routes and ECMP hash pick, after
+    the switch latency; with PFC on, charges data frames to their ingress first."""
+
+    def __init__(self, sim: Simulator, name: str, topology: Topology, latency_s: float) -> None:
+        self.sim = sim
+        self.name = name
+        self.topology = topology  # its routes change with link events
+        self.latency_s = latency_s
+        self.egress: dict[str, Port] = {}  # ifname -> port
+        self.ingress: dict[Port, PfcIngress] = {}  # upstream port -> its PFC account
+        self.addresses: dict[str, ipaddress.IPv4Address] = {}
+        self._cache: dict[object, Port | None] = {}
+        self.no_route = 0
+        self._seeded = bool(topology.ecmp_hash_seed)
+
+    def set_routes(self, routes: dict[str, tuple[Route, ...]]) -> None:
+        self.topology = dataclasses.replace(self.topology, routes=routes)
+        self._cache.clear()
+
+    def receive(self, frame: Frame, port: Port) -> None:
+        if not frame.control and self.ingress:
+            ingress = self.ingress.get(port)
+            if ingress is not None and not ingress.admit(frame):
+                return  # headroom overflow: counted by the ingress
+        key: object = (
+            (frame.dst, frame.mhash)
+            if self._seeded
+            else (
+                frame.src,
+                frame.dst,
+                frame.sport,
+                frame.control,
+            )
+        )
+        cache = self._cache
+        if key in cache:
+            out = cache[key]
+        else:
+            out = cache[key] = self._route(frame)
+        if out is None:
+            self.no_route += 1
+            if frame.ingress is not None:
+                frame.ingress.release(frame.size_bytes)
+                frame.ingress = None
+            return
+        if self.latency_s:
+            self.sim.at(self.sim.now + self.latency_s, out.send, frame)
+        else:
+            out.send(frame)
+
+    def _route(self, frame: Frame) -> Port | None:
+        topo = self.topology
+        dst_ip = self.addresses[frame.dst]
+        flow = b""
+        if not self._seeded:
+            src_ip = self.addresses[frame.src]
+            ports = (
+                (ROCEV2_UDP_PORT, frame.sport) if frame.control else (frame.sport, ROCEV2_UDP_PORT)
+            )
+            flow = flow_key(src_ip, dst_ip, *ports)
+        hop = topo.next_hop(self.name, dst_ip, frame.mhash, flow)
+        return None if hop is None else self.egress.get(hop.ifname)
+
+
+@dataclass
+class SimFabric:
+    """The simulated Clos: hosts in rank order, switches, and every port by (node, ifname)."""
+
+    sim: Simulator
+    topology: Topology
+    hosts: list[Host]
+    switches: dict[str, Switch]
+    ports: dict[tuple[str, str], Port]
+    ingresses: list[PfcIngress]
+
+    def host_address(self, rank: int) -> ipaddress.IPv4Address:
+        return self.topology.host_address(self.hosts[rank].name)
+
+    def cable_ports(self, cable: Cable) -> tuple[Port, Port]:
+        return (
+            self.ports[(cable.a.node, cable.a.ifname)],
+            self.ports[(cable.b.node, cable.b.ifname)],
+        )
+
+    def reroute(self, nodes: Iterable[str], down: Iterable[Cable]) -> None:
+        """Give `nodes` the routes of the fabric without the `down` cables."""
+        routes = routes_without(self.topology, list(down))
+        for name in nodes:
+            switch = self.switches.get(name)
+            if switch is not None:
+                switch.set_routes(routes)
+
+
+def build_fabric(
+    topology: Topology,
+    params: SimFabricParams,
+    *,
+    seed: int,
+    events: list[TransportEvent],
+) -> SimFabric:
+    """Ports, switches and hosts of `topology`; every random draw (ECN marks, loss) comes from
+    its own generator derived from `seed`, so a run is reproducible port by port."""
+    sim = Simulator()
+    ports: dict[tuple[str, str], Port] = {}
+    for spec in egress_ports(topology, _no_netns(topology), 1.0, 1.0):
+        name = f"{spec.node}:{spec.dev}"
+        marker = None
+        if spec.ecn is not None:
+            law = EcnMarkingParams(spec.ecn.kmin_bytes, spec.ecn.kmax_bytes, spec.ecn.pmax)
+            marker = EcnMarker(law, random.Random(derive_seed(seed, name, "ecn")))
+        is_host = topology.node_by_name[spec.node].role == "host"
+        ports[(spec.node, spec.dev)] = Port(
+            sim,
+            name,
+            rate_bps=spec.rate_bps,
+            delay_s=spec.delay_s,
+            # a host NIC is pulled by its host when idle: nothing waits in it
+            buffer_bytes=1 << 40 if is_host else spec.buffer_bytes,
+            marker=marker,
+            loss_probability=spec.loss_probability,
+            rng=random.Random(derive_seed(seed, name, "loss")),
+            lossless=params.pfc and not is_host,
+        )
+    addresses = {h: topology.host_address(h) for h in topology.hosts}
+    hosts: list[Host] = []
+    for name in topology.hosts:
+        host = Host(
+            sim,
+            name,
+            str(addresses[name]),
+            events=events,
+            dscp=params.data_dscp,
+            cnp_dscp=params.cnp_dscp,
+        )
+        hosts.append(host)
+    switches = {
+        name: Switch(sim, name, topology, params.switch_latency_s) for name in topology.routers
+    }
+    for switch in switches.values():
+        switch.addresses = addresses
+    host_by_name = {h.name: h for h in hosts}
+    for (node, dev), port in ports.items():
+        link = topology.links[(node, dev)]
+        peer = host_by_name.get(link.dst) or switches[link.dst]
+        port.peer = peer
+        if node in host_by_name:
+            host_by_name[node].attach(port)
+        else:
+            switches[node].egress[dev] = port
+    ingresses = _pfc(topology, ports, switches) if params.pfc else []
+    return SimFabric(sim, topology, hosts, switches, ports, ingresses)
+
+
+def _pfc(
+    topology: Topology, ports: dict[tuple[str, str], Port], switches: dict[str, Switch]
+) -> list[PfcIngress]:
+    """One PFC account per switch ingress (each link arriving at a switch), per tier."""
+    out: list[PfcIngress] = []
+    for name, switch in switches.items():
+        tier: TierSpec = topology.tiers[topology.node_by_name[name].role]
+        feeding = [(ports[key], link) for key, link in topology.links.items() if link.dst == name]
+        headroom = {
+            port: tier.headroom_for(link.rate_bps, topology.link_delay_s, topology.mtu_bytes)
+            for port, link in feeding
+        }
+        pool = SharedBuffer(tier.shared_buffer_bytes, sum(headroom.values()), PFC_A_SHIFT)
+        for port, _link in feeding:
+            ingress: PfcIngress
+            if tier.pfc_xoff_bytes is not None:
+                ingress = PfcIngress(
+                    port, tier.pfc_xoff_bytes, tier.pfc_xon_offset_bytes, headroom[port]
+                )
+            else:
+                ingress = DynamicIngress(port, pool, tier.pfc_xon_offset_bytes, headroom[port])
+            switch.ingress[port] = ingress
+            out.append(ingress)
+    return out
+
+
+def _no_netns(topology: Topology) -> dict[str, str]:
+    return {n.name: "" for n in topology.nodes}
+
+
+def derive_seed(seed: int, name: str, purpose: str) -> int:
+    """A seed for one port's (or QP's) generator from the run's seed and its name, so adding a
+    port elsewhere does not change this one's draws (blake2b: stable across processes, unlike
+    Python's string hash)."""
+    digest = hashlib.blake2b(f"{seed}/{name}/{purpose}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
