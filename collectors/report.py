@@ -99,20 +99,37 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         [*(fid.get("reasons") or []), *(f"unknown: {u}" for u in fid.get("unknown") or [])]
     )
     job = summary.get("job_time_s")
+    simulated = summary.get("backend") == "sim"
+    timescale = "simulated time" if simulated else f"tdf {summary.get('tdf')}"
     head = [
         f"scenario {summary.get('scenario')}  fabric {summary.get('fabric')}  "
-        f"tdf {summary.get('tdf')}  marker {summary.get('marker')}",
+        f"{timescale}  marker {summary.get('marker')}",
         f"fidelity {fid.get('verdict', '?')}{' (' + reasons + ')' if reasons else ''}  "
         f"job time {_cell(job, 1.0, '{:.6f}')} s  partial {str(bool(summary.get('partial'))).lower()}",
     ]
     wall = summary.get("wall_time") or {}
-    if wall.get("replay_s") is not None and wall.get("predicted_s") is not None:
+    if simulated and wall.get("replay_s") is not None:
+        head.append(f"simulated in {wall['replay_s']:.1f} s of wall time")
+    elif wall.get("replay_s") is not None and wall.get("predicted_s") is not None:
         head.append(
             f"replay wall time {wall['replay_s']:.1f} s (the TDF predicted "
             f"{wall['predicted_s']:.1f} s at best)"
         )
+    if fid.get("leaves_out"):
+        head.append(f"the model leaves out: {len(fid['leaves_out'])} things (summary.json)")
+    sim_pfc = summary.get("pfc") if simulated else None
     pfc = summary.get("pfc_equivalent") or {}
-    if pfc.get("known"):
+    if isinstance(sim_pfc, Mapping):
+        top = ", ".join(
+            f"{p['switch']}:{p['port']} {p['paused_s'] * 1e6:.3g} us" for p in sim_pfc["ports"][:3]
+        )
+        state = "on" if sim_pfc.get("enabled") else "off"
+        head.append(
+            f"PFC {state}: {sim_pfc.get('pause_frames', 0)} pause frames, "
+            f"{sim_pfc.get('paused_s', 0) * 1e6:.3g} us paused, "
+            f"{sim_pfc.get('headroom_drops', 0)} headroom drops" + (f" ({top})" if top else "")
+        )
+    elif pfc.get("known"):
         top = ", ".join(
             f"{p['switch']}:{p['port']} {p['pause_s'] * 1e6:.3g} us" for p in pfc["ports"][:3]
         )

@@ -114,16 +114,23 @@ Runner = Callable[[Path, Path, float | None, bool, int | None], Path]
 
 
 def run_with_pipeline(
-    scenario_path: Path, out_dir: Path, tdf: float | None, progress: bool, seed: int | None = None
+    scenario_path: Path,
+    out_dir: Path,
+    tdf: float | None,
+    progress: bool,
+    seed: int | None = None,
+    backend: str | None = None,
 ) -> Path:
-    """Run one scenario with the run pipeline (`emulate run`), with run.seed replaced by `seed`."""
+    """Run one scenario with the run pipeline (`emulate run`), with run.seed replaced by `seed`
+    and run.backend by `backend` when given."""
     from emulator.run import RunOptions, run_scenario
     from emulator.scenario import load_scenario
 
     scenario = load_scenario(scenario_path)
     if seed is not None:
         scenario = dataclasses.replace(scenario, run=dataclasses.replace(scenario.run, seed=seed))
-    result = run_scenario(scenario, RunOptions(out_dir=out_dir, progress=progress, tdf=tdf))
+    options = RunOptions(out_dir=out_dir, progress=progress, tdf=tdf, backend=backend)
+    result = run_scenario(scenario, options)
     return result.out_dir
 
 

@@ -47,6 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "dut, toward a switch under test; sim, a packet-level simulation of the Clos (no root, "
         "simulated time)",
     )
+    parser.add_argument(
+        "--reference",
+        choices=("sim",),
+        default=None,
+        help="also simulate the same workload (into <results folder>-reference-sim) and add, per "
+        "collective type, busbw, FCT and CNP agreement to summary.json; a deviation beyond the "
+        "stated bounds (collectors/reference.py) is a fidelity reason",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress line")
     parser.add_argument(
         "--netns-prefix", default="emu-", help="name prefix of the fabric's namespaces (emu-)"
@@ -124,7 +132,10 @@ def main(args: argparse.Namespace) -> int:
         recalibrate=args.recalibrate,
         fabric_prefix=args.netns_prefix,
         backend=args.backend,
+        reference=args.reference,
     )
+    if args.backend == "sim" and args.reference:
+        raise InputError("--reference sim: the run is already the simulation")
     if args.backend == "sim" and args.tdf is not None:
         raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
     result = run_scenario(scenario, options)

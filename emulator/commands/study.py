@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="X",
         help="time dilation factor for every run (default: each scenario's run.time_dilation)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("netns", "sim"),
+        default=None,
+        help="what runs every scenario (overrides their run.backend): netns, the emulated Clos; "
+        "sim, the packet-level simulation (no root, simulated time, no --tdf)",
     )
     parser.add_argument(
         "--repeats",
@@ -100,10 +108,18 @@ def reuse_folders(args: argparse.Namespace, roles: Sequence[str]) -> dict[str, l
 
 def main(args: argparse.Namespace) -> int:
     from emulator.errors import InputError
-    from emulator.study import DEFAULT_REPEATS, ROLES, STUDIES, default_out_dir
+    from emulator.study import (
+        DEFAULT_REPEATS,
+        ROLES,
+        STUDIES,
+        default_out_dir,
+        run_with_pipeline,
+    )
 
     if args.tdf is not None and not args.tdf >= 1.0:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
+    if args.backend == "sim" and args.tdf is not None:
+        raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
     if args.repeats is not None and args.repeats < 1:
         raise InputError(f"--repeats {args.repeats}: must be at least 1")
     scenarios = {
@@ -128,6 +144,7 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             say=lambda line: print(line, file=sys.stderr),
             repeats=args.repeats if args.repeats is not None else DEFAULT_REPEATS,
+            runner=functools.partial(run_with_pipeline, backend=args.backend),
         )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Any
 
 from collectors.fidelity import assess_fidelity
@@ -21,10 +22,11 @@ from collectors.live import RunInfo
 from collectors.prometheus import exporter_for, push
 from collectors.queue_pairs import QpRow
 from collectors.recorder import RunRecorder
+from collectors.reference import compare_runs, reference_lines
 from collectors.report import summary_table
 from collectors.results import ResultsWriter
 from collectors.summary import RunMeta
-from collectors.tables import column, to_table
+from collectors.tables import RunTables, column, to_table
 from emulator.backends import BackendContext, ReplayJob, backend_for
 from emulator.backends.engine import target_rate_bps
 from emulator.run.interrupts import Interrupts
@@ -46,6 +48,7 @@ def run_planned(
     choice: TdfChoice,
     writer: ResultsWriter,
     stack: contextlib.ExitStack,
+    reference: tuple[Path, RunTables] | None = None,
 ) -> RunResult:
     interrupts = Interrupts()
     stack.enter_context(interrupts.handled())
@@ -103,6 +106,13 @@ def run_planned(
             f"{len(replay.unpaired)} collectives had no ideal-time counterpart: "
             + ", ".join(replay.unpaired[:4])
         )
+    comparison = None
+    if reference is not None:
+        comparison = compare_runs(tables, reference[1])
+        reasons += [
+            f"differs from the simulation beyond the stated bounds: {d}"
+            for d in comparison["deviations"]
+        ]
     limits = scenario.metrics.fidelity
     if not report.lossless:
         limits = dataclasses.replace(limits, lossless=False)
@@ -133,6 +143,8 @@ def run_planned(
         # the tester's counters (per QP in queue_pairs.parquet): totals, and per rank
         **tester.summary(),
     }
+    if reference is not None and comparison is not None:
+        extra["reference"] = {"backend": "sim", "folder": str(reference[0]), **comparison}
     impairments: dict[str, Any] = {}
     if scenario.compute.stragglers:
         impairments["stragglers"] = dict(scenario.compute.stragglers)
@@ -158,6 +170,9 @@ def run_planned(
         push(exporter.registry, url)
     if options.report:
         print(summary_table(summary))  # with the latency per class and the expectations
+        if comparison is not None:
+            print("\nthe simulation as the reference:")
+            print("\n".join(reference_lines(comparison)))
         print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")
         sys.stdout.flush()
     if error is not None:

@@ -19,6 +19,7 @@ class RunOptions:
     fabric_prefix: str = "emu-"  # namespace name prefix of the fabric
     report: bool = True  # print the summary table and the results' paths at the end
     backend: str | None = None  # overrides run.backend (emulator.backends.BACKENDS)
+    reference: str | None = None  # "sim": also simulate the scenario and compare (--reference)
     say: Callable[[str], None] = field(default=say, compare=False)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from collectors.results import ResultsWriter, default_results_dir
+from collectors.tables import RunTables, read_tables
 from emulator.backends import backend_name
 from emulator.backends.engine import fabric_ranks, target_rate_bps
 from emulator.errors import EnvironmentProblem, ScenarioError
@@ -145,16 +146,45 @@ def _check_backend_keys(scenario: Scenario, backend: str) -> None:
         )
 
 
+def _simulate_reference(
+    scenario: Scenario, options: RunOptions, planned: PlannedWorkload, out_dir: Path
+) -> tuple[Path, RunTables]:
+    """`--reference sim`: the same planned workload in simulation first (it takes a fraction
+    of the emulated run), written beside the run's folder as <folder>-reference-sim."""
+    folder = out_dir.with_name(out_dir.name + "-reference-sim")
+    quiet = dataclasses.replace(
+        scenario.metrics,
+        prometheus=dataclasses.replace(scenario.metrics.prometheus, enabled=False),
+    )
+    simulated = dataclasses.replace(scenario, metrics=quiet)
+    sim_options = dataclasses.replace(
+        options, out_dir=folder, backend="sim", reference=None, report=False
+    )
+    options.say(f"the reference: simulating the same workload into {folder}")
+    peak = planned.world_size * target_rate_bps(scenario.fabric)
+    with contextlib.ExitStack() as stack:
+        writer = ResultsWriter(folder, scenario_text=scenario_text(scenario))
+        run_planned(
+            simulated,
+            sim_options,
+            planned,
+            TdfChoice(1.0, "none: simulated time", peak),
+            writer,
+            stack,
+        )
+    return folder, read_tables(folder)
+
+
 def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunResult:
     options = options or RunOptions()
     backend = backend_name(scenario, options.backend)
     options = dataclasses.replace(options, backend=backend)
     simulated = backend == "sim"
+    _check_backend_keys(scenario, backend)
     if not simulated and os.geteuid() != 0:
         raise EnvironmentProblem(
             "emulate run needs root (network namespaces, qdiscs, BPF); --backend sim does not"
         )
-    _check_backend_keys(scenario, backend)
     with contextlib.ExitStack() as stack:
         prefix = stack.enter_context(trace_prefix(scenario))
         planned = plan_workload(
@@ -177,6 +207,9 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
             Path(scenario.metrics.results_dir), scenario.name, started
         )
         writer = ResultsWriter(out_dir, scenario_text=scenario_text(scenario))
+        reference = None
+        if options.reference == "sim" and not simulated:
+            reference = _simulate_reference(scenario, options, planned, out_dir)
         head = (
             f"{planned.world_size} ranks, {planned.collectives} collectives, ideal job time "
             f"{planned.ideal.job_time_s * 1e3:.3f} ms"
@@ -189,4 +222,4 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
                 + (f", bound by {choice.bound_by}" if choice.bound_by else "")
                 + f"), so about {planned.ideal.job_time_s * choice.tdf:.0f} s of wall time at best"
             )
-        return run_planned(scenario, options, planned, choice, writer, stack)
+        return run_planned(scenario, options, planned, choice, writer, stack, reference)

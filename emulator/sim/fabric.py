@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from emulator.sim.engine import Simulator
 from emulator.sim.nodes import Host
-from emulator.sim.port import Frame, PfcIngress, Port
+from emulator.sim.port import Frame, PfcIngress, Port, SharedBuffer
 from emulator.transport.events import TransportEvent
 from emulator.transport.marking import EcnMarker
 from emulator.transport.packets import ROCEV2_UDP_PORT
@@ -37,35 +37,6 @@ class SimFabricParams:
     switch_latency_s: float = 0.0
     data_dscp: int = 26
     cnp_dscp: int = 48
-
-
-class SharedBuffer:
-    """A switch's shared packet buffer as the HPCC ns-3 MMU sees it: the dynamic PFC threshold
-    is (buffer - total headroom - bytes held) >> pfc_a_shift (switch-mmu.cc GetPfcThreshold)."""
-
-    __slots__ = ("free_bytes", "shift", "used")
-
-    def __init__(self, buffer_bytes: int, headroom_total_bytes: int, shift: int) -> None:
-        self.free_bytes = max(0, buffer_bytes - headroom_total_bytes)
-        self.shift = shift
-        self.used = 0
-
-
-class DynamicIngress(PfcIngress):
-    """An ingress whose XOFF follows its switch's free shared buffer (HPCC's default)."""
-
-    __slots__ = ("pool",)
-
-    def __init__(self, upstream: Port, pool: SharedBuffer, xon_offset: int, headroom: int):
-        super().__init__(upstream, 0, xon_offset, headroom)
-        self.pool = pool
-
-    def threshold(self) -> int:
-        pool = self.pool
-        return max(0, pool.free_bytes - pool.used) >> pool.shift
-
-    def _shared_changed(self, delta: int) -> None:
-        self.pool.used += delta
 
 
 class Switch:
@@ -236,13 +207,14 @@ def _pfc(
         }
         pool = SharedBuffer(tier.shared_buffer_bytes, sum(headroom.values()), PFC_A_SHIFT)
         for port, _link in feeding:
-            ingress: PfcIngress
-            if tier.pfc_xoff_bytes is not None:
-                ingress = PfcIngress(
-                    port, tier.pfc_xoff_bytes, tier.pfc_xon_offset_bytes, headroom[port]
-                )
-            else:
-                ingress = DynamicIngress(port, pool, tier.pfc_xon_offset_bytes, headroom[port])
+            static = tier.pfc_xoff_bytes
+            ingress = PfcIngress(
+                port,
+                static or 0,
+                tier.pfc_xon_offset_bytes,
+                headroom[port],
+                None if static is not None else pool,
+            )
             switch.ingress[port] = ingress
             out.append(ingress)
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
-from collections import Counter
+from collections import Counter, deque
 
 from emulator.sim.engine import Simulator
 from emulator.sim.port import Frame, Port
@@ -73,10 +73,11 @@ class Host:
         self.endpoint = RoceEndpoint(self.events)
         self.nic: Port | None = None
         self._tx_qps: list[SendQueuePair] = []
+        self._active: deque[SendQueuePair] = deque()  # QPs with work, in round-robin order
+        self._active_set: set[int] = set()
         # qpn -> (peer host, peer address, UDP source port, ECMP hash, tag)
         self._qp_route: dict[int, tuple[str, str, int, int, int]] = {}
         self._rx_route: dict[int, tuple[str, str, int, int, int]] = {}
-        self._rr = 0
         self._wakeup_at = math.inf
         self._timer_at: dict[int, float] = {}
         self._ip_id = 0
@@ -108,6 +109,7 @@ class Host:
         qp.post_send(
             now=self.sim.now, message_id=message_id, size_bytes=size_bytes, payload=payload
         )
+        self._activate(qp)
         self._kick()
 
     # -- transmit ------------------------------------------------------------------------
@@ -118,33 +120,45 @@ class Host:
 
     def _pull(self) -> None:
         """The NIC is idle: send the next eligible data packet, or sleep until one is due (a
-        NIC its switch paused sends no data; the resume calls this again)."""
+        NIC its switch paused sends no data; the resume calls this again).
+
+        Round robin over the QPs that have work (`_active`, in turn order): one that sends goes
+        to the back; one with nothing to send (blocked on ACKs or done) leaves until a post, an
+        ACK or a timer gives it work again (_activate), so idle QPs cost nothing here."""
         nic = self.nic
         if nic is not None and nic.paused:
             return
         now = self.sim.now
-        qps = self._tx_qps
-        n = len(qps)
+        active = self._active
         earliest = math.inf
-        for i in range(n):
-            qp = qps[(self._rr + i) % n]
+        for _ in range(len(active)):
+            qp = active.popleft()
             due = qp.next_transmit_s()
             if due is None:
+                self._active_set.discard(qp.qpn)
                 continue
             if due <= now + 1e-12:
                 packet = qp.poll_transmit(now=now)
                 if packet is not None:
-                    self._rr = (self._rr + i + 1) % n
+                    active.append(qp)
                     self._transmit_data(qp, packet)
                     self._arm_timer(qp)
                     return
                 due = qp.next_transmit_s()
                 if due is None:
+                    self._active_set.discard(qp.qpn)
                     continue
-            earliest = min(earliest, due)
+            active.append(qp)
+            if due < earliest:
+                earliest = due
         if earliest < self._wakeup_at:
             self._wakeup_at = earliest
             self.sim.at(earliest, self._wakeup)
+
+    def _activate(self, qp: SendQueuePair) -> None:
+        if qp.qpn not in self._active_set and qp.next_transmit_s() is not None:
+            self._active_set.add(qp.qpn)
+            self._active.append(qp)
 
     def _wakeup(self) -> None:
         if self.sim.now + 1e-12 < self._wakeup_at:
@@ -208,6 +222,7 @@ class Host:
                 self.nic.send(self._frame(reply, route, data=False))
         sender = endpoint.senders.get(local_qpn)
         if sender is not None:
+            self._activate(sender)
             self._arm_timer(sender)
             self._kick()
 
@@ -230,6 +245,7 @@ class Host:
         deadline = qp.next_timer_s()
         if deadline is not None and deadline <= now + 1e-12:
             qp.on_timer(now=now)
+            self._activate(qp)
             self._kick()
         self._arm_timer(qp)
 

@@ -55,13 +55,29 @@ class Node(Protocol):
     def receive(self, frame: Frame, port: Port) -> None: ...
 
 
+class SharedBuffer:
+    """A switch's shared packet buffer as the HPCC ns-3 MMU sees it: the dynamic PFC threshold
+    is (buffer - total headroom - bytes held) >> pfc_a_shift (switch-mmu.cc GetPfcThreshold)."""
+
+    __slots__ = ("free_bytes", "shift", "used")
+
+    def __init__(self, buffer_bytes: int, headroom_total_bytes: int, shift: int) -> None:
+        self.free_bytes = max(0, buffer_bytes - headroom_total_bytes)
+        self.shift = shift
+        self.used = 0
+
+    def threshold(self) -> int:
+        return max(0, self.free_bytes - self.used) >> self.shift
+
+
 class PfcIngress:
     """One switch ingress port's PFC account, as the HPCC ns-3 MMU keeps it (switch-mmu.cc):
     data bytes held that came in on this port, in the shared buffer up to the XOFF threshold and
     in the port's headroom beyond it. It pauses `upstream` once anything is in the headroom or
     the shared part reaches XOFF (CheckShouldPause), and resumes it once the headroom is empty
     and the shared part is `xon_offset` below XOFF (CheckShouldResume). A frame that finds the
-    headroom full is dropped (CheckIngressAdmission): the pause came too late."""
+    headroom full is dropped (CheckIngressAdmission): the pause came too late. XOFF is
+    `xoff_bytes`, or with a `pool` the switch's dynamic threshold (HPCC's default)."""
 
     __slots__ = (
         "drops",
@@ -69,17 +85,26 @@ class PfcIngress:
         "headroom_bytes",
         "max_bytes",
         "paused",
+        "pool",
         "shared",
         "upstream",
         "xoff",
         "xon_offset",
     )
 
-    def __init__(self, upstream: Port, xoff_bytes: int, xon_offset: int, headroom_bytes: int):
+    def __init__(
+        self,
+        upstream: Port,
+        xoff_bytes: int,
+        xon_offset: int,
+        headroom_bytes: int,
+        pool: SharedBuffer | None = None,
+    ) -> None:
         self.upstream = upstream
         self.xoff = xoff_bytes
         self.xon_offset = xon_offset
         self.headroom_bytes = headroom_bytes
+        self.pool = pool
         self.shared = 0
         self.hdrm = 0
         self.max_bytes = 0
@@ -87,11 +112,9 @@ class PfcIngress:
         self.drops = 0
 
     def threshold(self) -> int:
-        """XOFF now (a static threshold; see emulator.sim.fabric.DynamicIngress)."""
-        return self.xoff
-
-    def _shared_changed(self, delta: int) -> None:
-        """The shared part grew (or shrank) by delta bytes (a dynamic threshold's pool)."""
+        """XOFF now."""
+        pool = self.pool
+        return self.xoff if pool is None else max(0, pool.free_bytes - pool.used) >> pool.shift
 
     @property
     def held_bytes(self) -> int:
@@ -100,7 +123,8 @@ class PfcIngress:
     def admit(self, frame: Frame) -> bool:
         """Charge an arriving data frame; False when it overflows the headroom (dropped)."""
         size = frame.size_bytes
-        threshold = self.threshold()
+        pool = self.pool
+        threshold = self.xoff if pool is None else max(0, pool.free_bytes - pool.used) >> pool.shift
         if self.shared + size > threshold:
             if self.hdrm + size > self.headroom_bytes:
                 self.drops += 1
@@ -108,7 +132,8 @@ class PfcIngress:
             self.hdrm += size
         else:
             self.shared += size
-            self._shared_changed(size)
+            if pool is not None:
+                pool.used += size
         held = self.shared + self.hdrm
         if held > self.max_bytes:
             self.max_bytes = held
@@ -120,11 +145,15 @@ class PfcIngress:
 
     def release(self, size_bytes: int) -> None:
         """The switch sent (or dropped) a frame charged here."""
-        from_hdrm = min(self.hdrm, size_bytes)
-        self.hdrm -= from_hdrm
-        if size_bytes > from_hdrm:
-            self.shared -= size_bytes - from_hdrm
-            self._shared_changed(from_hdrm - size_bytes)
+        hdrm = self.hdrm
+        if hdrm:
+            from_hdrm = hdrm if hdrm < size_bytes else size_bytes
+            self.hdrm = hdrm - from_hdrm
+            size_bytes -= from_hdrm
+        if size_bytes:
+            self.shared -= size_bytes
+            if self.pool is not None:
+                self.pool.used -= size_bytes
         if (
             self.paused
             and self.hdrm == 0
@@ -235,13 +264,20 @@ class Port:
         self.busy = True
         sim = self.sim
         done = sim.now + frame.size_bytes * 8 / self.rate_bps
-        sim.at(done, self._done)
         self.tx_frames += 1
         self.tx_bytes += frame.size_bytes
         if self.loss_probability and self._rng.random() < self.loss_probability:
             self.losses += 1
-            return
-        sim.at(done + self.delay_s, self._deliver, frame)
+            sim.at(done, self._done)
+        elif self.delay_s:
+            sim.at(done, self._done)
+            sim.at(done + self.delay_s, self._deliver, frame)
+        else:  # no propagation delay: one event ends the frame and hands it over
+            sim.at(done, self._done_deliver, frame)
+
+    def _done_deliver(self, frame: Frame) -> None:
+        self._done()
+        self._deliver(frame)
 
     def _deliver(self, frame: Frame) -> None:
         if not self.up:
@@ -317,4 +353,4 @@ def _set_ce(ip_packet: bytes) -> bytes:
     return bytes(data)
 
 
-__all__ = ["PFC_FRAME_WIRE_BYTES", "Frame", "Node", "PfcIngress", "Port"]
+__all__ = ["PFC_FRAME_WIRE_BYTES", "Frame", "Node", "PfcIngress", "Port", "SharedBuffer"]

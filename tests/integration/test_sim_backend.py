@@ -1,0 +1,166 @@
+"""The simulation backend end to end: `emulate run --backend sim` writes the same results folder
+as an emulated run, deterministically for a seed, and routes every 5-tuple as the emulated
+fabric's kernels would (fabrics/ecmp.py, verified against this kernel by the system tests)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from emulator.backends import backend_name
+from emulator.cli import main
+from emulator.errors import ScenarioError
+from emulator.scenario import load_scenario
+from emulator.sim.fabric import SimFabricParams, build_fabric
+from emulator.sim.port import Frame
+from emulator.sim.replay import SimReplay
+from fabrics.spec import ClosSpec
+from fabrics.topology import HOST_IFNAME, build_clos
+
+SMALL = """\
+name: small_mix
+workload:
+  generate:
+    kind: moe_mix
+    ranks: 8
+    expert_parallel_size: 4
+    dispatch_bytes: 262144
+    allreduce_bytes: 2097152
+    iterations: 2
+fabric:
+  kind: clos
+  hosts_per_leaf: 4
+  leaves: 2
+  spines: 2
+  host_link_gbps: 100
+  fabric_link_gbps: 100
+run:
+  backend: sim
+  seed: {seed}
+sim:
+  sample_interval_us: 50
+metrics:
+  prometheus: {{enabled: false}}
+"""
+
+# summary.json keys that read the wall clock (how fast this machine simulated), nothing else
+WALL_KEYS = {
+    "wall_time": None,
+    "engine": ("wall_s", "replay_wall_s", "cpu_s", "packet_hops_per_wall_s", "max_rss_kb"),
+}
+
+
+def _run(tmp_path: Path, seed: int, name: str) -> dict[str, Any]:
+    scenario = tmp_path / f"{name}.yaml"
+    scenario.write_text(SMALL.format(seed=seed))
+    out = tmp_path / name
+    assert main(["run", str(scenario), "--out", str(out), "--no-progress"]) == 0
+    return json.loads((out / "summary.json").read_text())
+
+
+def _without_wall(summary: dict[str, Any]) -> str:
+    summary = dict(summary)
+    for key, inner in WALL_KEYS.items():
+        if inner is None:
+            summary.pop(key, None)
+        else:
+            summary[key] = {k: v for k, v in summary[key].items() if k not in inner}
+    return json.dumps(summary, sort_keys=True)
+
+
+def test_same_seed_same_summary_and_every_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.geteuid", lambda: 1000)  # a simulation needs no root
+    first = _run(tmp_path, 3, "a")
+    again = _run(tmp_path, 3, "b")
+    other = _run(tmp_path, 4, "c")
+    assert first["backend"] == "sim" and first["time"] == "simulated"
+    assert first["fidelity"]["verdict"] == "ok" and first["fidelity"]["leaves_out"]
+    assert first["flows"]["finished"] == first["flows"]["planned"] > 0
+    assert set(first["collectives"]) == {"ALL_REDUCE", "ALL_TO_ALL"}
+    assert _without_wall(first) == _without_wall(again)
+    for table in ("flows", "collectives", "ports", "nic", "queue_pairs"):
+        assert (tmp_path / "a" / f"{table}.parquet").read_bytes() == (
+            tmp_path / "b" / f"{table}.parquet"
+        ).read_bytes(), table
+    assert _without_wall(first) != _without_wall(other)  # another seed, other source ports
+
+
+def test_the_results_folder_has_what_an_emulated_run_writes(tmp_path: Path) -> None:
+    summary = _run(tmp_path, 0, "r")
+    folder = tmp_path / "r"
+    for name in (
+        "summary.json",
+        "flows.parquet",
+        "collectives.parquet",
+        "ports.parquet",
+        "nic.parquet",
+        "queue_pairs.parquet",
+        "scenario.yaml",
+    ):
+        assert (folder / name).is_file(), name
+    assert list((folder / "plots").glob("*.png"))
+    import pyarrow.parquet as pq
+
+    ports = pq.read_table(folder / "ports.parquet").to_pylist()
+    # exact queue depth of every switch port, sampled in simulated time
+    assert {r["switch"] for r in ports} >= {"l0", "l1", "s0", "s1"}
+    assert max(r["queue_bytes"] for r in ports) > 0
+    assert all(r["pause_s"] is not None for r in ports)
+    assert summary["pfc"]["enabled"] is True
+    rows = pq.read_table(folder / "queue_pairs.parquet").to_pylist()
+    assert sum(r["data_bytes_received"] for r in rows) > 0
+    assert all(r["lost_packets"] == 0 for r in rows)
+
+
+def test_sim_and_emulation_route_every_five_tuple_identically() -> None:
+    """The simulator's switches choose each hop with Topology.next_hop, the function
+    Topology.path (the emulated fabric's prediction, checked against the kernel in
+    tests/system/test_fabric_clos.py) uses: follow a frame hop by hop and compare."""
+    spec = ClosSpec(hosts_per_leaf=2, leaves=3, spines=3, parallel_links=2)
+    topology = build_clos(spec)
+    fabric = build_fabric(topology, SimFabricParams(), seed=0, events=SimReplay.event_list())
+    rng = random.Random(5)
+    hosts = topology.hosts
+    for _ in range(200):
+        src, dst = rng.sample(hosts, 2)
+        sport = rng.randrange(49152, 65536)
+        src_ip, dst_ip = topology.host_address(src), topology.host_address(dst)
+        mhash = topology.flow_hash(src_ip, dst_ip, sport)
+        frame = Frame(src, dst, sport, 1000, 0, b"", False, mhash)
+        port = fabric.ports[(src, HOST_IFNAME)]
+        walked = [port.name]
+        node = topology.links[(src, HOST_IFNAME)].dst
+        while node != dst:
+            port = fabric.switches[node]._route(frame)
+            assert port is not None
+            walked.append(port.name)
+            node = topology.links[tuple(port.name.split(":"))].dst  # type: ignore[index]
+        expected = [f"{link.src}:{link.src_ifname}" for link in topology.path(src, dst, sport)]
+        assert walked == expected
+        # the reverse direction (ACKs, CNPs: from 4791 to the sport) hashes the same
+        assert topology.flow_hash(dst_ip, src_ip, 4791, sport) == mhash
+
+
+def test_backend_choice_and_what_each_refuses(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SMALL.format(seed=0).replace("  backend: sim\n", ""))
+    scenario = load_scenario(path)
+    assert backend_name(scenario) == "netns"
+    assert backend_name(scenario, "sim") == "sim"
+    with pytest.raises(ScenarioError, match=r"run\.backend: dut runs a dut fabric"):
+        backend_name(scenario, "dut")
+    latency = tmp_path / "latency.yaml"
+    latency.write_text(
+        SMALL.format(seed=0)
+        .replace("backend: sim", "backend: netns")
+        .replace("  fabric_link_gbps: 100\n", "  fabric_link_gbps: 100\n  switch_latency_ns: 500\n")
+    )
+    assert main(["run", str(latency), "--no-progress", "--out", str(tmp_path / "x")]) != 0
+    assert not (tmp_path / "x").exists()  # refused before anything was made
+    assert main(["run", str(path), "--backend", "sim", "--tdf", "10"]) != 0
