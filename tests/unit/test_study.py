@@ -438,7 +438,7 @@ def test_run_with_pipeline_passes_the_options_and_the_seed(
     run_with_pipeline(path, tmp_path / "s", None, True)
     (scenario, options), (own, _) = seen
     assert scenario.name == "allreduce_only" and not scenario.workload.generate.include_alltoall
-    assert options == {"out_dir": tmp_path / "r", "progress": False, "tdf": 7.0}
+    assert options == {"out_dir": tmp_path / "r", "progress": False, "tdf": 7.0, "backend": None}
     assert scenario.run.seed == 5 and own.run.seed == 0  # the file's own seed without one
     # only the seed differs, and the scenario still resolves paths against its file
     assert scenario.source == own.source == path
