@@ -254,7 +254,7 @@ def _bring_up(
         raise ScenarioError(
             f"fabric.link_delay_us: {topo.link_delay_s * 1e6:g} us asked, but this kernel has no "
             "netem qdisc (sch_netem) to delay packets; set link_delay_us: 0 (the emulated RTT is "
-            "then the software path's) or use a kernel with netem"
+            "then the software path's), use a kernel with netem, or simulate it (--backend sim)"
         )
     run_batch([ip("netns", "del", probe)])
     ledger.resources.remove({"kind": "netns", "name": probe})

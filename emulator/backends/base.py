@@ -1,12 +1,12 @@
 """The seam every backend plugs into: what a run gives a backend and what it gets back.
 
 A backend makes a planned workload happen on something: the emulated netns Clos with the engine,
-ports toward a switch under test with the engine, and later the packet-level simulator and the
-engine spread over several servers on Ray. The run (emulator.run.execute) knows nothing else of
+ports toward a switch under test with the engine, the packet-level simulator (backends.sim), and
+later the engine spread over several servers on Ray. The run (emulator.run.execute) knows nothing else of
 it: it picks one from the registry (emulator.backends.BACKENDS), and the collectors only ever see
 events and samples.
 
-For whoever adds one (the simulator, the Ray cluster):
+For whoever adds one (the Ray cluster next; backends.sim is the smallest complete example):
 
 1. `Backend.open(context)` makes it real: bring a fabric up, place the ranks, check every
    destination is allowed. Register every release on `context.stack` as soon as the resource
