@@ -1,0 +1,310 @@
+"""Bench: the packet-level simulator (backend sim) against the emulated run of the same scenario,
+its memory per flow and per port, and how it grows from 16 to 64 and 128 hosts.
+
+Run from the repository root: `python -m bench.sim [--timeout S] [--no-emulated] [--no-scaling]
+[--json PATH]`; as root for the emulated peer (without root it is skipped, and the output says so).
+
+Ours: scenarios/moe_mix.yaml simulated (run_scenario, backend sim), in a child process of its own.
+Peer, measured in the same run: the same scenario emulated at the TDF auto chooses (its cached
+calibration and probes count in the whole call's wall time, not in the replay's). Printed: both
+wall times (the whole run_scenario call, and summary.json wall_time.replay_s), their ratio
+emulated / simulated (the issue's target is >= 4), the TDF, busbw per collective type side by
+side, and the simulator's packet hops and events per wall second of its replay.
+Memory: each simulation runs alone in `python -m bench.sim --child run` and reports its own
+ru_maxrss at the end (the whole call: planning, replay, results folder with its plots); a
+baseline child (`--child baseline`) imports the same modules and builds the same simulated
+fabric without traffic. Net = peak - baseline, per planned flow and per port.
+Scaling (--scaling, the default): the moe_mix workload at 16 (moe_mix.yaml), 64 (moe_mix_128.yaml
+cut to 4 leaves, written to a temporary file) and 128 hosts (moe_mix_128.yaml): wall time, peak
+RSS, flows and packet hops, and the growth 64/16 and 128/16 of each side by side.
+Every run has the live exporter off (no port to collide, the same work on both sides) and
+run.deadline_s = --timeout (--emulated-timeout for the emulated run); a child that overruns it
+by more than CHILD_GRACE_S (planning and writing are outside the deadline) is killed.
+Nothing is asserted: a table is printed, and --json PATH writes the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from emulator.backends.sim import sim_params
+from emulator.run.options import RunOptions
+from emulator.run.pipeline import run_scenario
+from emulator.scenario import load_scenario
+from emulator.scenario.model import Scenario
+from emulator.sim.fabric import build_fabric
+from emulator.sim.replay import SimReplay
+from fabrics.topology import build_clos
+
+BENCH = "sim"
+REPO = Path(__file__).resolve().parents[1]
+MOE_MIX = REPO / "scenarios" / "moe_mix.yaml"
+MOE_MIX_128 = REPO / "scenarios" / "moe_mix_128.yaml"
+CHILD_GRACE_S = 600.0  # a child's planning and results folder, outside run.deadline_s
+TARGET_RATIO = 4.0  # the issue's target: the simulation at least 4x faster than the emulation
+
+
+def prepared(path: Path, deadline_s: float) -> Scenario:
+    """The scenario with run.deadline_s set and the live exporter off."""
+    scenario = load_scenario(path)
+    metrics = scenario.metrics
+    quiet = dataclasses.replace(
+        metrics, prometheus=dataclasses.replace(metrics.prometheus, enabled=False)
+    )
+    run = dataclasses.replace(scenario.run, deadline_s=deadline_s)
+    return dataclasses.replace(scenario, metrics=quiet, run=run)
+
+
+def extract(summary: dict[str, Any]) -> dict[str, Any]:
+    """What the bench reads from a summary.json."""
+    engine = summary.get("engine") or {}
+    fabric = summary.get("fabric_backend") or {}
+    return {
+        "partial": summary.get("partial"),
+        "verdict": (summary.get("fidelity") or {}).get("verdict"),
+        "tdf": summary.get("tdf"),
+        "tdf_how": (summary.get("time_dilation") or {}).get("how"),
+        "replay_wall_s": (summary.get("wall_time") or {}).get("replay_s"),
+        "job_time_s": summary.get("job_time_s"),
+        "flows": (summary.get("flows") or {}).get("planned"),
+        "ports": fabric.get("ports", engine.get("ports")),
+        "events": engine.get("events"),
+        "packet_hops": engine.get("packet_hops"),
+        "packet_hops_per_wall_s": engine.get("packet_hops_per_wall_s"),
+        "engine_wall_s": engine.get("wall_s"),
+        "replay_max_rss_kb": engine.get("max_rss_kb"),
+        "busbw_bytes_per_s": {
+            ctype: c.get("busbw_mean_bytes_per_s")
+            for ctype, c in (summary.get("collectives") or {}).items()
+        },
+    }
+
+
+def measure(scenario: Scenario, out_dir: Path, backend: str | None) -> dict[str, Any]:
+    """One run_scenario call: its wall time and what its summary says (a stopped or failed
+    run still wrote its folder, marked partial: read from there, with the error)."""
+    options = RunOptions(out_dir=out_dir, backend=backend, report=False, progress=False)
+    error = None
+    started = time.perf_counter()
+    try:
+        summary = run_scenario(scenario, options).summary
+    except Exception as exc:  # reported in the table and the JSON, and the exit code is 1
+        error = f"{type(exc).__name__}: {exc}"
+        written = out_dir / "summary.json"
+        summary = json.loads(written.read_text()) if written.is_file() else {}
+    return {"wall_s": time.perf_counter() - started, "error": error, **extract(summary)}
+
+
+def child_main(mode: str, path: Path, out_dir: Path, deadline_s: float, result: Path) -> int:
+    if mode == "run":
+        doc = measure(prepared(path, deadline_s), out_dir, "sim")
+    else:  # the baseline: the same imports and the same fabric, no traffic
+        scenario = load_scenario(path)
+        fabric = build_fabric(
+            build_clos(scenario.fabric),
+            sim_params(scenario),
+            seed=scenario.run.seed,
+            events=SimReplay.event_list(),
+        )
+        doc = {"ports": len(fabric.ports), "error": None}
+    doc["max_rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux
+    result.write_text(json.dumps(doc))
+    return 0
+
+
+def child(mode: str, path: Path, work: Path, tag: str, deadline_s: float) -> dict[str, Any]:
+    """`python -m bench.sim --child MODE` on `path`, alone in its process; killed (by its
+    handle, subprocess.run's timeout) if it overruns the deadline by CHILD_GRACE_S."""
+    result = work / f"{tag}-{mode}.json"
+    argv = [sys.executable, "-m", "bench.sim", "--child", mode, "--scenario", str(path)]
+    argv += ["--out", str(work / f"{tag}-{mode}"), "--timeout", str(deadline_s)]
+    argv += ["--result", str(result)]
+    limit_s = deadline_s + CHILD_GRACE_S
+    try:
+        proc = subprocess.run(argv, cwd=REPO, timeout=limit_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the child did not finish within {limit_s:g} s and was killed"}
+    if proc.returncode != 0 or not result.is_file():
+        return {"error": f"the child exited with {proc.returncode} and no result"}
+    doc: dict[str, Any] = json.loads(result.read_text())
+    return doc
+
+
+def simulate(path: Path, work: Path, tag: str, deadline_s: float) -> dict[str, Any]:
+    """A simulated run and its baseline, each in its own child, with the net memory."""
+    run = child("run", path, work, tag, deadline_s)
+    base = child("baseline", path, work, tag, deadline_s)
+    run["baseline_max_rss_kb"] = base.get("max_rss_kb")
+    run["ports"] = run.get("ports") or base.get("ports")
+    if base.get("error"):
+        run["error"] = run.get("error") or f"baseline: {base['error']}"
+    peak, floor = run.get("max_rss_kb"), base.get("max_rss_kb")
+    net = peak - floor if peak is not None and floor is not None else None
+    run["net_rss_kb"] = net
+    run["net_kb_per_flow"] = net / run["flows"] if net is not None and run.get("flows") else None
+    run["net_kb_per_port"] = net / run["ports"] if net is not None and run.get("ports") else None
+    return run
+
+
+def emulated(work: Path, deadline_s: float, wanted: bool) -> dict[str, Any]:
+    if not wanted:
+        return {"skipped": "--no-emulated"}
+    if os.geteuid() != 0:
+        return {"skipped": "not root: the emulated fabric needs network namespaces, qdiscs, BPF"}
+    return measure(prepared(MOE_MIX, deadline_s), work / "emulated", None)
+
+
+def scenario_64(work: Path) -> Path:
+    """moe_mix_128.yaml cut to 4 leaves x 16 hosts (64 ranks), as a temporary file."""
+    doc = yaml.safe_load(MOE_MIX_128.read_text())
+    doc["name"] = "moe_mix_64"
+    doc["description"] = "moe_mix_128.yaml cut to 4 leaves x 16 hosts (bench.sim)"
+    doc["workload"]["generate"]["ranks"] = 64
+    doc["fabric"]["leaves"] = 4
+    path = work / "moe_mix_64.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def ratio(a: Any, b: Any) -> float | None:
+    return a / b if isinstance(a, int | float) and isinstance(b, int | float) and b else None
+
+
+def fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int | float):
+        scaled = value / scale
+        return f"{scaled:,.0f}" if abs(scaled) >= 10**digits else f"{scaled:.{digits}g}"
+    return str(value)
+
+
+def table(header: list[str], rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell, the first left-aligned, the others right."""
+    widths = [max(len(c) for c in column) for column in zip(header, *rows, strict=True)]
+    for line in (header, *rows):
+        cells = zip(line, widths, strict=True)
+        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(cells)))
+
+
+def print_comparison(sim: dict[str, Any], emu: dict[str, Any]) -> dict[str, float | None]:
+    """The simulated and emulated moe_mix side by side; returns the ratios emulated/simulated."""
+    rows, out = [], {}
+    for label, key, scale in (
+        ("run_scenario wall s", "wall_s", 1.0),
+        ("replay wall s", "replay_wall_s", 1.0),
+        ("job time ms", "job_time_s", 1e-3),
+    ):
+        r = out[key] = ratio(emu.get(key), sim.get(key))
+        rows.append([label, fmt(sim.get(key), scale), fmt(emu.get(key), scale), fmt(r)])
+    rows.append([f"  (target: wall ratios >= {TARGET_RATIO:g})", "", "", ""])
+    how = f" ({emu['tdf_how']})" if emu.get("tdf_how") else ""
+    rows.append(["TDF", "1 (simulated)", fmt(emu.get("tdf"), digits=6) + how, ""])
+    busbw_sim, busbw_emu = sim.get("busbw_bytes_per_s") or {}, emu.get("busbw_bytes_per_s") or {}
+    for ctype in sorted(set(busbw_sim) | set(busbw_emu)):
+        s, e = busbw_sim.get(ctype), busbw_emu.get(ctype)
+        rows.append([f"busbw {ctype} GB/s", fmt(s, 1e9), fmt(e, 1e9), fmt(ratio(e, s))])
+    rows.append(["fidelity verdict", fmt(sim.get("verdict")), fmt(emu.get("verdict")), ""])
+    table(["moe_mix.yaml, 16 hosts", "simulated", "emulated", "emulated/simulated"], rows)
+    events_per_s = ratio(sim.get("events"), sim.get("engine_wall_s"))
+    print(
+        f"simulator: {fmt(sim.get('packet_hops_per_wall_s'), digits=4)} packet hops and "
+        f"{fmt(events_per_s, digits=4)} events per wall second of replay"
+    )
+    if emu.get("skipped"):
+        print(f"emulated peer skipped: {emu['skipped']}")
+    elif emu.get("error") or emu.get("partial"):
+        print(f"emulated run {'partial' if emu.get('partial') else 'failed'}: {emu.get('error')}")
+    return out
+
+
+def print_runs(runs: dict[int, dict[str, Any]]) -> None:
+    columns = (  # (header, key, scale, significant digits)
+        ("wall s", "wall_s", 1.0, 4),
+        ("replay s", "replay_wall_s", 1.0, 4),
+        ("peak MB", "max_rss_kb", 1024.0, 4),
+        ("at replay end MB", "replay_max_rss_kb", 1024.0, 4),
+        ("baseline MB", "baseline_max_rss_kb", 1024.0, 4),
+        ("net MB", "net_rss_kb", 1024.0, 4),
+        ("flows", "flows", 1.0, 7),
+        ("ports", "ports", 1.0, 5),
+        ("net kB/flow", "net_kb_per_flow", 1.0, 3),
+        ("net kB/port", "net_kb_per_port", 1.0, 3),
+        ("packet hops", "packet_hops", 1.0, 4),
+        ("hops/wall s", "packet_hops_per_wall_s", 1.0, 3),
+    )
+    rows = [
+        [str(hosts)] + [fmt(r.get(key), scale, digits) for _, key, scale, digits in columns]
+        for hosts, r in runs.items()
+    ]
+    print()
+    table(["hosts", *(c[0] for c in columns)], rows)
+    for hosts, r in runs.items():
+        if r.get("error"):
+            print(f"{hosts} hosts: {r['error']}")
+
+
+def growth(runs: dict[int, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    keys = ("wall_s", "replay_wall_s", "max_rss_kb", "net_rss_kb", "flows", "packet_hops")
+    out = {
+        f"{hosts}/16": {k: ratio(r.get(k), runs[16].get(k)) for k in keys}
+        for hosts, r in runs.items()
+        if hosts != 16
+    }
+    print()
+    header = ["growth", "wall", "replay", "peak RSS", "net RSS", "flows", "packet hops"]
+    table(header, [[label, *(fmt(g[k]) for k in keys)] for label, g in out.items()])
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for flag, what in (
+        ("timeout", "each simulated run's"),
+        ("emulated-timeout", "the emulated run's"),
+    ):
+        parser.add_argument(f"--{flag}", type=float, default=3600.0, help=f"{what} deadline_s")
+    for flag, what in (("emulated", "the emulated peer (root)"), ("scaling", "64 and 128 hosts")):
+        parser.add_argument(
+            f"--{flag}", action=argparse.BooleanOptionalAction, default=True, help=f"also {what}"
+        )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the numbers here")
+    parser.add_argument("--child", choices=("run", "baseline"), help=argparse.SUPPRESS)
+    parser.add_argument("--scenario", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child_main(args.child, args.scenario, args.out, args.timeout, args.result)
+    with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
+        work = Path(tmp)
+        runs = {16: simulate(MOE_MIX, work, "hosts16", args.timeout)}
+        if args.scaling:
+            runs[64] = simulate(scenario_64(work), work, "hosts64", args.timeout)
+            runs[128] = simulate(MOE_MIX_128, work, "hosts128", args.timeout)
+        emu = emulated(work, args.emulated_timeout, args.emulated)
+    doc: dict[str, Any] = {"bench": BENCH, "simulated": runs, "emulated": emu}
+    doc["ratios_emulated_over_simulated"] = print_comparison(runs[16], emu)
+    print_runs(runs)
+    if args.scaling:
+        doc["growth"] = growth(runs)
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=1))
+    failed = [r["error"] for r in (*runs.values(), emu) if r.get("error")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
