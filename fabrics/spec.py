@@ -173,8 +173,10 @@ class TierSpec:
         "Default per link: twice the link's bandwidth-delay product (rate x link_delay_us) plus "
         "two maximum frames and the PFC frame itself",
         unit="bytes",
-        source="HPCC ns-3 third.cc: headroom = rate x delay x 2 + 2 packets; IEEE 802.1Qbb "
-        "annex O (delay model: a frame in transmission at each end plus the round trip)",
+        source="IEEE 802.1Qbb annex O (what is in flight while a PAUSE takes effect: the round "
+        "trip of the link and a maximum frame in transmission at each end); the HPCC ns-3 "
+        "third.cc (alibaba-edu) sizes it 3 x the one-way bandwidth-delay product, its forks "
+        "2 x that plus 2 packets, the form used here",
         min=0,
     )
     ecn: EcnSpec = field(default_factory=EcnSpec)

@@ -138,6 +138,10 @@ class PfcIngress:
         if held > self.max_bytes:
             self.max_bytes = held
         frame.ingress = self
+        # HPCC updates the accounting first, then asks CheckShouldPause with the threshold
+        # of the buffer as it is now (a dynamic one just shrank by this frame)
+        if pool is not None:
+            threshold = max(0, pool.free_bytes - pool.used) >> pool.shift
         if not self.paused and (self.hdrm > 0 or self.shared >= threshold):
             self.paused = True
             self.upstream.signal_pause(True)

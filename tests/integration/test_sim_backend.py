@@ -133,14 +133,14 @@ def test_sim_and_emulation_route_every_five_tuple_identically() -> None:
         src_ip, dst_ip = topology.host_address(src), topology.host_address(dst)
         mhash = topology.flow_hash(src_ip, dst_ip, sport)
         frame = Frame(src, dst, sport, 1000, 0, b"", False, mhash)
-        port = fabric.ports[(src, HOST_IFNAME)]
-        walked = [port.name]
+        walked = [fabric.ports[(src, HOST_IFNAME)].name]
         node = topology.links[(src, HOST_IFNAME)].dst
         while node != dst:
-            port = fabric.switches[node]._route(frame)
-            assert port is not None
-            walked.append(port.name)
-            node = topology.links[tuple(port.name.split(":"))].dst  # type: ignore[index]
+            hop = fabric.switches[node]._route(frame)
+            assert hop is not None
+            walked.append(hop.name)
+            switch, ifname = hop.name.split(":")
+            node = topology.links[(switch, ifname)].dst
         expected = [f"{link.src}:{link.src_ifname}" for link in topology.path(src, dst, sport)]
         assert walked == expected
         # the reverse direction (ACKs, CNPs: from 4791 to the sport) hashes the same
