@@ -224,8 +224,10 @@ class SimReplay:
         """Transport parameters, starting (and highest) rate and data DSCP of a new QP (the
         engine's rule: emulator.engine.flows.FlowStarts._profile)."""
         t = self.transport
-        if flow.profile == 0 or flow.profile >= len(self.profiles):
+        if flow.profile == 0:
             return t, line_rate_bps, t.data_dscp(flow.qp)
+        if not 0 < flow.profile < len(self.profiles):
+            raise SimulationStopped(f"flow {flow.id}: QP profile {flow.profile} is not defined")
         p = self.profiles[flow.profile]
         params = self._profile_params.get(flow.profile)
         if params is None:
