@@ -14,27 +14,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from emulator.latency import LatencyHistogram
+from emulator.transport.qp_counters import RECV_QP_COLUMNS, SEND_QP_COLUMNS
 
-# Column order of the lists a worker sends (emulator.engine.counters.Counters._queue_pairs).
-SEND_QP_COLUMNS = (
-    "data_packets_sent",
-    "data_bytes_acked",
-    "packets_retransmitted",
-    "acks_received",
-    "naks_received",
-    "cnps_received",
-    "dscp",
-)
-RECV_QP_COLUMNS = (
-    "data_packets_received",
-    "data_bytes_received",
-    "sequence_errors",
-    "duplicates",
-    "acks_sent",
-    "naks_sent",
-    "ce_received",
-    "cnps_sent",
-)
 ConnectionKey = tuple[int, int, int, int]  # (src rank, dst rank, QP index, UDP source port)
 
 

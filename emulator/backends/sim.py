@@ -31,6 +31,7 @@ from emulator.run.link_events import resolve as resolve_link_events
 from emulator.schedule.fabric import describe_fabric
 from emulator.sim.fabric import SimFabric, SimFabricParams, build_fabric
 from emulator.sim.replay import FlowRecord, ReplayOutputs, SimReplay, SimulationStopped
+from emulator.transport.qp_counters import recv_qp_counters, send_qp_counters
 from fabrics.spec import ClosSpec
 from fabrics.topology import HOST_IFNAME, Cable, build_clos
 
@@ -188,10 +189,14 @@ class SimSession(Session):
                 job.on_events(pending[:])
             self.wall_s = time.perf_counter() - started
             job.progress.done(job.state(0.0))
-        connections, send, recv = replay.queue_pairs()
+        conns = replay.connections.values()
         return SessionReport(
             metadata=self._engine_metadata(replay, time.process_time() - cpu0),
-            queue_pairs=qp_rows(connections, send, recv),
+            queue_pairs=qp_rows(
+                {key: c.conn_id for key, c in replay.connections.items()},
+                {c.conn_id + 1: send_qp_counters(c.sender, c.cnps_received, c.dscp) for c in conns},
+                {c.conn_id + 1: recv_qp_counters(c.receiver, c.cnps_sent) for c in conns},
+            ),
             not_applicable=(
                 # in a simulation drops and retransmissions are the fabric's own result (PFC
                 # off, a headroom too small), never this machine's: the summary counts them

@@ -17,6 +17,7 @@ from emulator.engine.lateness import TickLateness
 from emulator.engine.ranks import Rank, RecvConn, SendConn
 from emulator.latency import LatencyHistogram
 from emulator.transport.burst_wire import departed_ns
+from emulator.transport.qp_counters import recv_qp_counters, send_qp_counters
 
 
 class Counters:
@@ -113,29 +114,11 @@ class Counters:
         RECV_QP_COLUMNS, by QP number."""
         return {
             "send_qps": {
-                qpn: [
-                    c.qp.packets_sent,
-                    c.qp.bytes_acked,
-                    c.qp.packets_retransmitted,
-                    c.qp.acks_received,
-                    c.qp.naks_received,
-                    c.cnps_received,
-                    c.tos >> 2,
-                ]
+                qpn: send_qp_counters(c.qp, c.cnps_received, c.tos >> 2)
                 for qpn, c in self.send_conns.items()
             },
             "recv_qps": {
-                qpn: [
-                    c.qp.packets_received,
-                    c.qp.delivered_bytes,
-                    c.qp.drops["out_of_sequence"],
-                    c.qp.drops["duplicate"],
-                    c.qp.acks_sent,
-                    c.qp.naks_sent,
-                    c.qp.ce_packets,
-                    c.cnps_sent,
-                ]
-                for qpn, c in self.recv_conns.items()
+                qpn: recv_qp_counters(c.qp, c.cnps_sent) for qpn, c in self.recv_conns.items()
             },
             "qp_latency": {
                 qpn: c.latency.to_wire()

@@ -205,16 +205,12 @@ def _pfc(
             port: tier.headroom_for(link.rate_bps, topology.link_delay_s, topology.mtu_bytes)
             for port, link in feeding
         }
-        pool = SharedBuffer(tier.shared_buffer_bytes, sum(headroom.values()), PFC_A_SHIFT)
+        static = tier.pfc_xoff_bytes
+        pool = None
+        if static is None:  # HPCC's dynamic threshold over the switch's shared buffer
+            pool = SharedBuffer(tier.shared_buffer_bytes, sum(headroom.values()), PFC_A_SHIFT)
         for port, _link in feeding:
-            static = tier.pfc_xoff_bytes
-            ingress = PfcIngress(
-                port,
-                static or 0,
-                tier.pfc_xon_offset_bytes,
-                headroom[port],
-                None if static is not None else pool,
-            )
+            ingress = PfcIngress(port, static or 0, tier.pfc_xon_offset_bytes, headroom[port], pool)
             switch.ingress[port] = ingress
             out.append(ingress)
     return out

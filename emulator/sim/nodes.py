@@ -72,7 +72,6 @@ class Host:
         self.events: list[TransportEvent] = events if events is not None else []
         self.endpoint = RoceEndpoint(self.events)
         self.nic: Port | None = None
-        self._tx_qps: list[SendQueuePair] = []
         self._active: deque[SendQueuePair] = deque()  # QPs with work, in round-robin order
         self._active_set: set[int] = set()
         # qpn -> (peer host, peer address, UDP source port, ECMP hash, tag)
@@ -93,7 +92,6 @@ class Host:
         self, qp: SendQueuePair, *, dst: Host, sport: int, mhash: int = 0, tag: int = -1
     ) -> None:
         self.endpoint.add_sender(qp)
-        self._tx_qps.append(qp)
         self._qp_route[qp.qpn] = (dst.name, dst.address, sport, mhash, tag)
         self.peers[dst.name] = dst
 

@@ -112,9 +112,8 @@ class PfcIngress:
         self.drops = 0
 
     def threshold(self) -> int:
-        """XOFF now."""
-        pool = self.pool
-        return self.xoff if pool is None else max(0, pool.free_bytes - pool.used) >> pool.shift
+        """XOFF now: the static one, or the switch's dynamic threshold."""
+        return self.xoff if self.pool is None else self.pool.threshold()
 
     @property
     def held_bytes(self) -> int:
@@ -124,7 +123,7 @@ class PfcIngress:
         """Charge an arriving data frame; False when it overflows the headroom (dropped)."""
         size = frame.size_bytes
         pool = self.pool
-        threshold = self.xoff if pool is None else max(0, pool.free_bytes - pool.used) >> pool.shift
+        threshold = self.xoff if pool is None else pool.threshold()
         if self.shared + size > threshold:
             if self.hdrm + size > self.headroom_bytes:
                 self.drops += 1
@@ -141,7 +140,7 @@ class PfcIngress:
         # HPCC updates the accounting first, then asks CheckShouldPause with the threshold
         # of the buffer as it is now (a dynamic one just shrank by this frame)
         if pool is not None:
-            threshold = max(0, pool.free_bytes - pool.used) >> pool.shift
+            threshold = pool.threshold()
         if not self.paused and (self.hdrm > 0 or self.shared >= threshold):
             self.paused = True
             self.upstream.signal_pause(True)

@@ -318,36 +318,3 @@ class SimReplay:
         record = FlowRecord(flow_id, time_s, packets, retx, rx[0], rx[1], cnps_received)
         self.finished[flow_id] = record
         self.outputs.flow_finished(record)
-
-    # -- counters -------------------------------------------------------------------------
-    def queue_pairs(
-        self,
-    ) -> tuple[dict[tuple[int, int, int, int], int], dict[int, list[int]], dict[int, list[int]]]:
-        """The tester's per-QP counters in the engine's layout (collectors.queue_pairs)."""
-        connections = {key: c.conn_id for key, c in self.connections.items()}
-        send = {
-            c.conn_id + 1: [
-                c.sender.packets_sent,
-                c.sender.bytes_acked,
-                c.sender.packets_retransmitted,
-                c.sender.acks_received,
-                c.sender.naks_received,
-                c.cnps_received,
-                c.dscp,
-            ]
-            for c in self.connections.values()
-        }
-        recv = {
-            c.conn_id + 1: [
-                c.receiver.packets_received,
-                c.receiver.delivered_bytes,
-                c.receiver.drops["out_of_sequence"],
-                c.receiver.drops["duplicate"],
-                c.receiver.acks_sent,
-                c.receiver.naks_sent,
-                c.receiver.ce_packets,
-                c.cnps_sent,
-            ]
-            for c in self.connections.values()
-        }
-        return connections, send, recv
