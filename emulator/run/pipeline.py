@@ -146,6 +146,12 @@ def _check_backend_keys(scenario: Scenario, backend: str) -> None:
         )
 
 
+def simulated_time(scenario: Scenario, planned: PlannedWorkload) -> TdfChoice:
+    """A simulation's timescale: no dilation, simulated time."""
+    peak_bps = planned.world_size * target_rate_bps(scenario.fabric)
+    return TdfChoice(1.0, "none: simulated time", peak_bps)
+
+
 def _simulate_reference(
     scenario: Scenario, options: RunOptions, planned: PlannedWorkload, out_dir: Path
 ) -> tuple[Path, RunTables]:
@@ -161,14 +167,13 @@ def _simulate_reference(
         options, out_dir=folder, backend="sim", reference=None, report=False
     )
     options.say(f"the reference: simulating the same workload into {folder}")
-    peak = planned.world_size * target_rate_bps(scenario.fabric)
     with contextlib.ExitStack() as stack:
         writer = ResultsWriter(folder, scenario_text=scenario_text(scenario))
         run_planned(
             simulated,
             sim_options,
             planned,
-            TdfChoice(1.0, "none: simulated time", peak),
+            simulated_time(scenario, planned),
             writer,
             stack,
         )
@@ -197,9 +202,7 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
 
             resolve_link_events(scenario.fabric, build_clos(scenario.fabric))  # before bring-up
         if simulated:
-            choice = TdfChoice(
-                1.0, "none: simulated time", planned.world_size * target_rate_bps(scenario.fabric)
-            )
+            choice = simulated_time(scenario, planned)
         else:
             choice = choose_tdf(scenario, options, planned.world_size, planned)
         started = datetime.now(UTC)
