@@ -23,9 +23,10 @@ from emulator.errors import EmulatorError
 from emulator.sim.fabric import SimFabric, SimFabricParams, build_fabric
 from emulator.sim.replay import ReplayOutputs, SimReplay
 from emulator.transport.packets import BTH_BYTES, ICRC_BYTES
-from emulator.transport.params import TransportParams, hpcc_ecn_marking
+from emulator.transport.dcqcn_params import ALPHA_SCALE, DcqcnParams
+from emulator.transport.params import TransportParams
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
-from fabrics.spec import PFC_A_SHIFT, ClosSpec, TierSpec
+from fabrics.spec import PFC_A_SHIFT, ClosSpec, EcnSpec, TierSpec
 from fabrics.topology import build_clos
 
 GBPS = 1e9
@@ -178,29 +179,60 @@ def test_one_flow_reaches_line_rate_minus_headers() -> None:
 # -- 2. DCQCN converges: fair shares, queue in the marking band ------------------------------
 
 
-# With the transport's default (NVIDIA) DCQCN parameters, 2 and 4 flows do not meet the bound
-# (measured, seeds 1-3, second half of 40 ms: n=2 Jain 0.940-0.957, queue 304-361 KB; n=4 Jain
-# 0.983-0.992, queue 380-412 KB, Kmin 400 KB): the faster flow's byte counter fires its rate
-# increases sooner and the split locks in, and the queue saw-tooths through Kmin instead of
-# settling. Kept as strict expected failures (a change that makes them pass shows) until the
-# check's DCQCN parameters are settled (issue 17's note).
-_NOT_YET = pytest.mark.xfail(
-    strict=True, reason="DCQCN defaults: 2-4 flows lock into unequal shares below Kmin"
+# The DCQCN paper's own parameters (Zhu et al. 2015, section 5, chosen with its fluid model for
+# stability and fairness): Kmin 5 KB, Kmax 200 KB, Pmax 1%, g 1/256, rate-increase timer 55 us
+# and byte counter 10 MB (so the rate-independent timer drives recovery, which is what makes
+# the shares equal), alpha updated every 55 us, at most one CNP per 50 us, R_AI 40 Mb/s, F = 5
+# fast-recovery steps, and every cut sets the target to the current rate (the paper's
+# algorithm: R_T = R_C on a CNP, cut at once). R_HAI, which the paper leaves open, is the
+# authors' released ns-3 configuration's (bobzhuyb/ns3-rdma mix/config.txt: RATE_HAI 200Mb/s,
+# the same CNP_INTERVAL 50, ALPHA_RESUME_INTERVAL 55, DCTCP_GAIN 1/256, FAST_RECOVERY_TIMES 5,
+# RATE_AI 40Mb/s).
+PAPER_DCQCN = DcqcnParams(
+    rpg_time_reset_us=55.0,
+    rpg_byte_reset_bytes=10_000_000,
+    dce_tcp_g=ALPHA_SCALE - ALPHA_SCALE // 256,
+    dce_tcp_rtt_us=55.0,
+    rate_reduce_monitor_period_us=0.0,
+    min_time_between_cnps_us=50.0,
+    rpg_ai_rate_mbps=40.0,
+    rpg_hai_rate_mbps=200.0,
+    rpg_threshold=5,
+    clamp_tgt_rate=True,
+    clamp_tgt_rate_after_time_inc=False,
 )
+PAPER_ECN = EcnSpec(kmin_bytes=5_000, kmax_bytes=200_000, pmax=0.01)
+
+# With the transport's default (NVIDIA) parameters and HPCC's production marking, 8 flows meet the
+# same bound, but 2 and 4 do not (measured, seeds 1-3, second half of 40 ms: n=2 Jain
+# 0.940-0.957 and a queue of 304-361 KB under Kmin 400 KB; n=4 Jain 0.983-0.992, 380-412 KB):
+# NVIDIA's 2 MB byte counter fires the faster flow's increases sooner than its 300 us timer
+# fires anyone's, the unfairness the paper's section 5 chose a dominant timer against. That is a
+# finding about those parameters (README, "Simulation"), not a bound the model must meet.
+CONVERGENCE_CASES = [
+    pytest.param(2, PAPER_DCQCN, PAPER_ECN, id="paper-2"),
+    pytest.param(4, PAPER_DCQCN, PAPER_ECN, id="paper-4"),
+    pytest.param(8, PAPER_DCQCN, PAPER_ECN, id="paper-8"),
+    pytest.param(8, DcqcnParams(), EcnSpec(), id="nvidia-hpcc-8"),
+]
 
 
-@pytest.mark.parametrize("n", [pytest.param(2, marks=_NOT_YET), pytest.param(4, marks=_NOT_YET), 8])
-def test_dcqcn_flows_into_one_port_converge_to_fair_shares_in_the_marking_band(n: int) -> None:
+@pytest.mark.parametrize(("n", "dcqcn", "ecn"), CONVERGENCE_CASES)
+def test_dcqcn_flows_into_one_port_converge_to_fair_shares_in_the_marking_band(
+    n: int, dcqcn: DcqcnParams, ecn: EcnSpec
+) -> None:
     # Zhu et al. 2015 (DCQCN's fluid model): flows sharing a bottleneck converge to a fixed point
     # with equal rates and a marking probability between 0 and Pmax, i.e. a queue between Kmin
-    # and Kmax. Fairness is Jain's index (Jain, Chiu, Hawe 1984) over the run's second half; the
-    # thresholds are HPCC's production ones for 100 Gb/s (Li et al., SIGCOMM 2019, simulator
-    # configuration); DCQCN's parameters are the transport's defaults (NVIDIA's).
+    # and Kmax. Fairness is Jain's index (Jain, Chiu, Hawe 1984) over the run's second half, the
+    # queue its mean over the same half (a packet-level queue saw-tooths around the fluid
+    # model's fixed point; the paper's author on its ns-3 code: bobzhuyb/ns3-rdma issue 9).
     run_s = 0.04
-    marking = hpcc_ecn_marking(100 * GBPS)
+    tier = TierSpec(ecn=ecn)
+    kmin_bytes, kmax_bytes = ecn.thresholds_bytes(100.0)
     receiver = n
     flows = [StaticFlow(i, i, receiver, 1 << 36, udp_sport=SPORT + i) for i in range(n)]
-    run = start(one_switch(n + 1), flows, TransportParams(), seed=1)
+    transport = TransportParams(dcqcn=dcqcn)
+    run = start(one_switch(n + 1, leaf=tier, spine=tier), flows, transport, seed=1)
     run.sample_queue("l0", f"l0-h{receiver}", every_s=1e-6)
     run.replay.advance(run_s / 2)
     half = run.receiver_bytes()
@@ -213,13 +245,14 @@ def test_dcqcn_flows_into_one_port_converge_to_fair_shares_in_the_marking_band(n
     queue_avg = sum(window) / len(window)
     shown = (
         f"n={n}: Jain {fairness:.4f}, rates Gb/s {[round(r / GBPS, 2) for r in rates_bps]}, "
-        f"queue avg {queue_avg / 1e3:.0f} KB (Kmin {marking.kmin_bytes / 1e3:.0f} KB, "
-        f"Kmax {marking.kmax_bytes / 1e3:.0f} KB)"
+        f"queue avg {queue_avg / 1e3:.0f} KB (Kmin {kmin_bytes / 1e3:.0f} KB, "
+        f"Kmax {kmax_bytes / 1e3:.0f} KB)"
     )
-    line_goodput_bps = 100 * GBPS * payload_share(TransportParams().path_mtu_bytes)
+    print(shown)
+    line_goodput_bps = 100 * GBPS * payload_share(transport.path_mtu_bytes)
     assert sum(rates_bps) >= 0.95 * line_goodput_bps, shown  # the port stays busy
     assert fairness >= 0.95, shown
-    assert marking.kmin_bytes <= queue_avg <= marking.kmax_bytes, shown
+    assert kmin_bytes <= queue_avg <= kmax_bytes, shown
 
 
 # -- 3. incast: PFC makes it lossless; without PFC, go-back-N recovers every byte once -------
