@@ -80,6 +80,16 @@ def cv(batch: np.ndarray) -> np.ndarray:
         return np.where(mean != 0, std / np.where(mean != 0, mean, 1.0), np.nan)
 
 
+def percentile(q: float) -> Statistic:
+    """Nearest-rank p_q of each row (collectors.stats, as the run summary's percentiles)."""
+
+    def statistic(batch: np.ndarray) -> np.ndarray:
+        k = nearest_rank(q, batch.shape[1]) - 1
+        return np.asarray(np.partition(batch, k, axis=1)[:, k], dtype=float)
+
+    return statistic
+
+
 def percentile_ratio(high: float, low: float) -> Statistic:
     """Nearest-rank p_high / p_low of each row (e.g. FCT p99/p50)."""
 

@@ -55,6 +55,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "collective type, busbw, FCT and CNP agreement to summary.json; a deviation beyond the "
         "stated bounds (collectors/reference.py) is a fidelity reason",
     )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the scenario N times, with run.seed, run.seed + 1, ... (each a results folder "
+        "seed-<seed>/ inside --out), then give busbw, FCT, job time, CNPs and marks with 95%% "
+        "confidence intervals over the seeds (seeds.json, seeds.txt)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress line")
     parser.add_argument(
         "--netns-prefix", default="emu-", help="name prefix of the fabric's namespaces (emu-)"
@@ -120,6 +129,8 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--fabric and --comm-groups go with --trace; a scenario has its own")
     if args.tdf is not None and args.tdf < 1:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
+    if args.seeds is not None and args.seeds < 1:
+        raise InputError(f"--seeds {args.seeds}: must be at least 1")
     if args.iterations is not None and args.iterations < 1:
         raise InputError(f"--iterations {args.iterations}: must be at least 1")
     scenario = load_scenario(args.scenario) if args.scenario else quick_scenario(args)
@@ -138,7 +149,22 @@ def main(args: argparse.Namespace) -> int:
         raise InputError("--reference sim: the run is already the simulation")
     if args.backend == "sim" and args.tdf is not None:
         raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
+    if args.seeds is not None:
+        return _run_seeds(scenario, options, args.seeds)
     result = run_scenario(scenario, options)
     if result.failed_expectations:
         return EXIT_EXPECTATION_FAILED
     return EXIT_OK
+
+
+def _run_seeds(scenario: Any, options: Any, count: int) -> int:
+    import dataclasses
+
+    from emulator.run.progress import say
+    from emulator.seeds import default_seeds_dir, pipeline_runner, run_seeds
+
+    out_dir = options.out_dir or default_seeds_dir(scenario)
+    runner = pipeline_runner(dataclasses.replace(options, out_dir=None))
+    result = run_seeds(scenario, count, out_dir, runner, say)
+    print(result.text)
+    return EXIT_EXPECTATION_FAILED if result.failed_expectations else EXIT_OK

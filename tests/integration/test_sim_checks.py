@@ -22,8 +22,8 @@ import pytest
 from emulator.errors import EmulatorError
 from emulator.sim.fabric import SimFabric, SimFabricParams, build_fabric
 from emulator.sim.replay import ReplayOutputs, SimReplay
-from emulator.transport.packets import BTH_BYTES, ICRC_BYTES
 from emulator.transport.dcqcn_params import ALPHA_SCALE, DcqcnParams
+from emulator.transport.packets import BTH_BYTES, ICRC_BYTES
 from emulator.transport.params import TransportParams
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
 from fabrics.spec import PFC_A_SHIFT, ClosSpec, EcnSpec, TierSpec

@@ -298,3 +298,12 @@ def test_a_large_tail_bootstrap_stays_in_memory_bounds() -> None:
     sample = PooledSample.of([fcts(3.0, 20_000, s) for s in (1, 2, 3)], percentile_ratio(99, 50))
     e = estimate_alone(sample, BootstrapSpec(resamples=100))
     assert e.interval is not None and e.interval[0] <= e.point <= e.interval[1]
+
+
+@pytest.mark.parametrize("q", [1.0, 50.0, 99.0, 99.9])
+def test_percentile_statistic_is_the_nearest_rank_percentile_of_each_row(q: float) -> None:
+    from emulator.study_stats import percentile
+
+    rows = np.random.default_rng(7).random((5, 1001))
+    got = percentile(q)(rows)
+    assert list(got) == [percentile_nearest_rank(list(r), q) for r in rows]
