@@ -41,6 +41,7 @@ from emulator.study_stats import (
     cv,
     estimate,
     fmt_interval,
+    json_finite,
     percentile,
 )
 
@@ -182,20 +183,10 @@ def analyse_seeds(
     }
     text = seeds_text(runs, estimates, bootstrap, out_dir)
     result = SeedsResult(out_dir, tuple(runs), estimates, bootstrap, text)
-    document = json.dumps(_finite(result.to_json()), indent=2) + "\n"
+    document = json.dumps(json_finite(result.to_json()), indent=2) + "\n"
     write_private(out_dir / SEEDS_JSON, document.encode())
     write_private(out_dir / SEEDS_TEXT, (text + "\n").encode())
     return result
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not np.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def seeds_text(

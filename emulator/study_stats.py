@@ -419,17 +419,17 @@ class Check:
         out = asdict(self)
         out["numbers"] = dict(self.numbers)
         out["shown"] = self.shown
-        return _finite(out)
+        return json_finite(out)
 
 
-def _finite(value: Any) -> Any:
+def json_finite(value: Any) -> Any:
     """JSON has no infinity: an unbounded number (a ratio over an alone statistic of 0) is null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: json_finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
+        return [json_finite(v) for v in value]
     return value
 
 
