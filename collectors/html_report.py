@@ -1,0 +1,567 @@
+"""report.html: one self-contained page for a results folder, a study or a series of seeds.
+
+The page shows what the run, study or seeds command already wrote (summary.json, study.json,
+seeds.json) and every PNG under plots/, embedded as data: URIs, so it can be mailed or archived
+alone and read offline: no script, no external stylesheet, font or URL. Every text taken from the
+JSON is escaped (scenario names and fidelity reasons are user input). Numbers use the units of
+the terminal tables (collectors.report): busbw in GB/s, FCT in ms, job time in s.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from collectors.report import TYPE_COLUMNS
+from collectors.results import PLOTS, SUMMARY, write_private
+from emulator.errors import InputError
+
+REPORT_HTML = "report.html"
+# The names emulator.study and emulator.seeds write (not imported: they may import this module).
+STUDY_JSON, STUDY_TEXT = "study.json", "study.txt"
+SEEDS_JSON, SEEDS_TEXT = "seeds.json", "seeds.txt"
+
+# The collective table: the terminal's columns (collectors.report) and the ECN marks.
+HTML_TYPE_COLUMNS = (*TYPE_COLUMNS, ("ECN marks", "ce_marks", 1.0, "{:.0f}"))
+# seeds.json measure -> (unit, divisor), as emulator.seeds prints them.
+SEED_UNITS: dict[str, tuple[str, float]] = {
+    "busbw_mean_bytes_per_s": ("GB/s", 1e9),
+    "fct_p50_s": ("us", 1e-6),
+    "fct_p99_s": ("us", 1e-6),
+    "job_time_s": ("ms", 1e-3),
+}
+# Verdict -> CSS class; the class never comes from the JSON itself.
+TONES = {
+    "ok": "good",
+    "shown": "good",
+    "PASS": "good",
+    "degraded": "bad",
+    "FAIL": "bad",
+    "not shown": "warn",
+}
+
+STYLE = """
+body{font:15px/1.45 system-ui,sans-serif;margin:0;color:#1d1d1f;background:#fff}
+main{max-width:76rem;margin:0 auto;padding:1rem 1.5rem 3rem}
+h1{font-size:1.6rem;margin:.5rem 0}h2{font-size:1.25rem;border-bottom:1px solid #ccc;margin-top:2rem}
+h3{font-size:1.05rem;margin:1.2rem 0 .3rem}.meta{color:#555;margin:.2rem 0}
+table{border-collapse:collapse;margin:.5rem 0}th,td{border:1px solid #ccc;padding:.25rem .55rem;vertical-align:top}
+th{background:#f2f2f2;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.verdict{padding:.6rem 1rem;border-left:.45rem solid;margin:1rem 0}.verdict strong{font-size:1.3rem}
+.badge{padding:0 .4rem;border-left:.3rem solid;white-space:nowrap}
+.good{border-color:#1a7f37;background:#e6f4ea}.bad{border-color:#c62828;background:#fdecea}
+.warn{border-color:#b26a00;background:#fff4e0}.neutral{border-color:#777;background:#f2f2f2}
+dl.facts{display:grid;grid-template-columns:max-content auto;gap:.15rem 1rem}dl.facts dd{margin:0}
+figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid #ddd}
+figcaption{color:#555}pre{overflow-x:auto;background:#f6f6f6;padding:.6rem}
+"""
+
+
+class Html(str):
+    """Markup built here (already escaped): inserted as is, where any other str is escaped."""
+
+
+def esc(value: Any) -> str:
+    return value if isinstance(value, Html) else html.escape(str(value), quote=True)
+
+
+def _num(value: Any, fmt: str, scale: float = 1.0) -> str:
+    """A number as the terminal tables print it (collectors.report): '-' for none or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if not isinstance(value, int | float):
+        return str(value)
+    return fmt.format(value * scale)
+
+
+def _plain_items(pairs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A key/value list (a check's numbers, thresholds): integers whole, floats to 6 digits."""
+    return [(k, _num(v, "{:.6g}") if not isinstance(v, int) else str(v)) for k, v in pairs.items()]
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file; the report page is written from it")
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read as JSON: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return loaded
+
+
+def _page(title: str, parts: Iterable[str]) -> str:
+    head = (
+        '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{esc(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<main>"
+    )
+    return "\n".join([head, *(p for p in parts if p), "</main>\n</body>\n</html>\n"])
+
+
+def _section(title: str, *parts: str) -> str:
+    """A titled section, left out ("") when every part is empty (a missing optional part)."""
+    kept = [p for p in parts if p]
+    return "\n".join(["<section>", f"<h2>{esc(title)}</h2>", *kept, "</section>"]) if kept else ""
+
+
+def _table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], text: Iterable[int] = (0,)
+) -> str:
+    """Columns `text` are words (left-aligned), the others numbers (right); "" without rows."""
+    words = set(text)
+    rows = list(rows)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    cell = ("<td>{}</td>", '<td class="num">{}</td>')
+    body = "\n".join(
+        "<tr>" + "".join(cell[i not in words].format(esc(c)) for i, c in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
+
+
+def _facts(pairs: Iterable[tuple[str, Any]]) -> str:
+    items = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in pairs)
+    return f'<dl class="facts">{items}</dl>'
+
+
+def _list(items: Iterable[Any]) -> str:
+    lines = [f"<li>{esc(i)}</li>" for i in items]
+    return f"<ul>{''.join(lines)}</ul>" if lines else ""
+
+
+def _badge(verdict: Any) -> Html:
+    tone = TONES.get(str(verdict), "neutral")
+    return Html(f'<span class="badge {tone}">{esc(verdict)}</span>')
+
+
+def _verdict(label: str, verdict: Any, *parts: str, tone: str | None = None) -> str:
+    tone = tone or TONES.get(str(verdict), "neutral")
+    body = "".join(p for p in parts if p)
+    return f'<div class="verdict {tone}"><p>{esc(label)}: <strong>{esc(verdict)}</strong></p>{body}</div>'
+
+
+def _link(href: str, text: Any) -> Html:
+    return Html(f'<a href="{esc(quote(href))}">{esc(text)}</a>')
+
+
+def _caption(relative: Path) -> str:
+    return relative.with_suffix("").as_posix().replace("_", " ")
+
+
+def _plots(folder: Path) -> str:
+    """Every PNG under folder/plots, sorted, embedded once as a data: URI."""
+    plots = folder / PLOTS
+    pngs = sorted(p for p in plots.rglob("*.png") if p.is_file()) if plots.is_dir() else []
+    figures = []
+    for png in pngs:
+        caption = _caption(png.relative_to(plots))
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        figures.append(
+            f'<figure><img src="data:image/png;base64,{data}" alt="{esc(caption)}">'
+            f"<figcaption>{esc(caption)} ({esc(png.name)})</figcaption></figure>"
+        )
+    return _section("Plots", *figures)
+
+
+def _files(folder: Path) -> str:
+    """Links to the folder's other files (tables, JSON, text, scenario), relative."""
+    files = sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.name != REPORT_HTML
+    )
+    items = [Html(f"{_link(p.name, p.name)} ({p.stat().st_size:,} bytes)") for p in files]
+    return _section("Files", _list(items))
+
+
+def _text_file(path: Path) -> str:
+    """A text file the command also wrote (study.txt, seeds.txt), folded: the terminal's view."""
+    if not path.is_file():
+        return ""
+    return _section(
+        "As printed",
+        f"<details><summary>{esc(path.name)}</summary><pre>{esc(path.read_text())}</pre></details>",
+    )
+
+
+def _method(bootstrap: Mapping[str, Any]) -> str:
+    get = bootstrap.get
+    return (
+        f"<p>{esc(_level(bootstrap))} intervals: {esc(get('method', '?'))}, "
+        f"B={esc(get('resamples', '?'))}, seed {esc(get('seed', '?'))}</p>"
+    )
+
+
+def _level(bootstrap: Mapping[str, Any]) -> str:
+    confidence = bootstrap.get("confidence")
+    return f"{confidence:.0%}" if isinstance(confidence, int | float) else "confidence"
+
+
+def _write(path: Path, page: str) -> Path:
+    write_private(path, page.encode("utf-8"))
+    return path
+
+
+# -- one run ------------------------------------------------------------------------------
+
+
+def _timescale(summary: Mapping[str, Any]) -> str:
+    if summary.get("backend") == "sim" or summary.get("time") == "simulated":
+        return "simulated time"
+    how = (summary.get("time_dilation") or {}).get("how")
+    return f"time dilated by TDF {_num(summary.get('tdf'), '{:g}')}" + (f" ({how})" if how else "")
+
+
+def _fidelity(summary: Mapping[str, Any]) -> str:
+    fid = summary.get("fidelity") or {}
+    reasons = [*(fid.get("reasons") or []), *(f"unknown: {u}" for u in fid.get("unknown") or [])]
+    leaves_out = fid.get("leaves_out") or []
+    return _verdict(
+        "Fidelity",
+        fid.get("verdict", "?"),
+        _list(reasons),
+        f"<p>The model leaves out:</p>{_list(leaves_out)}" if leaves_out else "",
+    )
+
+
+def _headline(summary: Mapping[str, Any]) -> str:
+    flows = summary.get("flows") or {}
+    return _facts(
+        [
+            ("job time", f"{_num(summary.get('job_time_s'), '{:.6f}')} s"),
+            ("ideal job time", f"{_num(summary.get('ideal_job_time_s'), '{:.6f}')} s"),
+            ("seed", _num(summary.get("seed"), "{:.0f}")),
+            ("world size", _num(summary.get("world_size"), "{:.0f}")),
+            ("iterations", _num(summary.get("iterations"), "{:.0f}")),
+            ("flows finished", f"{flows.get('finished', '-')} of {flows.get('planned', '-')}"),
+            ("fabric", summary.get("fabric") or "-"),
+            ("marker", summary.get("marker") or "-"),
+        ]
+    )
+
+
+def _collectives(summary: Mapping[str, Any]) -> str:
+    collectives: Mapping[str, Mapping[str, Any]] = summary.get("collectives") or {}
+    rows = [
+        [ctype, *(_num(stats.get(key), fmt, scale) for _, key, scale, fmt in HTML_TYPE_COLUMNS)]
+        for ctype, stats in collectives.items()
+    ]
+    headers = ["collective", *(h for h, *_ in HTML_TYPE_COLUMNS)]
+    note = "<p>busbw in 10<sup>9</sup> bytes/s (as nccl-tests), FCT in the target's time.</p>"
+    return _section("Collectives", _table(headers, rows), note if rows else "")
+
+
+def _reference(summary: Mapping[str, Any]) -> str:
+    ref = summary.get("reference")
+    if not isinstance(ref, Mapping):
+        return ""
+
+    def side(row: Mapping[str, Any], key: str, fmt: str) -> list[str]:
+        pair = [*(row.get(key) or []), None, None]
+        return [_num(pair[0], fmt), _num(pair[1], fmt)]
+
+    headers = ["collective", "busbw GB/s run", "busbw GB/s ref", "ratio", "CV run", "CV ref"]
+    headers += ["KS D", "CNPs run", "CNPs ref", "marks run", "marks ref", "deviations"]
+    rows = [
+        [
+            ctype,
+            *side(row, "busbw_mean_gbps", "{:.2f}"),
+            _num(row.get("busbw_mean_ratio"), "{:.3f}"),
+            *side(row, "busbw_cv", "{:.3f}"),
+            _num(row.get("fct_ks_distance"), "{:.3f}"),
+            *side(row, "cnps", "{:.0f}"),
+            *side(row, "ecn_marks", "{:.0f}"),
+            "; ".join(row.get("deviations") or []) or "none",
+        ]
+        for ctype, row in (ref.get("by_collective") or {}).items()
+    ]
+    bounds = ref.get("bounds") or {}
+    intro = (
+        f"<p>Against the {esc(ref.get('backend') or '?')} reference run "
+        f"{esc(ref.get('folder') or '')}; bounds: "
+        + esc(", ".join(f"{k} {v}" for k, v in bounds.items()) or "-")
+        + "</p>"
+    )
+    deviations = ref.get("deviations") or []
+    verdict = "deviates" if deviations else "agrees within the bounds"
+    not_measured = ref.get("not_measured") or []
+    return _section(
+        "Reference comparison",
+        intro,
+        _table(headers, rows, (0, 11))
+        or "<p>Nothing to compare: neither run has a collective.</p>",
+        f"<p>{esc(verdict)}{' where measured' if not_measured and not deviations else ''}.</p>",
+        _list(f"not measured in both: {m}" for m in not_measured),
+    )
+
+
+def _expectations(summary: Mapping[str, Any]) -> str:
+    verdicts = summary.get("expectations") or []
+    if not verdicts:
+        return ""
+    rows = [[_badge(v.get("status")), v.get("expectation"), v.get("detail")] for v in verdicts]
+    failed = sum(v.get("status") == "FAIL" for v in verdicts)
+    na = sum(v.get("status") == "NOT APPLICABLE" for v in verdicts)
+    count = f"{len(verdicts) - failed - na} passed, {failed} failed, {na} not applicable"
+    return _section(
+        "Expectations",
+        f"<p>{esc(count)}</p>",
+        _table(["status", "expectation", "detail"], rows, (0, 1, 2)),
+    )
+
+
+def _pfc(summary: Mapping[str, Any]) -> str:
+    pfc, equivalent = summary.get("pfc"), summary.get("pfc_equivalent") or {}
+    if isinstance(pfc, Mapping):
+        facts = _facts(
+            [
+                ("PFC", "on" if pfc.get("enabled") else "off"),
+                ("pause frames", _num(pfc.get("pause_frames"), "{:.0f}")),
+                ("paused", f"{_num(pfc.get('paused_s'), '{:.3g}', 1e6)} us"),
+                ("headroom drops", _num(pfc.get("headroom_drops"), "{:.0f}")),
+                ("max ingress bytes", _num(pfc.get("max_ingress_bytes"), "{:.0f}")),
+            ]
+        )
+        rows = [
+            [
+                p.get("switch"),
+                p.get("port"),
+                _num(p.get("pause_frames"), "{:.0f}"),
+                _num(p.get("paused_s"), "{:.3g}", 1e6),
+            ]
+            for p in pfc.get("ports") or []
+        ]
+        return _section(
+            "PFC", facts, _table(["switch", "port", "pause frames", "paused us"], rows, (0, 1))
+        )
+    if equivalent.get("known"):
+        facts = _facts(
+            [
+                ("pauses", _num(equivalent.get("pauses"), "{:.0f}")),
+                ("paused", f"{_num(equivalent.get('pause_s'), '{:.3g}', 1e6)} us"),
+            ]
+        )
+        rows = [
+            [p.get("switch"), p.get("port"), _num(p.get("pause_s"), "{:.3g}", 1e6)]
+            for p in equivalent.get("ports") or []
+        ]
+        return _section(
+            "PFC-equivalent pauses", facts, _table(["switch", "port", "paused us"], rows, (0, 1))
+        )
+    return ""
+
+
+def render_run_report(folder: Path) -> str:
+    """The page of one results folder, from its summary.json and plots."""
+    summary = _load_json(folder / SUMMARY)
+    scenario = summary.get("scenario") or folder.name
+    meta = f"backend {summary.get('backend') or '?'}, {_timescale(summary)}"
+    return _page(
+        f"{scenario}: run report",
+        [
+            f"<h1>Run report: {esc(scenario)}</h1>",
+            f'<p class="meta">{esc(meta)}</p>',
+            _verdict("Partial run", "interrupted or failed: fewer samples", tone="warn")
+            if summary.get("partial")
+            else "",
+            _fidelity(summary),
+            _headline(summary),
+            _collectives(summary),
+            _reference(summary),
+            _expectations(summary),
+            _pfc(summary),
+            _section("Warnings", _list(summary.get("warnings") or [])),
+            _plots(folder),
+            _files(folder),
+        ],
+    )
+
+
+def write_run_report(folder: Path) -> Path:
+    """Write folder/report.html (0600, as the folder's other files); return its path."""
+    return _write(folder / REPORT_HTML, render_run_report(folder))
+
+
+# -- a study and a series of seeds --------------------------------------------------------
+
+
+def _interval(ci: Any, fmt: str = "{:.3g}") -> str:
+    """'[0.664, 2.27]' ('-' for none), as emulator.study_stats.fmt_interval prints it."""
+    if not isinstance(ci, Sequence) or len(ci) != 2:
+        return "-"
+    return f"[{_num(ci[0], fmt)}, {_num(ci[1], fmt)}]"
+
+
+def _divided(value: Any, divisor: float) -> Any:
+    """A seeds.json number (or interval) in its display unit, divided as emulator.seeds does."""
+    if isinstance(value, list):
+        return [_divided(v, divisor) for v in value]
+    return value / divisor if isinstance(value, int | float) else value
+
+
+def _inside(out_dir: Path, folder: Any) -> str | None:
+    """A run's folder relative to out_dir when it lies inside: its recorded path, or the longest
+    tail of it that is a results folder there (so a moved study keeps its links); else None."""
+    if not folder:
+        return None
+    path, base = Path(str(folder)), out_dir.resolve()
+    try:
+        return (Path.cwd() / path).resolve().relative_to(base).as_posix()
+    except ValueError:
+        pass
+    parts = path.parts
+    for k in range(1 if path.is_absolute() else 0, len(parts)):
+        if (out_dir.joinpath(*parts[k:]) / SUMMARY).is_file():
+            return Path(*parts[k:]).as_posix()
+    return None
+
+
+def _run_link(out_dir: Path, folder: Any) -> Any:
+    rel = _inside(out_dir, folder)
+    if rel is None:
+        return folder or "-"
+    has_page = (out_dir / rel / REPORT_HTML).is_file()
+    return _link(f"{rel}/{REPORT_HTML}" if has_page else f"{rel}/", rel)
+
+
+def _check(check: Mapping[str, Any], level: str) -> str:
+    rows = [
+        [side, _num(check.get(side), "{:.3g}"), _interval(check.get(f"{side}_ci"))]
+        for side in ("alone", "mixed", "ratio")
+    ]
+    rows[2][0] = "mixed/alone" if check.get("mixed") is not None else "ratio"
+    numbers = check.get("numbers") or {}
+    return "\n".join(
+        [
+            f"<article><h3>{esc(check.get('name', '?'))} {_badge(check.get('verdict', '?'))}</h3>",
+            f"<p>{esc(check.get('question', ''))}</p>",
+            _facts(
+                [
+                    ("expected", check.get("expected", "-")),
+                    ("threshold", _num(check.get("threshold"), "{:g}")),
+                ]
+            ),
+            _table(["statistic", "estimate", f"{level} interval"], rows),
+            f"<p>{esc(check.get('detail', ''))}</p>",
+            f"<details><summary>numbers</summary>{_facts(_plain_items(numbers))}</details>"
+            if numbers
+            else "",
+            "</article>",
+        ]
+    )
+
+
+def render_study_report(out_dir: Path) -> str:
+    """The page of a study folder, from its study.json, study.txt and plots."""
+    study = _load_json(out_dir / STUDY_JSON)
+    checks = study.get("checks") or []
+    bootstrap = study.get("bootstrap") or {}
+    shown = sum(c.get("verdict") == "shown" for c in checks)
+    rows = [
+        [
+            role,
+            run.get("repeat", "-"),
+            _run_link(out_dir, run.get("folder")),
+            _num(run.get("seed"), "{:.0f}"),
+            _num(run.get("tdf"), "{:g}"),
+            "yes" if run.get("partial") else "no",
+            _badge((run.get("fidelity") or {}).get("verdict", "?")),
+        ]
+        for role, runs in (study.get("runs") or {}).items()
+        for run in runs
+    ]
+    runs_table = _table(
+        ["role", "repeat", "folder", "seed", "TDF", "partial", "fidelity"], rows, (0, 2, 5, 6)
+    )
+    name = study.get("study") or "study"
+    return _page(
+        f"{name} study: report",
+        [
+            f"<h1>Study: {esc(name)}</h1>",
+            f'<p class="meta">{esc(out_dir.name)}</p>',
+            _verdict(
+                "Checks",
+                "every check shown"
+                if study.get("all_shown")
+                else f"{shown} of {len(checks)} shown",
+                tone="good" if study.get("all_shown") else "warn",
+            ),
+            _section("Checks", *(_check(c, _level(bootstrap)) for c in checks), _method(bootstrap)),
+            _section("Runs", runs_table),
+            _section("Notes", _list(study.get("notes") or [])),
+            _section("Thresholds", _facts(_plain_items(study.get("thresholds") or {}))),
+            _plots(out_dir),
+            _text_file(out_dir / STUDY_TEXT),
+            _files(out_dir),
+        ],
+    )
+
+
+def write_study_report(out_dir: Path) -> Path:
+    """Write out_dir/report.html (0600); return its path."""
+    return _write(out_dir / REPORT_HTML, render_study_report(out_dir))
+
+
+def render_seeds_report(out_dir: Path) -> str:
+    """The page of a series of seeds, from its seeds.json and seeds.txt, linking each run's."""
+    doc = _load_json(out_dir / SEEDS_JSON)
+    bootstrap = doc.get("bootstrap") or {}
+    level = _level(bootstrap)
+    rows = []
+    for group, measures in (doc.get("estimates") or {}).items():
+        for name, e in measures.items():
+            unit, divisor = SEED_UNITS.get(name, ("", 1.0))
+            point, ci = _divided(e.get("point"), divisor), _divided(e.get("ci"), divisor)
+            rows.append(
+                [
+                    "per run" if group == "run" else group,
+                    name,
+                    _num(point, "{:.4g}"),
+                    _interval(ci, "{:.4g}"),
+                    unit,
+                    _num(e.get("seeds"), "{:.0f}"),
+                    _num(e.get("units"), "{:.0f}"),
+                ]
+            )
+    estimates = _table(
+        ["of", "measure", "estimate", f"{level} interval", "unit", "seeds", "units"],
+        rows,
+        (0, 1, 4),
+    )
+    runs = [
+        [
+            _num(r.get("seed"), "{:.0f}"),
+            _run_link(out_dir, r.get("folder") or f"seed-{r.get('seed')}"),
+            "yes" if r.get("partial") else "no",
+            _badge(r.get("fidelity") or "?"),
+        ]
+        for r in doc.get("runs") or []
+    ]
+    seeds = doc.get("seeds") or []
+    return _page(
+        "seeds: report",
+        [
+            f"<h1>Seeds: {len(seeds)} runs</h1>",
+            f'<p class="meta">{esc(out_dir.name)}, backend {esc(doc.get("backend") or "?")}, seeds {esc(", ".join(map(str, seeds)))}</p>',
+            _section("Estimates", estimates, _method(bootstrap) if rows else ""),
+            _section("Runs", _table(["seed", "folder", "partial", "fidelity"], runs, (1, 2, 3))),
+            _plots(out_dir),
+            _text_file(out_dir / SEEDS_TEXT),
+            _files(out_dir),
+        ],
+    )
+
+
+def write_seeds_report(out_dir: Path) -> Path:
+    """Write out_dir/report.html (0600); return its path."""
+    return _write(out_dir / REPORT_HTML, render_seeds_report(out_dir))
