@@ -11,30 +11,10 @@ from typing import Any
 import pytest
 
 from emulator.cli import main
+from tests.integration.test_sim_backend import SMALL
 
-SCENARIO = """\
-name: tiny_mix
-workload:
-  generate:
-    kind: moe_mix
-    ranks: 8
-    expert_parallel_size: 4
-    dispatch_bytes: 131072
-    allreduce_bytes: 1048576
-    iterations: 2
-fabric:
-  kind: clos
-  hosts_per_leaf: 4
-  leaves: 2
-  spines: 2
-  host_link_gbps: 100
-  fabric_link_gbps: 100
-run:
-  backend: sim
-  seed: 11
-metrics:
-  prometheus: {enabled: false}
-"""
+# the simulation backend test's small MoE job (8 hosts, both collective types), seed 11
+SCENARIO = SMALL.format(seed=11)
 
 
 @pytest.fixture
