@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from collectors.report import TYPE_COLUMNS
-from collectors.results import PLOTS, SUMMARY, write_private
+from collectors.results import PLOTS, SUMMARY, read_json_object, write_private
 from emulator.errors import InputError
 
 REPORT_HTML = "report.html"
@@ -88,13 +87,7 @@ def _plain_items(pairs: Mapping[str, Any]) -> list[tuple[str, str]]:
 def _load_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"{path}: no such file; the report page is written from it")
-    try:
-        loaded = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: cannot read as JSON: {exc}") from exc
-    if not isinstance(loaded, dict):
-        raise InputError(f"{path}: expected a JSON object")
-    return loaded
+    return read_json_object(path)
 
 
 def _page(title: str, parts: Iterable[str]) -> str:

@@ -22,6 +22,7 @@ from collectors.results import (
     PLOTS,
     SUMMARY,
     make_private,
+    read_json_object,
     replace_file_atomically,
 )
 from collectors.summary import RunMeta, build_summary
@@ -61,15 +62,7 @@ def load_run(folder: Path) -> LoadedRun:
         raise InputError(f"{folder}: not a folder")
     tables = read_tables(folder)
     summary_path = folder / SUMMARY
-    summary: dict[str, Any] = {}
-    if summary_path.is_file():
-        try:
-            loaded = json.loads(summary_path.read_text())
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{summary_path}: cannot read as JSON: {exc}") from exc
-        if not isinstance(loaded, dict):
-            raise InputError(f"{summary_path}: expected a JSON object")
-        summary = loaded
+    summary = read_json_object(summary_path) if summary_path.is_file() else {}
     return LoadedRun(folder, summary, tables)
 
 

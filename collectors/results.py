@@ -49,6 +49,17 @@ def default_results_dir(parent: Path, scenario: str, started: datetime) -> Path:
     return candidate
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A results file that must hold one JSON object (summary.json, study.json, seeds.json)."""
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: cannot read as JSON: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return loaded
+
+
 def write_private(path: Path, data: bytes) -> None:
     """Write a file created with mode 0600 (umask can only remove bits)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
