@@ -23,11 +23,16 @@ from emulator.errors import EnvironmentProblem
 from emulator.transport.burst import Burst
 from emulator.transport.packets import AckPacket, CnpPacket, Packet
 from emulator.transport.params import TransportParams
-from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
+from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
 from emulator.transport.wire import encode, layout_gso
 
 # no way to the destination right now (a link down, no route): the send is lost, not fatal
 NO_PATH_ERRNOS = frozenset({errno.ENETDOWN, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN})
+
+
+def _due_by(qp: SendQueuePair, now: float) -> bool:
+    due = qp.next_transmit_s()
+    return due is not None and due <= now
 
 
 class SendPath:
@@ -103,7 +108,10 @@ class SendPath:
                 if budget < 0:
                     break
             order = waiting
-        nic.backlogged = budget < 0 and bool(order)
+        # Line-rate bound only if a queue pair still has a packet due: a NIC whose budget is
+        # spent by its queue pairs' last packets is not behind while they wait for ACKs or go
+        # idle, and must not count the time until its next message as lost credit.
+        nic.backlogged = budget < 0 and any(_due_by(conn.qp, now) for _, conn in conns)
 
     def _send_burst(self, conn: SendConn, burst: Burst) -> int:
         """One GSO send of the burst's segments (one send per segment without GSO); returns

@@ -116,6 +116,8 @@ def run_planned(
     limits = scenario.metrics.fidelity
     if not report.lossless:
         limits = dataclasses.replace(limits, lossless=False)
+    if burst := fabric_metadata.get("shaper_burst_bytes"):
+        limits = dataclasses.replace(limits, nic_burst_bytes=int(burst))
     fidelity = assess_fidelity(
         tables,
         limits,

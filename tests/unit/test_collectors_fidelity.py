@@ -54,6 +54,31 @@ def test_each_check_gives_its_reason() -> None:
     assert not any("lossless" in r for r in lossy.reasons) and len(lossy.reasons) == 1
 
 
+def test_a_nic_sample_may_carry_its_shapers_burst_above_the_rate() -> None:
+    """A token bucket passes at most rate x T + bucket bytes in any window T (RFC 2697, the
+    committed burst size): a short sample right after idle reads above the rate by the bucket,
+    which is no overrun; anything beyond the bucket still is."""
+    rate_bps, interval_s, burst = 100e9, 8.38e-6, 8420
+    at_rate = rate_bps / 8 * interval_s
+
+    def sample(delta: float) -> NicRow:
+        return NicRow(
+            1.0, 5, "tx", int(delta), int(delta), interval_s, delta * 8 / (interval_s * rate_bps)
+        )
+
+    ports = [port(0.0, 0), port(1.0, 0)]
+    within = RunTables.from_rows(flows=[flow(0)], ports=ports, nic=[sample(at_rate + burst)])
+    assert assess_fidelity(within, FidelityLimits(nic_burst_bytes=burst)).verdict == "ok"
+    # without a bucket to allow for, the same sample is an overrun (108%)
+    assert "108% of its emulated line rate" in assess_fidelity(within).reasons[0]
+    beyond = RunTables.from_rows(flows=[flow(0)], ports=ports, nic=[sample(1.06 * at_rate + burst)])
+    reasons = assess_fidelity(beyond, FidelityLimits(nic_burst_bytes=burst)).reasons
+    assert (
+        len(reasons) == 1
+        and "106% of its emulated line rate beyond its shaper's 8420" in reasons[0]
+    )
+
+
 def qp(gaps: int) -> QpRow:
     return QpRow(0, 1, 0, 49152, 1, 26, 100, 409600, 4, 100, 1, 0, 104, 425984, gaps, 0,
                   100, 1, 0, 0, 0)  # fmt: skip

@@ -8,8 +8,14 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from emulator.engine.nicpacer import NicPacer
 from emulator.engine.send_path import SendPath
 from emulator.transport.burst import Burst
+from emulator.transport.packets import AckPacket
+from emulator.transport.params import TransportParams
+from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
 
 
 class _Socket:
@@ -64,3 +70,63 @@ def test_a_refused_gso_send_is_counted_by_reason_not_as_a_send() -> None:
     assert sender.counters["gso_sends"] == 1
     assert sender.counters["send_buffer_full"] == 1
     assert sender.counters["send_no_buffers"] == 1
+
+
+class _Arbiter(_Sender):
+    """The NIC arbiter of SendPath._pump over real queue pairs; sends cost nothing."""
+
+    def __init__(self, burst_s: float) -> None:
+        super().__init__()
+        self.params = SimpleNamespace(gso_max_segments=64)  # type: ignore[assignment]
+        self.active = {}
+        self._burst_s = burst_s
+        self._max_packet_wire_bytes = 1024 + 12 + 4 + IPV4_FRAME_OVERHEAD_BYTES
+
+    def _send_burst(self, conn: Any, burst: Burst) -> int:
+        return burst.count * burst.segment_bytes
+
+
+def test_a_nic_whose_queue_pairs_have_nothing_due_is_not_behind() -> None:
+    """The NIC's last packet of a message leaves it owing time (budget below zero) with nothing
+    else to send: it is not line-rate bound, so the time until its next message, however long,
+    is no lost credit (a real NIC idles then). It was counted as pacing deficit before: 1 ms at
+    8 Gb/s here, a deficit of hundreds of percent of what a small job sends."""
+    line_bps = 8e9  # 1 byte per ns
+    sender = _Arbiter(burst_s=1e-7)
+    nic = NicPacer(line_bps)
+    params = TransportParams(congestion_control="none", path_mtu_bytes=1024)
+    qp = SendQueuePair(qpn=1, dest_qp=2, params=params, line_rate_bps=line_bps)
+    conn = SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic))
+    qp.post_send(now=0.0, message_id=1, size_bytes=1024)
+    sender.active[1] = conn
+    sender._pump(0.0)
+    assert qp.packets_sent == 1 and nic.budget_bytes(0.0, -1e-7) < 0  # the NIC owes time
+    assert not nic.backlogged  # ... but nothing is waiting for it
+    qp.on_ack(now=5e-6, packet=AckPacket(dest_qp=2, psn=0))
+    sender._pump(5e-6)
+    assert 1 not in sender.active  # done: idle
+    qp.post_send(now=1e-3, message_id=2, size_bytes=1024)
+    sender.active[1] = conn
+    sender._pump(1e-3)
+    assert qp.packets_sent == 2
+    assert nic.lost_wire_bytes == 0.0 and qp.pacing_lost_bytes == 0.0
+
+
+def test_a_nic_bound_by_its_rate_is_behind_when_served_late() -> None:
+    """The other side: queue pairs with packets due when the NIC's budget ran out, served again
+    after more than its bucket, lose the credit the floor cut (the NIC's, not theirs)."""
+    line_bps = 8e9
+    sender = _Arbiter(burst_s=1e-7)
+    nic = NicPacer(line_bps)
+    params = TransportParams(congestion_control="none", path_mtu_bytes=1024)
+    qps = [
+        SendQueuePair(qpn=q, dest_qp=q + 1, params=params, line_rate_bps=line_bps) for q in (1, 3)
+    ]
+    for qp in qps:
+        qp.post_send(now=0.0, message_id=qp.qpn, size_bytes=64 * 1024)
+        sender.active[qp.qpn] = SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic))
+    sender._pump(1e-6)
+    assert nic.backlogged
+    sender._pump(11e-6)  # 10 us later with a 0.1 us bucket: about 9.9 us of line rate lost
+    assert nic.lost_wire_bytes == pytest.approx(9.9e-6 * line_bps / 8, rel=0.15)
+    assert sum(qp.pacing_lost_bytes for qp in qps) == 0.0

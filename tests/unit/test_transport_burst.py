@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from emulator.engine.pacing import gso_batches, take_due
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import BurstBuffer, BurstWriter, read_ack_run, read_data_run
+from emulator.transport.congestion import CongestionControl
 from emulator.transport.events import MessageReceived
 from emulator.transport.packets import (
     AETH_ACK,
@@ -505,3 +506,48 @@ def test_pacing_deficit_counts_credit_cut_while_backlogged() -> None:
     idle.post_send(now=2.0, message_id=2, size_bytes=1000)
     assert idle.poll_burst(now=2.0, floor_s=1.9, max_packets=4) is not None
     assert idle.pacing_lost_bytes == 0.0
+
+
+class _StepRate(CongestionControl):
+    """A controller the test moves: a CNP drops it to a crawl, a timer restores line rate."""
+
+    def __init__(self, params: TransportParams, *, line_rate_bps: float) -> None:
+        super().__init__(params, line_rate_bps=line_rate_bps)
+        self.rate = line_rate_bps
+
+    @property
+    def rate_bps(self) -> float:
+        return self.rate
+
+    def on_cnp(self, *, now: float) -> bool:
+        self.rate = 1e6
+        return True
+
+    def on_timer(self, *, now: float) -> bool:
+        self.rate = self.line_rate_bps
+        return True
+
+
+def test_a_queue_pair_that_speeds_up_sends_from_the_change_not_before_it() -> None:
+    """A token bucket earns credit at the rate in force (RFC 2697: tokens are added CIR times a
+    second), so a rate change counts from the moment it happens, never back to the last packet.
+    A QP held to 1 Mb/s for 1 ms (under a packet of credit) and then restored to 1 Gb/s sends
+    its next packet at the restore, with no burst of what 1 Gb/s would have earned since its
+    last packet, and that credit is no pacing deficit (it was counted as one before)."""
+    params = TransportParams(congestion_control="none", path_mtu_bytes=1024)
+    cc = _StepRate(params, line_rate_bps=1e9)
+    qp = SendQueuePair(qpn=1, dest_qp=2, params=params, line_rate_bps=1e9, cc=cc)
+    qp.post_send(now=0.0, message_id=1, size_bytes=1 << 20)
+    assert qp.poll_burst(now=0.0, floor_s=0.0, max_packets=1) is not None
+    qp.on_cnp(now=1e-6)  # a crawl: the next packet ~8 ms away
+    due = qp.next_transmit_s()
+    assert due is not None and due > 5e-3
+    qp.on_timer(now=1e-3)  # back to line rate
+    assert qp.next_transmit_s() == 1e-3
+    # polled at the restore with a 0.5 ms bucket: one packet, nothing lost
+    burst = qp.poll_burst(now=1e-3, floor_s=0.5e-3, max_packets=64)
+    assert burst is not None and burst.count == 1
+    assert qp.pacing_lost_bytes == 0.0
+    # a change that leaves the next packet in the future keeps it there (spaced from the last)
+    qp.on_cnp(now=1e-3)
+    assert qp.next_transmit_s() == pytest.approx(1e-3 + (1024 + 12 + 4 + 54) * 8 / 1e6, rel=0.05)
