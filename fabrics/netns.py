@@ -116,6 +116,8 @@ class LiveFabric:
             # shaped egress on a flow's path (host, then up and down the switch tiers).
             "shaper_burst_bytes": max((p.burst_bytes for p in self.ports), default=0),
             "shaped_hops_max": 2 * len({n.role for n in self.topology.nodes} - {"host"}),
+            # the eBPF phantom queue and tc RED both judge a packet before the port's queue
+            "ecn_mark_point": "arrival",
         }
 
     def set_cable(self, cable: Cable, up: bool) -> None:

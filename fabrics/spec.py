@@ -279,6 +279,19 @@ class ClosSpec:
         "buffer_bytes. The emulated fabric cannot pause either way: it reports PFC-equivalent "
         "pause time instead",
     )
+    ecn_mark_point: Literal["auto", "arrival", "departure"] = param(
+        "auto",
+        doc="when a switch port applies the ECN marking law: arrival judges the queue a packet "
+        "finds (DCTCP's switch rule, RED's, and the emulated fabric's eBPF phantom queue and tc "
+        "RED, which run before the port's queue); departure judges the queue it leaves behind "
+        "as it is sent (the HPCC ns-3 switch), so the mark skips the queueing delay it reports "
+        "and DCQCN hears of congestion sooner (fewer marks, shallower queues). Only the "
+        "simulator can mark at departure. auto: arrival on the emulated fabric, departure in "
+        "simulation, except for `emulate run --reference sim`, whose simulation marks on "
+        "arrival like the emulated run it is the reference for",
+        source="Alizadeh et al., DCTCP, SIGCOMM 2010, section 3.1 (mark on arrival); HPCC ns-3 "
+        "switch-node.cc SwitchNotifyDequeue (mark on dequeue)",
+    )
     ecmp_hash_seed: int = param(
         1,
         doc="net.ipv4.fib_multipath_hash_seed on every router: a fixed seed makes ECMP paths "

@@ -56,6 +56,8 @@ def sim_params(scenario: Any) -> SimFabricParams:
     return SimFabricParams(
         pfc=spec.pfc,
         switch_latency_s=spec.switch_latency_ns * 1e-9,
+        # auto: the HPCC ns-3 switch's point, as the simulator's checks assume
+        ecn_mark_on_arrival=spec.ecn_mark_point == "arrival",
         data_dscp=transport.dscp,
         cnp_dscp=transport.cnp_dscp,
     )
@@ -123,6 +125,7 @@ class SimSession(Session):
             "ports": len(self.fabric.ports),
             "pfc": spec.pfc,
             "switch_latency_ns": spec.switch_latency_ns,
+            "ecn_mark_point": "arrival" if spec.ecn_mark_point == "arrival" else "departure",
             "link_delay_us": spec.link_delay_us,
             "seed": self.context.scenario.run.seed,
         }

@@ -59,5 +59,12 @@ def main(args: argparse.Namespace) -> int:
     if reference is not None:
         print("\nsecond folder as the reference:")
         print("\n".join(reference_lines(reference)))
+        points = [r.summary.get("fabric_backend", {}).get("ecn_mark_point") for r in runs]
+        if None not in points and points[0] != points[1]:
+            print(
+                f"note: the runs mark ECN at different points ({points[0]} vs {points[1]}: "
+                "fabric.ecn_mark_point), so DCQCN hears of congestion later in one: part of "
+                "any difference in marks, CNPs and queues is that, not the machine"
+            )
     print(f"\nplots: {out}")
     return 0

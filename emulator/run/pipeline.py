@@ -144,6 +144,12 @@ def _check_backend_keys(scenario: Scenario, backend: str) -> None:
             "fabric's hops take what this machine takes; only the simulator models it "
             "(--backend sim or run.backend: sim)"
         )
+    if backend == "netns" and isinstance(fabric, ClosSpec) and fabric.ecn_mark_point == "departure":
+        raise ScenarioError(
+            f"fabric.ecn_mark_point: {fabric.ecn_mark_point} asked, but the emulated fabric's "
+            "markers judge a packet as it arrives at the port (before its queue); only the "
+            "simulator marks at departure (--backend sim or run.backend: sim)"
+        )
 
 
 def simulated_time(scenario: Scenario, planned: PlannedWorkload) -> TdfChoice:
@@ -152,17 +158,28 @@ def simulated_time(scenario: Scenario, planned: PlannedWorkload) -> TdfChoice:
     return TdfChoice(1.0, "none: simulated time", peak_bps)
 
 
+def reference_scenario(scenario: Scenario) -> Scenario:
+    """The scenario the emulated run's reference simulates: no exporter of its own, and ECN
+    marked on arrival unless the scenario says where (the emulated fabric marks on arrival;
+    marked elsewhere, the runs would differ by DCQCN's feedback delay, not by the machine)."""
+    quiet = dataclasses.replace(
+        scenario.metrics,
+        prometheus=dataclasses.replace(scenario.metrics.prometheus, enabled=False),
+    )
+    simulated = dataclasses.replace(scenario, metrics=quiet)
+    if isinstance(scenario.fabric, ClosSpec) and scenario.fabric.ecn_mark_point == "auto":
+        fabric = dataclasses.replace(scenario.fabric, ecn_mark_point="arrival")
+        simulated = dataclasses.replace(simulated, fabric=fabric)
+    return simulated
+
+
 def _simulate_reference(
     scenario: Scenario, options: RunOptions, planned: PlannedWorkload, out_dir: Path
 ) -> tuple[Path, RunTables]:
     """`--reference sim`: the same planned workload in simulation first (it takes a fraction
     of the emulated run), written beside the run's folder as <folder>-reference-sim."""
     folder = out_dir.with_name(out_dir.name + "-reference-sim")
-    quiet = dataclasses.replace(
-        scenario.metrics,
-        prometheus=dataclasses.replace(scenario.metrics.prometheus, enabled=False),
-    )
-    simulated = dataclasses.replace(scenario, metrics=quiet)
+    simulated = reference_scenario(scenario)
     sim_options = dataclasses.replace(
         options, out_dir=folder, backend="sim", reference=None, report=False
     )

@@ -35,6 +35,7 @@ class SimFabricParams:
 
     pfc: bool = True
     switch_latency_s: float = 0.0
+    ecn_mark_on_arrival: bool = False  # fabric.ecn_mark_point: departure unless arrival
     data_dscp: int = 26
     cnp_dscp: int = 48
 
@@ -159,6 +160,7 @@ def build_fabric(
             # a host NIC is pulled by its host when idle: nothing waits in it
             buffer_bytes=1 << 40 if is_host else spec.buffer_bytes,
             marker=marker,
+            mark_on_arrival=params.ecn_mark_on_arrival,
             loss_probability=spec.loss_probability,
             rng=random.Random(derive_seed(seed, name, "loss")),
             lossless=params.pfc and not is_host,

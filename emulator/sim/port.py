@@ -1,5 +1,7 @@
-"""A link's sending end: an output port with a byte buffer, ECN marking at dequeue, serialization
-at the link rate, a propagation delay to the peer, and PFC's pause of its data queue.
+"""A link's sending end: an output port with a byte buffer, ECN marking (on the queue a packet
+finds as it arrives, as the emulated fabric's markers do, or on the queue it leaves behind as it
+departs, as the HPCC ns-3 switch does: fabric.ecn_mark_point), serialization at the link rate, a
+propagation delay to the peer, and PFC's pause of its data queue.
 
 Control frames (ACK, NAK, CNP) go in a strict-priority queue ahead of data, as CNPs usually are
 (NVIDIA sends them with cnp_dscp 48); only the data queue counts for ECN, the buffer and PFC.
@@ -47,6 +49,7 @@ class Frame:
     mhash: int = 0
     tag: int = -1
     ingress: PfcIngress | None = None
+    marked_here: bool = False  # CE set on arrival at the port now holding it (for on_tx)
 
 
 class Node(Protocol):
@@ -176,6 +179,7 @@ class Port:
         delay_s: float,
         buffer_bytes: int,
         marker: EcnMarker | None = None,
+        mark_on_arrival: bool = False,
         loss_probability: float = 0.0,
         rng: random.Random | None = None,
         lossless: bool = False,
@@ -186,6 +190,7 @@ class Port:
         self.delay_s = delay_s
         self.buffer_bytes = buffer_bytes
         self.marker = marker
+        self.mark_on_arrival = mark_on_arrival
         self.loss_probability = loss_probability
         self.lossless = lossless  # PFC guards its data: no tail drop
         self._rng = rng if rng is not None else random.Random(0)
@@ -223,6 +228,17 @@ class Port:
             if queued > self.buffer_bytes and not self.lossless:
                 self._drop(frame)
                 return
+            marker = self.marker
+            # On arrival, the law judges the queue the packet finds (without itself), as the
+            # eBPF phantom queue does (fabrics/ecn/phantom_marker.c) and DCTCP's rule says.
+            if (
+                self.mark_on_arrival
+                and marker is not None
+                and frame.ecn == ECN_ECT0
+                and marker.should_mark(self.queued_bytes)
+            ):
+                self._mark(frame)
+                frame.marked_here = True
             self.queued_bytes = queued
             if queued > self.max_queued_bytes:
                 self.max_queued_bytes = queued
@@ -231,6 +247,12 @@ class Port:
             self._data.append(frame)
         if not self.busy:
             self._start()
+
+    def _mark(self, frame: Frame) -> None:
+        frame.ecn = ECN_CE
+        if isinstance(frame.packet, bytes):
+            frame.packet = _set_ce(frame.packet)
+        self.marks += 1
 
     def _drop(self, frame: Frame) -> None:
         self.drops += 1
@@ -248,18 +270,19 @@ class Port:
                 frame.ingress.release(frame.size_bytes)
                 frame.ingress = None
             marker = self.marker
-            # Marking at dequeue on the queue left behind, as the HPCC ns-3 switch does: the
-            # mark then reaches the receiver without waiting behind the queue it reports.
-            marked = (
-                marker is not None
-                and frame.ecn == ECN_ECT0
-                and marker.should_mark(self.queued_bytes)
-            )
-            if marked:
-                frame.ecn = ECN_CE
-                if isinstance(frame.packet, bytes):
-                    frame.packet = _set_ce(frame.packet)
-                self.marks += 1
+            if self.mark_on_arrival:
+                marked = frame.marked_here
+                frame.marked_here = False
+            else:
+                # On departure, on the queue left behind, as the HPCC ns-3 switch does: the
+                # mark then reaches the receiver without waiting behind the queue it reports.
+                marked = (
+                    marker is not None
+                    and frame.ecn == ECN_ECT0
+                    and marker.should_mark(self.queued_bytes)
+                )
+                if marked:
+                    self._mark(frame)
             if self.on_tx is not None:
                 self.on_tx(frame, marked)
         else:

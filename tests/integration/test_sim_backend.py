@@ -12,8 +12,11 @@ from typing import Any
 import pytest
 
 from emulator.backends import backend_name
+from emulator.backends.sim import sim_params
 from emulator.cli import main
 from emulator.errors import ScenarioError
+from emulator.run import RunOptions, run_scenario
+from emulator.run.pipeline import reference_scenario
 from emulator.scenario import load_scenario
 from emulator.sim.fabric import SimFabricParams, build_fabric
 from emulator.sim.port import Frame
@@ -163,4 +166,23 @@ def test_backend_choice_and_what_each_refuses(tmp_path: Path) -> None:
     )
     assert main(["run", str(latency), "--no-progress", "--out", str(tmp_path / "x")]) != 0
     assert not (tmp_path / "x").exists()  # refused before anything was made
+    # marking on departure: only the simulator can (the emulated markers run before the queue)
+    departure = tmp_path / "departure.yaml"
+    departure.write_text(
+        SMALL.format(seed=0)
+        .replace("backend: sim", "backend: netns")
+        .replace(
+            "  fabric_link_gbps: 100\n", "  fabric_link_gbps: 100\n  ecn_mark_point: departure\n"
+        )
+    )
+    with pytest.raises(ScenarioError, match=r"fabric\.ecn_mark_point: departure asked"):
+        run_scenario(load_scenario(departure), RunOptions(out_dir=tmp_path / "y"))
+    assert not (tmp_path / "y").exists()
+    # auto: departure in simulation (HPCC's switch), arrival for the emulated run's reference
+    auto = load_scenario(path)
+    assert sim_params(auto).ecn_mark_on_arrival is False
+    reference = reference_scenario(auto)
+    assert reference.fabric.ecn_mark_point == "arrival"
+    assert sim_params(reference).ecn_mark_on_arrival is True
+    assert not reference.metrics.prometheus.enabled
     assert main(["run", str(path), "--backend", "sim", "--tdf", "10"]) != 0
