@@ -91,11 +91,15 @@ class SendPath:
         budget = nic.budget_bytes(now, floor)
         while order and budget >= 0:
             waiting = []
+            # Each queue pair's share of this round's budget (at least a packet), as a NIC's
+            # arbiter serves its queues packet by packet: whole-budget bursts to whoever is
+            # first in turn would make equal flows finish far apart.
+            share = max(1, (1 + budget // packet_wire) // len(order))
             for conn in order:
                 burst = conn.qp.poll_burst(
                     now=now,
                     floor_s=floor,
-                    max_packets=min(max_segments, 1 + budget // packet_wire),
+                    max_packets=min(max_segments, share, 1 + budget // packet_wire),
                     max_bytes=GSO_MAX_BUFFER_BYTES,
                     count_lost=count_lost,
                 )

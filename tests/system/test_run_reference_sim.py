@@ -9,6 +9,7 @@ from collectors.reference import ReferenceBounds
 from emulator.run import RunOptions, run_scenario
 from emulator.scenario import load_scenario
 from tests.integration.test_sim_backend import SMALL
+from tests.system.noise import Try, on_a_noisy_machine
 
 
 def test_the_emulated_run_carries_its_simulated_reference(fabric_env: str, tmp_path: Path) -> None:
@@ -36,3 +37,77 @@ def test_the_emulated_run_carries_its_simulated_reference(fabric_env: str, tmp_p
     ]
     assert len(said) == len(reference["deviations"])
     assert all(d in r for d, r in zip(reference["deviations"], said, strict=True))
+
+
+# All-Reduce alone across two leaves, congested enough for DCQCN (two data-parallel rings share
+# the spine uplinks): 8 hosts at 100 Gb/s, 4 MiB in 2 steps, TDF 4000 (15 s of wall time).
+AGREEMENT = """\
+name: allreduce_agreement
+workload:
+  generate:
+    kind: moe_mix
+    ranks: 8
+    expert_parallel_size: 4
+    dispatch_bytes: 0
+    allreduce_bytes: 4194304
+    iterations: 2
+fabric:
+  kind: clos
+  hosts_per_leaf: 4
+  leaves: 2
+  spines: 2
+  host_link_gbps: 100
+  fabric_link_gbps: 100
+run:
+  seed: 0
+  time_dilation: 4000
+sim:
+  sample_interval_us: 50
+metrics:
+  prometheus: {enabled: false}
+"""
+
+# the machine's own reasons: none may remain at a TDF where the run held
+MACHINE_REASONS = ("pacing deficit", "late", "NIC carried", "dropped", "retransmitted", "CPU")
+
+
+def test_emulated_and_simulated_all_reduce_agree_where_the_machine_keeps_up(
+    fabric_env: str, tmp_path: Path
+) -> None:
+    """The simulator's check against the emulated fabric (issue 17): at a TDF where the
+    emulated verdict is ok, the same All-Reduce gives busbw within 10% and an FCT KS distance
+    within 0.25 in both, with DCQCN acting (CNPs and marks in both). Measured here: busbw ratio
+    1.07-1.08, KS 0.19 (before the pacing-deficit and marking-point fixes: 0.83, degraded)."""
+
+    def check(attempt: Try) -> None:
+        path = tmp_path / f"agreement-{attempt.index}.yaml"
+        path.write_text(AGREEMENT)
+        result = run_scenario(
+            load_scenario(path),
+            RunOptions(
+                out_dir=tmp_path / f"run-{attempt.index}",
+                progress=False,
+                fabric_prefix=fabric_env,
+                reference="sim",
+            ),
+        )
+        summary = result.summary
+        stats = summary["reference"]["by_collective"]["ALL_REDUCE"]
+        attempt.note(
+            ratio=stats["busbw_mean_ratio"],
+            ks=stats["fct_ks_distance"],
+            cnps=stats["cnps"],
+            marks=stats["ecn_marks"],
+            verdict=summary["fidelity"]["verdict"],
+            reasons=summary["fidelity"]["reasons"],
+        )
+        machine = [
+            r for r in summary["fidelity"]["reasons"] if any(m in r for m in MACHINE_REASONS)
+        ]
+        assert not machine, machine
+        assert all(n > 0 for n in stats["cnps"]) and all(n > 0 for n in stats["ecn_marks"])
+        assert 0.9 <= stats["busbw_mean_ratio"] <= 1.1
+        assert stats["fct_ks_distance"] <= 0.25
+        assert summary["fidelity"]["verdict"] == "ok"
+
+    on_a_noisy_machine(check, what="emulated vs simulated All-Reduce")

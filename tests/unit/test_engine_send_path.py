@@ -130,3 +130,23 @@ def test_a_nic_bound_by_its_rate_is_behind_when_served_late() -> None:
     sender._pump(11e-6)  # 10 us later with a 0.1 us bucket: about 9.9 us of line rate lost
     assert nic.lost_wire_bytes == pytest.approx(9.9e-6 * line_bps / 8, rel=0.15)
     assert sum(qp.pacing_lost_bytes for qp in qps) == 0.0
+
+
+def test_the_arbiter_shares_a_tick_s_budget_among_its_queue_pairs() -> None:
+    """A budget of several packets goes round the queue pairs a share at a time, as a NIC's
+    arbiter serves its queues in turn packet by packet (it went whole to the first in turn,
+    and equal flows then finished up to 15% apart)."""
+    line_bps = 8e9
+    sender = _Arbiter(burst_s=64e-6)  # a tick's credit: about 58 packets of 1024 bytes
+    nic = NicPacer(line_bps)
+    params = TransportParams(congestion_control="none", path_mtu_bytes=1024)
+    qps = [
+        SendQueuePair(qpn=q, dest_qp=q + 1, params=params, line_rate_bps=line_bps)
+        for q in (1, 3, 5)
+    ]
+    for qp in qps:
+        qp.post_send(now=0.0, message_id=qp.qpn, size_bytes=1 << 20)
+        sender.active[qp.qpn] = SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic))
+    sender._pump(0.0)
+    sent = [qp.packets_sent for qp in qps]
+    assert sum(sent) >= 55 and max(sent) - min(sent) <= 1, sent
