@@ -40,32 +40,14 @@ def test_the_emulated_run_carries_its_simulated_reference(fabric_env: str, tmp_p
 
 
 # All-Reduce alone across two leaves, congested enough for DCQCN (two data-parallel rings share
-# the spine uplinks): 8 hosts at 100 Gb/s, 4 MiB in 2 steps, TDF 4000 (15 s of wall time).
-AGREEMENT = """\
-name: allreduce_agreement
-workload:
-  generate:
-    kind: moe_mix
-    ranks: 8
-    expert_parallel_size: 4
-    dispatch_bytes: 0
-    allreduce_bytes: 4194304
-    iterations: 2
-fabric:
-  kind: clos
-  hosts_per_leaf: 4
-  leaves: 2
-  spines: 2
-  host_link_gbps: 100
-  fabric_link_gbps: 100
-run:
-  seed: 0
-  time_dilation: 4000
-sim:
-  sample_interval_us: 50
-metrics:
-  prometheus: {enabled: false}
-"""
+# the spine uplinks): the small scenario with no All-to-All, 4 MiB in 2 steps, emulated at TDF
+# 4000 (15 s of wall time)
+AGREEMENT = (
+    SMALL.format(seed=0)
+    .replace("dispatch_bytes: 262144", "dispatch_bytes: 0")
+    .replace("allreduce_bytes: 2097152", "allreduce_bytes: 4194304")
+    .replace("  backend: sim\n", "  time_dilation: 4000\n")
+)
 
 # the machine's own reasons: none may remain at a TDF where the run held
 MACHINE_REASONS = ("pacing deficit", "late", "NIC carried", "dropped", "retransmitted", "CPU")
