@@ -567,13 +567,15 @@ class SendQueuePair:
     def _rate_changed(self, now: float) -> None:
         cc = self.cc
         # The rate limiter spaces the next packet from the last one at the new rate: a QP that
-        # was slowed to a crawl must not keep waiting out the crawl's gap once it speeds up. Not
-        # before the change itself, though: a limiter cannot send in the past, so a QP that
-        # speeds up after a long gap sends from `now` on (no catch-up credit at the new rate for
-        # the time it was held to the old one, which a caller's bucket would otherwise hand out
-        # as a burst, and count as pacing deficit where its floor cut it).
+        # was slowed to a crawl must not keep waiting out the crawl's gap once it speeds up. But
+        # credit earns at the rate in force: a QP still inside the old rate's gap at the change
+        # sends from `now` on, not from a time the new rate would have allowed before it (a
+        # caller's bucket would hand that out as a burst, and count what its floor cut as pacing
+        # deficit); one already owed a packet at the old rate (polled late, on coarse ticks)
+        # keeps that due time.
         spaced = self._last_tx_s + self._last_tx_bits / cc.rate_bps
-        self._next_tx_s = spaced if spaced > now else now
+        owed = self._next_tx_s if self._next_tx_s < now else now
+        self._next_tx_s = spaced if spaced > owed else owed
         self.events.append(RateChanged(self.qpn, now, cc.rate_bps, cc.target_rate_bps, cc.reason))
 
     # -- timers --------------------------------------------------------------------------

@@ -40,12 +40,13 @@ def test_the_emulated_run_carries_its_simulated_reference(fabric_env: str, tmp_p
 
 
 # All-Reduce alone across two leaves, congested enough for DCQCN (two data-parallel rings share
-# the spine uplinks): the small scenario with no All-to-All, 4 MiB in 2 steps, emulated at TDF
-# 4000 (15 s of wall time)
+# the spine uplinks): the small scenario with no All-to-All, 4 MiB in 4 steps, emulated at TDF
+# 4000 (30 s of wall time)
 AGREEMENT = (
     SMALL.format(seed=0)
     .replace("dispatch_bytes: 262144", "dispatch_bytes: 0")
     .replace("allreduce_bytes: 2097152", "allreduce_bytes: 4194304")
+    .replace("iterations: 2", "iterations: 4")  # 64 flows a side: KS at 32 moved 0.19-0.28
     .replace("  backend: sim\n", "  time_dilation: 4000\n")
 )
 
@@ -59,7 +60,7 @@ def test_emulated_and_simulated_all_reduce_agree_where_the_machine_keeps_up(
     """The simulator's check against the emulated fabric (issue 17): at a TDF where the
     emulated verdict is ok, the same All-Reduce gives busbw within 10% and an FCT KS distance
     within 0.25 in both, with DCQCN acting (CNPs and marks in both). Measured here: busbw ratio
-    1.07-1.08, KS 0.19 (before the pacing-deficit and marking-point fixes: 0.83, degraded)."""
+    1.02-1.08, KS 0.19-0.20 (before the pacing-deficit and marking-point fixes: 0.83, degraded)."""
 
     def check(attempt: Try) -> None:
         path = tmp_path / f"agreement-{attempt.index}.yaml"
