@@ -95,8 +95,9 @@ class SimSession(Session):
         self.spec = spec
         self.topology = build_clos(spec)
         self.events = SimReplay.event_list()
+        self.params = sim_params(scenario)
         self.fabric = build_fabric(
-            self.topology, sim_params(scenario), seed=scenario.run.seed, events=self.events
+            self.topology, self.params, seed=scenario.run.seed, events=self.events
         )
         self.marker_name = "simulated (DCQCN law: emulator/transport/marking.py)"
         self.port_line_rate_bps = spec.fabric_link_gbps * 1e9
@@ -125,7 +126,7 @@ class SimSession(Session):
             "ports": len(self.fabric.ports),
             "pfc": spec.pfc,
             "switch_latency_ns": spec.switch_latency_ns,
-            "ecn_mark_point": "arrival" if spec.ecn_mark_point == "arrival" else "departure",
+            "ecn_mark_point": "arrival" if self.params.ecn_mark_on_arrival else "departure",
             "link_delay_us": spec.link_delay_us,
             "seed": self.context.scenario.run.seed,
         }
