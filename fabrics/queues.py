@@ -9,10 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emulator.transport.packets import ETHERNET_OVERHEAD_BYTES
 from fabrics.iproute import Cmd, tc
 from fabrics.topology import Topology
 
 ETH_HEADER_BYTES = 14
+# What a frame takes on the wire beyond skb->len (which holds the Ethernet header): FCS 4,
+# preamble and SFD 8, inter-frame gap 12 (IEEE 802.3 clauses 3.2 and 4.4.2). The engine's pacer
+# and the simulator charge them; HTB (its `overhead`, psched_l2t_ns in net/sched/sch_generic.c)
+# and the eBPF phantom queue are told to, so a switch port drains the frames a real link would.
+WIRE_OVERHEAD_BYTES = ETHERNET_OVERHEAD_BYTES - ETH_HEADER_BYTES
 ROOT_HANDLE = "1:"
 CLASS_ID = "1:1"
 LEAF_HANDLE = "10:"
@@ -88,6 +94,10 @@ def htb_commands(port: EgressPort, leaf: tuple[str, ...]) -> list[Cmd]:
             burst,
             "quantum",
             quantum,
+            # Once per skb: exact on switch ports (the fabric never merges forwarded packets);
+            # a host's GSO batch is charged it once, where the engine's pacer binds anyway.
+            "overhead",
+            str(WIRE_OVERHEAD_BYTES),
             netns=ns,
         ),
         tc("qdisc", "add", "dev", dev, "parent", CLASS_ID, "handle", LEAF_HANDLE, *leaf, netns=ns),

@@ -6,8 +6,9 @@ session replays the driver over emulator.sim (hop-by-hop ECMP as the kernel's, p
 and the ECN law of the tiers, PFC, link delay, switch latency, loss and link events), reads every
 port's exact queue, counters and pauses and every NIC's bytes each `sim.sample_interval_us` of
 simulated time, and reports the same events as the engine, so the run writes the same folder.
-Determinism: every random draw comes from generators seeded by `run.seed` and a port's name; the
-only wall-clock readings are the run's own speed (summary.json engine.wall_s, replay_wall_s).
+Determinism: every random draw comes from generators seeded by `run.seed` (salted by
+`sim.draw_seed`) and a port's name; the only wall-clock readings are the run's own speed
+(summary.json engine.wall_s, replay_wall_s).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def sim_params(scenario: Any) -> SimFabricParams:
         ecn_mark_on_arrival=spec.ecn_mark_point == "arrival",
         data_dscp=transport.dscp,
         cnp_dscp=transport.cnp_dscp,
+        draw_seed=scenario.sim.draw_seed,
     )
 
 
@@ -129,6 +131,7 @@ class SimSession(Session):
             "ecn_mark_point": "arrival" if self.params.ecn_mark_on_arrival else "departure",
             "link_delay_us": spec.link_delay_us,
             "seed": self.context.scenario.run.seed,
+            "draw_seed": self.params.draw_seed,
         }
 
     def run(self, job: ReplayJob) -> SessionReport:

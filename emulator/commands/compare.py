@@ -3,7 +3,9 @@
 The comparison plots go to --out, by default a new folder `compare-<UTC timestamp>` beside the
 first results folder, so no run's own folder is modified. With exactly two folders, the second is
 also taken as the reference of the first (collectors.reference): per collective type, the busbw
-ratio, CV difference and FCT KS distance against stated bounds, and the deviations beyond them.
+ratio, CV difference and FCT KS distance against stated bounds, and the deviations beyond them;
+when the second folder holds other draws of itself (draws/<n>, as `--reference sim` writes), a
+deviation must also exceed what those draws read against it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def main(args: argparse.Namespace) -> int:
     from collectors.reference import compare_runs, reference_lines
     from collectors.report import compare_table, load_run, unique_labels, write_compare_plots
     from collectors.summary import RunMeta, build_summary
+    from collectors.tables import read_tables
 
     runs = [load_run(Path(d)) for d in args.results_dirs]
     first = Path(args.results_dirs[0])
@@ -42,7 +45,10 @@ def main(args: argparse.Namespace) -> int:
         else first.resolve().parent / f"compare-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     )
     paths = write_compare_plots(runs, out)
-    reference = compare_runs(runs[0].tables, runs[1].tables) if len(runs) == 2 else None
+    reference = None
+    if len(runs) == 2:
+        draws = [read_tables(d) for d in reference_draws(Path(args.results_dirs[1]))]
+        reference = compare_runs(runs[0].tables, runs[1].tables, draws=draws)
     if args.json:
         summaries = {
             label: build_summary(
@@ -68,3 +74,9 @@ def main(args: argparse.Namespace) -> int:
             )
     print(f"\nplots: {out}")
     return 0
+
+
+def reference_draws(folder: Path) -> list[Path]:
+    """A reference folder's other draws (draws/1, draws/2, ...), in order; none if absent."""
+    found = [d for d in (folder / "draws").glob("*") if d.is_dir() and d.name.isdigit()]
+    return sorted(found, key=lambda d: int(d.name))

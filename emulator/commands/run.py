@@ -51,9 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reference",
         choices=("sim",),
         default=None,
-        help="also simulate the same workload (into <results folder>-reference-sim) and add, per "
-        "collective type, busbw, FCT and CNP agreement to summary.json; a deviation beyond the "
-        "stated bounds (collectors/reference.py) is a fidelity reason",
+        help="also simulate the same workload (into <results folder>-reference-sim, with "
+        "sim.reference_draws - 1 more draws of it in its draws/ folder) and add, per collective "
+        "type, busbw, FCT and CNP agreement to summary.json; a deviation beyond the stated "
+        "bounds (collectors/reference.py) and the draws' own spread is a fidelity reason",
     )
     parser.add_argument(
         "--seeds",

@@ -22,10 +22,10 @@ class NicPacer:
     __slots__ = (
         "backlogged",
         "free_at_s",
+        "last_served_qpn",
         "line_rate_bps",
         "lost_wire_bytes",
         "sent_wire_bytes",
-        "turn",
     )
 
     def __init__(self, line_rate_bps: float) -> None:
@@ -34,7 +34,8 @@ class NicPacer:
         self.line_rate_bps = line_rate_bps
         self.free_at_s = -math.inf  # target time at which the NIC has sent all it was given
         self.sent_wire_bytes = 0
-        self.turn = 0  # which queue pair the arbiter serves first on the next tick
+        # the arbiter's place in its round: it serves the queue pair after this one first
+        self.last_served_qpn = -1
         # the last serve ended with the budget spent and queue pairs still due: line-rate bound
         self.backlogged = False
         self.lost_wire_bytes = 0.0  # credit the floor cut while backlogged (pacing deficit)

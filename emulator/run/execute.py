@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,15 @@ from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
 
 
+@dataclass(frozen=True)
+class SimReference:
+    """`--reference sim`'s simulation: its folder and tables, and its other draws' tables."""
+
+    folder: Path
+    tables: RunTables
+    draws: tuple[RunTables, ...] = ()
+
+
 def run_planned(
     scenario: Scenario,
     options: RunOptions,
@@ -48,7 +58,7 @@ def run_planned(
     choice: TdfChoice,
     writer: ResultsWriter,
     stack: contextlib.ExitStack,
-    reference: tuple[Path, RunTables] | None = None,
+    reference: SimReference | None = None,
 ) -> RunResult:
     interrupts = Interrupts()
     stack.enter_context(interrupts.handled())
@@ -108,7 +118,7 @@ def run_planned(
         )
     comparison = None
     if reference is not None:
-        comparison = compare_runs(tables, reference[1])
+        comparison = compare_runs(tables, reference.tables, draws=reference.draws)
         reasons += [
             f"differs from the simulation beyond the stated bounds: {d}"
             for d in comparison["deviations"]
@@ -146,7 +156,7 @@ def run_planned(
         **tester.summary(),
     }
     if reference is not None and comparison is not None:
-        extra["reference"] = {"backend": "sim", "folder": str(reference[0]), **comparison}
+        extra["reference"] = {"backend": "sim", "folder": str(reference.folder), **comparison}
     impairments: dict[str, Any] = {}
     if scenario.compute.stragglers:
         impairments["stragglers"] = dict(scenario.compute.stragglers)

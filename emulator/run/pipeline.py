@@ -20,12 +20,12 @@ from typing import Any
 import yaml
 
 from collectors.results import ResultsWriter, default_results_dir
-from collectors.tables import RunTables, read_tables
+from collectors.tables import read_tables
 from emulator.backends import backend_name
 from emulator.backends.engine import fabric_ranks, target_rate_bps
 from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.run.calibrate import Shape
-from emulator.run.execute import run_planned
+from emulator.run.execute import SimReference, run_planned
 from emulator.run.link_events import resolve as resolve_link_events
 from emulator.run.options import RunOptions, RunResult
 from emulator.run.tdf import TdfChoice, auto_tdf
@@ -107,15 +107,22 @@ def scenario_text(scenario: Scenario) -> str:
     return yaml.safe_dump(_plain(dataclasses.asdict(scenario)), sort_keys=False)
 
 
+# What a caller may change from the scenario's file: the study's seeds, --reference sim's
+# marking point and draws (workload.iterations is handled below: the workload may be absent).
+CALLER_KEYS = (("run", "seed"), ("fabric", "ecn_mark_point"), ("sim", "draw_seed"))
+
+
 def _changed_keys(scenario: Scenario) -> dict[tuple[str, str], Any]:
-    """What the caller changed from the scenario's file: run.seed and workload.iterations."""
+    """What the caller changed from the scenario's file (CALLER_KEYS, workload.iterations)."""
     from emulator.scenario import load_scenario
 
     assert scenario.source is not None
     written = load_scenario(scenario.source)
     changes: dict[tuple[str, str], Any] = {}
-    if written.run.seed != scenario.run.seed:
-        changes[("run", "seed")] = scenario.run.seed
+    for section, key in CALLER_KEYS:
+        value = getattr(getattr(scenario, section), key, None)
+        if getattr(getattr(written, section), key, None) != value:
+            changes[(section, key)] = value
     if (
         written.workload is not None
         and scenario.workload is not None
@@ -175,26 +182,33 @@ def reference_scenario(scenario: Scenario) -> Scenario:
 
 def _simulate_reference(
     scenario: Scenario, options: RunOptions, planned: PlannedWorkload, out_dir: Path
-) -> tuple[Path, RunTables]:
+) -> SimReference:
     """`--reference sim`: the same planned workload in simulation first (it takes a fraction
-    of the emulated run), written beside the run's folder as <folder>-reference-sim."""
+    of the emulated run), written beside the run's folder as <folder>-reference-sim, and
+    `sim.reference_draws - 1` more draws of it (the same flows on the same paths, other random
+    marks) in its draws/<n> folders: what the model reads against itself."""
     folder = out_dir.with_name(out_dir.name + "-reference-sim")
     simulated = reference_scenario(scenario)
-    sim_options = dataclasses.replace(
-        options, out_dir=folder, backend="sim", reference=None, report=False
+    count = scenario.sim.reference_draws
+    options.say(
+        f"the reference: simulating the same workload into {folder}"
+        + (f", and {count - 1} more draws of it into {folder / 'draws'}" if count > 1 else "")
     )
-    options.say(f"the reference: simulating the same workload into {folder}")
-    with contextlib.ExitStack() as stack:
-        writer = ResultsWriter(folder, scenario_text=scenario_text(scenario))
-        run_planned(
+    tables = []
+    for n in range(count):
+        draw = dataclasses.replace(
             simulated,
-            sim_options,
-            planned,
-            simulated_time(scenario, planned),
-            writer,
-            stack,
+            sim=dataclasses.replace(simulated.sim, draw_seed=simulated.sim.draw_seed + n),
         )
-    return folder, read_tables(folder)
+        target = folder if n == 0 else folder / "draws" / str(n)
+        sim_options = dataclasses.replace(
+            options, out_dir=target, backend="sim", reference=None, report=False
+        )
+        with contextlib.ExitStack() as stack:
+            writer = ResultsWriter(target, scenario_text=scenario_text(draw))
+            run_planned(draw, sim_options, planned, simulated_time(draw, planned), writer, stack)
+        tables.append(read_tables(target))
+    return SimReference(folder, tables[0], tuple(tables[1:]))
 
 
 def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunResult:

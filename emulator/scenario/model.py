@@ -192,6 +192,22 @@ class SimSpec:
         min=0.0,
         min_exclusive=True,
     )
+    draw_seed: int = param(
+        0,
+        doc="salts the simulation's own random draws (ECN marks, random loss) and nothing else: "
+        "run.seed also draws the source ports and so the paths; this keeps every flow on its "
+        "path and changes only the draws (0: the draws run.seed alone gives)",
+        min=0,
+    )
+    reference_draws: int = param(
+        4,
+        doc="with --reference sim: how many simulations of the same flows on the same paths, "
+        "each with its own draws (draw_seed, draw_seed+1, ...), measure how far the model "
+        "differs from itself; a metric counts as a deviation only beyond both its stated bound "
+        "and that spread (1: the stated bounds alone). Each draw is a whole simulation",
+        min=1,
+        max=32,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,6 +38,7 @@ class SimFabricParams:
     ecn_mark_on_arrival: bool = False  # fabric.ecn_mark_point: departure unless arrival
     data_dscp: int = 26
     cnp_dscp: int = 48
+    draw_seed: int = 0  # sim.draw_seed: salts the ports' draws, never the flows' paths
 
 
 class Switch:
@@ -150,7 +151,7 @@ def build_fabric(
         marker = None
         if spec.ecn is not None:
             law = EcnMarkingParams(spec.ecn.kmin_bytes, spec.ecn.kmax_bytes, spec.ecn.pmax)
-            marker = EcnMarker(law, random.Random(derive_seed(seed, name, "ecn")))
+            marker = EcnMarker(law, random.Random(derive_seed(seed, name, "ecn", params.draw_seed)))
         is_host = topology.node_by_name[spec.node].role == "host"
         ports[(spec.node, spec.dev)] = Port(
             sim,
@@ -162,7 +163,7 @@ def build_fabric(
             marker=marker,
             mark_on_arrival=params.ecn_mark_on_arrival,
             loss_probability=spec.loss_probability,
-            rng=random.Random(derive_seed(seed, name, "loss")),
+            rng=random.Random(derive_seed(seed, name, "loss", params.draw_seed)),
             lossless=params.pfc and not is_host,
         )
     addresses = {h: topology.host_address(h) for h in topology.hosts}
@@ -222,9 +223,10 @@ def _no_netns(topology: Topology) -> dict[str, str]:
     return {n.name: "" for n in topology.nodes}
 
 
-def derive_seed(seed: int, name: str, purpose: str) -> int:
+def derive_seed(seed: int, name: str, purpose: str, draw: int = 0) -> int:
     """A seed for one port's (or QP's) generator from the run's seed and its name, so adding a
     port elsewhere does not change this one's draws (blake2b: stable across processes, unlike
-    Python's string hash)."""
-    digest = hashlib.blake2b(f"{seed}/{name}/{purpose}".encode(), digest_size=8).digest()
+    Python's string hash). `draw` (sim.draw_seed) salts it; 0 leaves the run.seed-only draws."""
+    key = f"{seed}/{name}/{purpose}" + (f"/draw{draw}" if draw else "")
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big")

@@ -26,8 +26,8 @@ SOURCE = Path(__file__).with_name("phantom_marker.c")
 SECTION = "tc"
 PROG_NAME = "phantom_marker"
 # struct marker_params: u64 drain_bytes_per_ns_q24, kmin, kmax, buffer; u32 pmax_u32, enabled,
-# loss_u32, mark_ect; u64 xoff_bytes
-PARAMS = struct.Struct("=QQQQIIIIQ")
+# loss_u32, mark_ect; u64 xoff_bytes, overhead_bytes
+PARAMS = struct.Struct("=QQQQIIIIQQ")
 # struct marker_state: spin lock u32, pad u32, then 12 x u64 (see phantom_marker.c)
 STATE = struct.Struct("=II12Q")
 KEY0 = struct.pack("=I", 0)
@@ -44,6 +44,7 @@ class MarkerParams:
     loss_probability: float = 0.0
     mark_ect: bool = True  # False: the program only drops (loss on a port without ECN)
     xoff_bytes: int = 0  # PFC XOFF: the program counts time at or above it (0: not counted)
+    overhead_bytes: int = 0  # wire bytes per frame beyond skb->len: the queue counts them
 
     def pack(self) -> bytes:
         drain_q24 = round(self.rate_bps / 8 / 1e9 * (1 << 24))
@@ -59,6 +60,7 @@ class MarkerParams:
             loss_u32,
             int(self.mark_ect),
             self.xoff_bytes,
+            self.overhead_bytes,
         )
 
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 from emulator.errors import EnvironmentProblem, ScenarioError
 from fabrics.ecn import ebpf
 from fabrics.iproute import Cmd, run, tc
-from fabrics.queues import EcnThresholds, EgressPort, drop_tail
+from fabrics.queues import WIRE_OVERHEAD_BYTES, EcnThresholds, EgressPort, drop_tail
 
 Resource = dict[str, Any]
 
@@ -183,6 +183,7 @@ class EbpfMarker(Marker):
                 loss_probability=p.loss_probability,
                 mark_ect=p.ecn is not None,
                 xoff_bytes=p.xoff_bytes,
+                overhead_bytes=WIRE_OVERHEAD_BYTES,
             )
             ebpf.write_params(self.maps[(p.netns, p.dev)], params)
         return resources

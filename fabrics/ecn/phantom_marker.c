@@ -39,6 +39,7 @@ struct marker_params {
 	__u32 loss_u32;               /* drop probability scaled so that 2^32 is 1.0 (0: none) */
 	__u32 mark_ect;               /* 0: loss only, never mark */
 	__u64 xoff_bytes;             /* PFC XOFF: time at or above it is counted (0: not counted) */
+	__u64 overhead_bytes;         /* wire bytes per frame beyond skb->len (FCS, preamble, gap) */
 };
 
 struct marker_state {
@@ -156,11 +157,13 @@ int phantom_marker(struct __sk_buff *skb)
 	__u64 now = bpf_ktime_get_ns();
 	__u32 rnd = bpf_get_prandom_u32();
 	__u32 loss_rnd = bpf_get_prandom_u32();
-	__u64 len = skb->len;
+	/* The queue holds what the frames take on the wire, as HTB's `overhead` charges them. */
+	__u64 segs = skb->gso_segs ? skb->gso_segs : 1;
+	__u64 len = skb->len + segs * p->overhead_bytes;
 	int mark = 0;
 
 	bpf_spin_lock(&s->lock);
-	s->bytes += len;
+	s->bytes += skb->len;
 	s->packets++;
 	s->ect_packets += ect;
 	if (!p->enabled) {

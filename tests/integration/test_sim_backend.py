@@ -4,19 +4,22 @@ fabric's kernels would (fabrics/ecmp.py, verified against this kernel by the sys
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from emulator.backends import backend_name
 from emulator.backends.sim import sim_params
 from emulator.cli import main
 from emulator.errors import ScenarioError
 from emulator.run import RunOptions, run_scenario
-from emulator.run.pipeline import reference_scenario
+from emulator.run.pipeline import reference_scenario, scenario_text
 from emulator.scenario import load_scenario
 from emulator.sim.fabric import SimFabricParams, build_fabric
 from emulator.sim.port import Frame
@@ -57,9 +60,12 @@ WALL_KEYS = {
 }
 
 
-def _run(tmp_path: Path, seed: int, name: str) -> dict[str, Any]:
+def _run(tmp_path: Path, seed: int, name: str, draw_seed: int = 0) -> dict[str, Any]:
     scenario = tmp_path / f"{name}.yaml"
-    scenario.write_text(SMALL.format(seed=seed))
+    text = SMALL.format(seed=seed)
+    if draw_seed:
+        text = text.replace("sim:\n", f"sim:\n  draw_seed: {draw_seed}\n")
+    scenario.write_text(text)
     out = tmp_path / name
     assert main(["run", str(scenario), "--out", str(out), "--no-progress"]) == 0
     return json.loads((out / "summary.json").read_text())
@@ -92,6 +98,15 @@ def test_same_seed_same_summary_and_every_table(
             tmp_path / "b" / f"{table}.parquet"
         ).read_bytes(), table
     assert _without_wall(first) != _without_wall(other)  # another seed, other source ports
+    # sim.draw_seed: the same flows on the same source ports (so the same paths), other marks
+    drawn = _run(tmp_path, 3, "d", draw_seed=1)
+    assert drawn["fabric_backend"]["draw_seed"] == 1 and first["fabric_backend"]["draw_seed"] == 0
+    flows = {
+        name: pq.read_table(tmp_path / name / "flows.parquet").to_pydict() for name in ("a", "d")
+    }
+    assert flows["a"]["udp_sport"] == flows["d"]["udp_sport"]
+    assert flows["a"]["flow_id"] == flows["d"]["flow_id"]
+    assert sum(flows["a"]["ce_marks"]) > 0 and flows["a"]["ce_marks"] != flows["d"]["ce_marks"]
 
 
 def test_the_results_folder_has_what_an_emulated_run_writes(tmp_path: Path) -> None:
@@ -185,4 +200,9 @@ def test_backend_choice_and_what_each_refuses(tmp_path: Path) -> None:
     assert reference.fabric.ecn_mark_point == "arrival"
     assert sim_params(reference).ecn_mark_on_arrival is True
     assert not reference.metrics.prometheus.enabled
+    # the reference folder's scenario.yaml replays the reference: marking point and draw written
+    drawn = dataclasses.replace(reference, sim=dataclasses.replace(reference.sim, draw_seed=2))
+    written = yaml.safe_load(scenario_text(drawn))
+    assert written["fabric"]["ecn_mark_point"] == "arrival" and written["sim"]["draw_seed"] == 2
+    assert scenario_text(auto) == path.read_text()  # nothing changed: the file as it is
     assert main(["run", str(path), "--backend", "sim", "--tdf", "10"]) != 0

@@ -95,6 +95,8 @@ def test_htb_commands_are_argv_data() -> None:
             "50000b",
             "quantum",
             "9014",
+            "overhead",
+            "24",
         ],
         [
             "tc",
@@ -140,17 +142,18 @@ def test_red_marker_parameters() -> None:
 
 
 def test_marker_map_layouts_match_the_c_structs() -> None:
-    # 4 x u64 + 4 x u32 + u64; lock+pad + 12 x u64
-    assert PARAMS.size == 56 and STATE.size == 104
-    raw = MarkerParams(8e9, 100, 400, 0.5, 1000, xoff_bytes=700).pack()
-    drain, kmin, kmax, buf, pmax, enabled, loss, mark_ect, xoff = PARAMS.unpack(raw)
+    # 4 x u64 + 4 x u32 + 2 x u64; lock+pad + 12 x u64
+    assert PARAMS.size == 64 and STATE.size == 104
+    raw = MarkerParams(8e9, 100, 400, 0.5, 1000, xoff_bytes=700, overhead_bytes=24).pack()
+    drain, kmin, kmax, buf, pmax, enabled, loss, mark_ect, xoff, overhead = PARAMS.unpack(raw)
     assert drain == 1 << 24  # 8 Gb/s is 1 byte per ns
     assert (kmin, kmax, buf, enabled, loss, mark_ect, xoff) == (100, 400, 1000, 1, 0, 1, 700)
+    assert overhead == 24
     assert pmax == round(0.5 * 0xFFFFFFFF)
     lossy = PARAMS.unpack(
         MarkerParams(8e9, 0, 0, 0.0, 1000, loss_probability=0.25, mark_ect=False).pack()
     )
-    assert lossy[6:] == (1 << 30, 0, 0)  # a quarter of 2^32; no marking; no XOFF
+    assert lossy[6:] == (1 << 30, 0, 0, 0)  # a quarter of 2^32; no marking; no XOFF or overhead
     s = MarkerState.unpack(
         struct.pack("=II12Q", 0, 0, 1_000, 5_000, 9_000, 1, 2, 3, 4, 5, 6, 700, 2, 1)
     )
