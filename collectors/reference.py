@@ -20,6 +20,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,18 @@ from collectors.summary import collectives_summary
 from collectors.tables import RunTables, rows
 
 ONE_RUN_ONLY = "present in one run only"
+DRAWS_DIR = "draws"  # a reference folder's other draws: draws/1, draws/2, ...
+
+
+def draw_folder(reference: Path, n: int) -> Path:
+    """Where a reference's draw `n` is written: the reference folder itself for 0."""
+    return reference if n == 0 else reference / DRAWS_DIR / str(n)
+
+
+def draw_folders(reference: Path) -> list[Path]:
+    """A reference folder's other draws (draws/1, draws/2, ...), in order; none if absent."""
+    found = [d for d in (reference / DRAWS_DIR).glob("*") if d.is_dir() and d.name.isdigit()]
+    return sorted(found, key=lambda d: int(d.name))
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from collectors.reference import compare_runs, reference_lines
+    from collectors.reference import compare_runs, draw_folders, reference_lines
     from collectors.report import compare_table, load_run, unique_labels, write_compare_plots
     from collectors.summary import RunMeta, build_summary
     from collectors.tables import read_tables
@@ -47,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
     paths = write_compare_plots(runs, out)
     reference = None
     if len(runs) == 2:
-        draws = [read_tables(d) for d in reference_draws(Path(args.results_dirs[1]))]
+        draws = [read_tables(d) for d in draw_folders(Path(args.results_dirs[1]))]
         reference = compare_runs(runs[0].tables, runs[1].tables, draws=draws)
     if args.json:
         summaries = {
@@ -74,9 +74,3 @@ def main(args: argparse.Namespace) -> int:
             )
     print(f"\nplots: {out}")
     return 0
-
-
-def reference_draws(folder: Path) -> list[Path]:
-    """A reference folder's other draws (draws/1, draws/2, ...), in order; none if absent."""
-    found = [d for d in (folder / "draws").glob("*") if d.is_dir() and d.name.isdigit()]
-    return sorted(found, key=lambda d: int(d.name))

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from collectors.reference import DRAWS_DIR, draw_folder
 from collectors.results import ResultsWriter, default_results_dir
 from collectors.tables import read_tables
 from emulator.backends import backend_name
@@ -192,7 +193,7 @@ def _simulate_reference(
     count = scenario.sim.reference_draws
     options.say(
         f"the reference: simulating the same workload into {folder}"
-        + (f", and {count - 1} more draws of it into {folder / 'draws'}" if count > 1 else "")
+        + (f", and {count - 1} more draws of it into {folder / DRAWS_DIR}" if count > 1 else "")
     )
     tables = []
     for n in range(count):
@@ -200,7 +201,7 @@ def _simulate_reference(
             simulated,
             sim=dataclasses.replace(simulated.sim, draw_seed=simulated.sim.draw_seed + n),
         )
-        target = folder if n == 0 else folder / "draws" / str(n)
+        target = draw_folder(folder, n)
         sim_options = dataclasses.replace(
             options, out_dir=target, backend="sim", reference=None, report=False
         )

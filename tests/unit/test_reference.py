@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from collectors.records import CollectiveRecord, FlowRecord
-from collectors.reference import ReferenceBounds, compare_runs, ks_distance, reference_lines
+from collectors.reference import (
+    ReferenceBounds,
+    compare_runs,
+    draw_folder,
+    draw_folders,
+    ks_distance,
+    reference_lines,
+)
 from collectors.tables import RunTables
 
 MS = 1e-3
@@ -289,3 +296,12 @@ def test_compare_with_two_folders_adds_the_reference(
     assert section.splitlines() == reference_lines(reference)
     assert main(["compare", folders[0], *out, "--json"]) == 0
     assert "reference" not in json.loads(capsys.readouterr().out)
+
+
+def test_draw_folders_are_where_draw_folder_writes_them_in_number_order(tmp_path: Path) -> None:
+    ref = tmp_path / "run-reference-sim"
+    assert draw_folder(ref, 0) == ref and draw_folders(ref) == []
+    for n in (10, 2, 1):
+        draw_folder(ref, n).mkdir(parents=True)
+    (ref / "draws" / "notes").mkdir()  # not a draw
+    assert draw_folders(ref) == [draw_folder(ref, n) for n in (1, 2, 10)]
