@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from emulator.transport.packets import ETHERNET_OVERHEAD_BYTES
 from fabrics.iproute import Cmd, tc
+from fabrics.spec import DEFAULT_PRIORITY_DSCPS
 from fabrics.topology import Topology
 
 ETH_HEADER_BYTES = 14
@@ -20,8 +21,13 @@ ETH_HEADER_BYTES = 14
 # and the eBPF phantom queue are told to, so a switch port drains the frames a real link would.
 WIRE_OVERHEAD_BYTES = ETHERNET_OVERHEAD_BYTES - ETH_HEADER_BYTES
 ROOT_HANDLE = "1:"
-CLASS_ID = "1:1"
-LEAF_HANDLE = "10:"
+CLASS_ID = "1:1"  # the link: every byte the port sends is charged here
+PRIORITY_CLASS_ID = "1:10"  # strict priority (CNPs): served first, never waits behind data
+DATA_CLASS_ID = "1:20"  # the data queue: data, ACKs and NAKs, in arrival order
+LEAF_HANDLE = "10:"  # the data queue's qdisc (the marker's leaf: RED's counters are read here)
+PRIORITY_LEAF_HANDLE = "11:"
+# The DSCP field is the top six bits of the IPv4 ToS byte (RFC 2474): u32 matches the byte.
+DSCP_TOS_MASK = 0xFC
 # HTB needs a burst of at least the bytes the link sends between two timer runs, or it falls
 # short of its rate; 100 us of line rate covers the timer slack measured on small VMs.
 HTB_BURST_S = 100e-6
@@ -48,6 +54,7 @@ class EgressPort:
     ecn: EcnThresholds | None  # None: host NIC, or marking disabled on this tier
     loss_probability: float = 0.0  # impairment: share of packets dropped at random (eBPF marker)
     xoff_bytes: int = 0  # PFC XOFF: the marker counts time its queue spends above it (0: none)
+    priority_dscps: tuple[int, ...] = DEFAULT_PRIORITY_DSCPS  # served ahead of the data queue
 
     @property
     def burst_bytes(self) -> int:
@@ -55,12 +62,52 @@ class EgressPort:
 
 
 def htb_commands(port: EgressPort, leaf: tuple[str, ...]) -> list[Cmd]:
-    """Root HTB, one class at the link rate, and `leaf` (qdisc kind and args) under it."""
-    rate = f"{round(port.rate_bps)}bit"
+    """Root HTB with the link class at the port's rate; under it a strict-priority class for the
+    port's priority DSCPs (u32 filters on the ToS byte) and the data class holding `leaf` (qdisc
+    kind and args), the default for everything else.
+
+    HTB serves a class that has its own rate's tokens (level 0) before one that borrows from its
+    parent, and within a level the lower `prio` first (net/sched/sch_htb.c, htb_dequeue). So the
+    priority class gets the whole link rate as its own and goes first whenever it holds a frame;
+    the data class owns 1% and borrows the rest from the link class, which every frame sent
+    (either class's) is charged to: data gets what priority leaves, and the port never passes
+    more than its rate, as a strict-priority scheduler on one link."""
+    rate_bps = round(port.rate_bps)
     quantum = str(port.mtu_bytes + ETH_HEADER_BYTES)
     burst = f"{port.burst_bytes}b"
     ns, dev = port.netns, port.dev
-    return [
+
+    def htb_class(classid: str, parent: str, rate: int, ceil: int, prio: int | None) -> Cmd:
+        return tc(
+            "class",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            parent,
+            "classid",
+            classid,
+            "htb",
+            "rate",
+            f"{rate}bit",
+            "ceil",
+            f"{ceil}bit",
+            "burst",
+            burst,
+            "cburst",
+            burst,
+            *(("prio", str(prio)) if prio is not None else ()),
+            "quantum",
+            quantum,
+            # Once per skb: exact on switch ports (the fabric never merges forwarded packets);
+            # a host's GSO batch is charged it once, where the engine's pacer binds anyway.
+            "overhead",
+            str(WIRE_OVERHEAD_BYTES),
+            netns=ns,
+        )
+
+    default = DATA_CLASS_ID.split(":")[1]
+    cmds = [
         tc(
             "qdisc",
             "add",
@@ -71,37 +118,62 @@ def htb_commands(port: EgressPort, leaf: tuple[str, ...]) -> list[Cmd]:
             ROOT_HANDLE,
             "htb",
             "default",
-            "1",
+            default,
             netns=ns,
         ),
+        htb_class(CLASS_ID, ROOT_HANDLE, rate_bps, rate_bps, None),
+        htb_class(PRIORITY_CLASS_ID, CLASS_ID, rate_bps, rate_bps, 0),
+        htb_class(DATA_CLASS_ID, CLASS_ID, max(8, rate_bps // 100), rate_bps, 1),
         tc(
-            "class",
+            "qdisc",
             "add",
             "dev",
             dev,
             "parent",
-            ROOT_HANDLE,
-            "classid",
-            CLASS_ID,
-            "htb",
-            "rate",
-            rate,
-            "ceil",
-            rate,
-            "burst",
-            burst,
-            "cburst",
-            burst,
-            "quantum",
-            quantum,
-            # Once per skb: exact on switch ports (the fabric never merges forwarded packets);
-            # a host's GSO batch is charged it once, where the engine's pacer binds anyway.
-            "overhead",
-            str(WIRE_OVERHEAD_BYTES),
+            DATA_CLASS_ID,
+            "handle",
+            LEAF_HANDLE,
+            *leaf,
             netns=ns,
         ),
-        tc("qdisc", "add", "dev", dev, "parent", CLASS_ID, "handle", LEAF_HANDLE, *leaf, netns=ns),
+        tc(
+            "qdisc",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            PRIORITY_CLASS_ID,
+            "handle",
+            PRIORITY_LEAF_HANDLE,
+            *drop_tail(port),
+            netns=ns,
+        ),
     ]
+    for dscp in port.priority_dscps:
+        cmds.append(
+            tc(
+                "filter",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                ROOT_HANDLE,
+                "protocol",
+                "ip",
+                "prio",
+                "1",
+                "u32",
+                "match",
+                "ip",
+                "dsfield",
+                f"{dscp << 2:#04x}",
+                f"{DSCP_TOS_MASK:#04x}",
+                "flowid",
+                PRIORITY_CLASS_ID,
+                netns=ns,
+            )
+        )
+    return cmds
 
 
 def drop_tail(port: EgressPort) -> tuple[str, ...]:
@@ -145,6 +217,7 @@ def egress_ports(
                 ecn,
                 loss,
                 xoff,
+                topology.priority_dscps,
             )
         )
     return tuple(out)

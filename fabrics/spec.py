@@ -34,6 +34,15 @@ def hpcc_thresholds_bytes(link_gbps: float) -> tuple[int, int]:
     return kmin, kmax
 
 
+# DSCPs a port serves in strict priority: CNPs. NVIDIA's RoCE default sends CNPs with DSCP 48
+# (cnp_dscp), which a trusting switch maps to switch priority 6, and its default RoCE
+# configuration puts traffic class 6 (CNP) in strict priority ahead of the RoCE class 3 (Cumulus
+# Linux user guide, "RDMA over Converged Ethernet - RoCE", Default RoCE Mode Configuration, Port
+# ETS), so congestion feedback never waits behind the data it reports on. ACKs and NAKs keep
+# their QP's traffic class and queue with the data.
+DEFAULT_PRIORITY_DSCPS = (48,)
+
+
 @dataclass(frozen=True)
 class EcnSpec:
     """DCQCN switch marking (CP): 0 below Kmin, linear to Pmax at Kmax, 1 above Kmax."""
@@ -292,6 +301,16 @@ class ClosSpec:
         source="Alizadeh et al., DCTCP, SIGCOMM 2010, section 3.1 (mark on arrival); HPCC ns-3 "
         "switch-node.cc SwitchNotifyDequeue (mark on dequeue)",
     )
+    priority_dscps: tuple[int, ...] = param(
+        DEFAULT_PRIORITY_DSCPS,
+        doc="DSCPs every port (switch and host NIC) serves in strict priority ahead of its data "
+        "queue: CNPs by default, so congestion feedback never waits behind the data it reports "
+        "on. Everything else (data, and ACKs and NAKs, which keep their QP's class) shares the "
+        "data queue in arrival order, which is the one that marks, fills and (in simulation) "
+        "pauses. Match transport.cnp_dscp; [] puts CNPs in the data queue",
+        source="Cumulus Linux user guide, RDMA over Converged Ethernet - RoCE: traffic class 6 "
+        "(CNP) strict in the default RoCE configuration",
+    )
     ecmp_hash_seed: int = param(
         1,
         doc="net.ipv4.fib_multipath_hash_seed on every router: a fixed seed makes ECMP paths "
@@ -332,6 +351,9 @@ class ClosSpec:
         return out
 
     def __post_init__(self) -> None:
+        for dscp in self.priority_dscps:
+            if not 0 <= dscp <= 63:
+                raise ValueError(f"priority_dscps: {dscp} is not a DSCP (0..63)")
         for port, share in self.link_loss.items():
             if not 0.0 <= share <= 0.5:
                 raise ValueError(f"link_loss: {port}: {share:g} must be between 0 and 0.5")

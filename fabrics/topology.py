@@ -22,7 +22,7 @@ from functools import cached_property
 from typing import Literal
 
 from fabrics.ecmp import hash_threshold_index, l4_multipath_hash
-from fabrics.spec import ClosSpec, TierSpec
+from fabrics.spec import DEFAULT_PRIORITY_DSCPS, ClosSpec, TierSpec
 
 Role = Literal["host", "leaf", "spine", "super_spine"]
 IFNAME_MAX = 15  # IFNAMSIZ - 1 (include/uapi/linux/if.h)
@@ -96,6 +96,9 @@ class Topology:
     link_delay_s: float = 0.0
     ecmp_hash_seed: int = 1
     link_loss: dict[str, float] = field(default_factory=dict)  # egress port -> drop share
+    priority_dscps: tuple[int, ...] = (
+        DEFAULT_PRIORITY_DSCPS  # served in strict priority at every port (CNPs)
+    )
 
     @cached_property
     def hosts(self) -> tuple[str, ...]:
@@ -299,6 +302,7 @@ def build_clos(spec: ClosSpec) -> Topology:
         spec.link_delay_us * 1e-6,
         spec.ecmp_hash_seed,
         dict(spec.link_loss),
+        tuple(spec.priority_dscps),
     )
 
 

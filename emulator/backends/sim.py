@@ -41,8 +41,9 @@ from fabrics.topology import HOST_IFNAME, Cable, build_clos
 LEAVES_OUT = (
     "no CPU and no kernel: every host sends at exactly its paced rate and the engine's "
     "timers fire on time (the emulated fabric's late ticks and pacing deficit do not exist here)",
-    "one lossless data priority: every data packet shares one queue per port and one PFC "
-    "class; ACKs, NAKs and CNPs ride a strict-priority queue PFC never pauses",
+    "one lossless data priority: every data packet, ACK and NAK shares one queue per port and "
+    "one PFC class (per-QP qp_dscp classes are not separated); CNPs (fabric.priority_dscps) "
+    "ride a strict-priority queue PFC never pauses",
     "PFC pauses are modelled as XOFF/XON events, not as refreshed pause quanta",
     "switches forward from their ingress after a fixed latency (no cut-through, no shared "
     "ingress pipeline contention); the shared buffer only sets PFC's dynamic threshold",
@@ -60,6 +61,7 @@ def sim_params(scenario: Any) -> SimFabricParams:
         # auto: the HPCC ns-3 switch's point, as the simulator's checks assume
         ecn_mark_on_arrival=spec.ecn_mark_point == "arrival",
         data_dscp=transport.dscp,
+        ack_dscp=transport.ack_dscp_value,
         cnp_dscp=transport.cnp_dscp,
         draw_seed=scenario.sim.draw_seed,
     )

@@ -160,6 +160,18 @@ def _check_backend_keys(scenario: Scenario, backend: str) -> None:
         )
 
 
+def _scenario_warnings(scenario: Scenario) -> list[str]:
+    """Settings that run as asked but probably not as meant."""
+    fabric, cnp_dscp = scenario.fabric, scenario.transport.cnp_dscp
+    if isinstance(fabric, ClosSpec) and cnp_dscp not in fabric.priority_dscps:
+        return [
+            f"transport.cnp_dscp {cnp_dscp} is not in fabric.priority_dscps "
+            f"{list(fabric.priority_dscps)}: CNPs queue behind data at every port, so DCQCN "
+            "hears of congestion a queue late"
+        ]
+    return []
+
+
 def simulated_time(scenario: Scenario, planned: PlannedWorkload) -> TdfChoice:
     """A simulation's timescale: no dilation, simulated time."""
     peak_bps = planned.world_size * target_rate_bps(scenario.fabric)
@@ -227,6 +239,7 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
         planned = plan_workload(
             scenario, prefix, fabric_ranks(scenario.fabric), target_rate_bps(scenario.fabric)
         )
+        planned.warnings.extend(_scenario_warnings(scenario))
         for warning in planned.warnings:
             options.say(f"warning: {warning}")
         if isinstance(scenario.fabric, ClosSpec) and scenario.fabric.link_events:

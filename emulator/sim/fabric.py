@@ -37,6 +37,7 @@ class SimFabricParams:
     switch_latency_s: float = 0.0
     ecn_mark_on_arrival: bool = False  # fabric.ecn_mark_point: departure unless arrival
     data_dscp: int = 26
+    ack_dscp: int = 26  # transport.ack_dscp: ACKs and NAKs keep their data's class by default
     cnp_dscp: int = 48
     draw_seed: int = 0  # sim.draw_seed: salts the ports' draws, never the flows' paths
 
@@ -62,7 +63,7 @@ class Switch:
         self._cache.clear()
 
     def receive(self, frame: Frame, port: Port) -> None:
-        if not frame.control and self.ingress:
+        if not frame.priority and self.ingress:
             ingress = self.ingress.get(port)
             if ingress is not None and not ingress.admit(frame):
                 return  # headroom overflow: counted by the ingress
@@ -175,7 +176,9 @@ def build_fabric(
             str(addresses[name]),
             events=events,
             dscp=params.data_dscp,
+            ack_dscp=params.ack_dscp,
             cnp_dscp=params.cnp_dscp,
+            priority_dscps=frozenset(topology.priority_dscps),
         )
         hosts.append(host)
     switches = {

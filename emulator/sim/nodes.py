@@ -10,7 +10,13 @@ from collections import Counter, deque
 from emulator.sim.engine import Simulator
 from emulator.sim.port import Frame, Port
 from emulator.transport.events import TransportEvent
-from emulator.transport.packets import IPV4_HEADER_BYTES, UDP_HEADER_BYTES, DataPacket, Packet
+from emulator.transport.packets import (
+    IPV4_HEADER_BYTES,
+    UDP_HEADER_BYTES,
+    CnpPacket,
+    DataPacket,
+    Packet,
+)
 from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
 from emulator.transport.wire import (
@@ -60,7 +66,9 @@ class Host:
         wire_bytes: bool = False,
         events: list[TransportEvent] | None = None,
         dscp: int = 26,
+        ack_dscp: int = 26,
         cnp_dscp: int = 48,
+        priority_dscps: frozenset[int] = frozenset({48}),
     ) -> None:
         from emulator.transport.endpoint import RoceEndpoint
 
@@ -68,7 +76,9 @@ class Host:
         self.name = name
         self.address = address
         self.wire_bytes = wire_bytes
-        self._dscp = (dscp, cnp_dscp)  # data, control
+        self._dscp = (dscp, ack_dscp, cnp_dscp)  # data, ACK and NAK, CNP
+        # which of them the ports serve in strict priority (fabric.priority_dscps)
+        self._priority = tuple(d in priority_dscps for d in self._dscp)
         self.events: list[TransportEvent] = events if events is not None else []
         self.endpoint = RoceEndpoint(self.events)
         self.nic: Port | None = None
@@ -174,13 +184,16 @@ class Host:
         dst, dst_addr, sport, mhash, tag = route
         size = packet.udp_payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
         ecn = ECN_ECT0 if data else ECN_NOT_ECT
+        kind = 0 if data else 2 if type(packet) is CnpPacket else 1
         body: Packet | bytes = packet
         if self.wire_bytes:
             self._ip_id = (self._ip_id + 1) & 0xFFFF
-            dscp = self._dscp[0] if data else self._dscp[1]
-            address = FlowAddress(self.address, dst_addr, sport, dscp=dscp, ecn=ecn)
+            address = FlowAddress(self.address, dst_addr, sport, dscp=self._dscp[kind], ecn=ecn)
             body = ipv4_packet(packet, address, ip_id=self._ip_id)
-        return Frame(self.name, dst, sport, size, ecn, body, not data, mhash, tag)
+        priority = self._priority[kind]
+        return Frame(
+            self.name, dst, sport, size, ecn, body, not data, mhash, tag, priority=priority
+        )
 
     def _transmit_data(self, qp: SendQueuePair, packet: DataPacket) -> None:
         assert self.nic is not None

@@ -3,13 +3,15 @@ finds as it arrives, as the emulated fabric's markers do, or on the queue it lea
 departs, as the HPCC ns-3 switch does: fabric.ecn_mark_point), serialization at the link rate, a
 propagation delay to the peer, and PFC's pause of its data queue.
 
-Control frames (ACK, NAK, CNP) go in a strict-priority queue ahead of data, as CNPs usually are
-(NVIDIA sends them with cnp_dscp 48); only the data queue counts for ECN, the buffer and PFC.
+Frames whose DSCP the fabric serves in strict priority (fabric.priority_dscps: CNPs, DSCP 48,
+as a switch in NVIDIA's default RoCE configuration does, fabrics/spec.py) go in a priority queue
+ahead of the data queue; data, ACKs and NAKs (their QP's class) share the data queue in arrival
+order. Only the data queue counts for ECN, the buffer and PFC.
 
 PFC (IEEE 802.1Qbb) is modelled for the one lossless data priority: the switch at the far end
-counts, per ingress port, the data bytes it holds that came in on this link (PfcIngress); above
-XOFF it sends a PAUSE back, and this port then holds its data queue (control frames still go:
-they ride a priority PFC does not pause) until a RESUME comes at XON. A lossless port never
+counts, per ingress port, the data-class bytes it holds that came in on this link (PfcIngress);
+above XOFF it sends a PAUSE back, and this port then holds its data queue (priority frames still
+go: they ride a priority PFC does not pause) until a RESUME comes at XON. A lossless port never
 tail-drops data (the pause bounds its queue instead); the far end drops only what overflows the
 headroom above XOFF, which is sized for what is in flight while the PAUSE travels.
 """
@@ -45,11 +47,12 @@ class Frame:
     size_bytes: int  # bytes on the link, framing included
     ecn: int
     packet: Packet | bytes
-    control: bool = False
+    control: bool = False  # ACK, NAK or CNP: travels from the receiver back to the sender
     mhash: int = 0
     tag: int = -1
     ingress: PfcIngress | None = None
     marked_here: bool = False  # CE set on arrival at the port now holding it (for on_tx)
+    priority: bool = False  # its DSCP is in fabric.priority_dscps: the strict-priority queue
 
 
 class Node(Protocol):
@@ -198,7 +201,7 @@ class Port:
         self.on_idle: Callable[[], None] | None = None  # hosts pull packets when idle
         self.on_tx: Callable[[Frame, bool], None] | None = None  # attribution: (frame, marked)
         self._data: deque[Frame] = deque()
-        self._control: deque[Frame] = deque()
+        self._priority: deque[Frame] = deque()
         self.queued_bytes = 0
         self.busy = False
         self.up = True
@@ -221,8 +224,8 @@ class Port:
         if not self.up:
             self._drop(frame)
             return
-        if frame.control:
-            self._control.append(frame)
+        if frame.priority:
+            self._priority.append(frame)
         else:
             queued = self.queued_bytes + frame.size_bytes
             if queued > self.buffer_bytes and not self.lossless:
@@ -261,8 +264,8 @@ class Port:
             frame.ingress = None
 
     def _start(self) -> None:
-        if self._control:
-            frame = self._control.popleft()
+        if self._priority:
+            frame = self._priority.popleft()
         elif self._data and not self.paused:
             frame = self._data.popleft()
             self.queued_bytes -= frame.size_bytes
@@ -314,7 +317,7 @@ class Port:
 
     def _done(self) -> None:
         self.busy = False
-        if self._control or (self._data and not self.paused):
+        if self._priority or (self._data and not self.paused):
             self._start()
         elif self.on_idle is not None and not self.paused:
             self.on_idle()
@@ -339,7 +342,7 @@ class Port:
             self.paused = False
             self.paused_s += now - self._paused_since
             if not self.busy:
-                if self._data or self._control:
+                if self._data or self._priority:
                     self._start()
                 elif self.on_idle is not None:
                     self.on_idle()
@@ -357,9 +360,9 @@ class Port:
         self.up = up
         if up:
             return
-        for frame in (*self._control, *self._data):
+        for frame in (*self._priority, *self._data):
             self._drop(frame)
-        self._control.clear()
+        self._priority.clear()
         self._data.clear()
         self.queued_bytes = 0
 

@@ -206,3 +206,19 @@ def test_backend_choice_and_what_each_refuses(tmp_path: Path) -> None:
     assert written["fabric"]["ecn_mark_point"] == "arrival" and written["sim"]["draw_seed"] == 2
     assert scenario_text(auto) == path.read_text()  # nothing changed: the file as it is
     assert main(["run", str(path), "--backend", "sim", "--tdf", "10"]) != 0
+
+
+def test_cnps_outside_the_priority_class_run_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # CNPs on a DSCP the ports do not serve first still run (a user may want to see that), but
+    # the summary says so; the default pair (cnp_dscp 48, priority_dscps [48]) says nothing
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert _run(tmp_path, 0, "default")["warnings"] == []
+    scenario = tmp_path / "late.yaml"
+    scenario.write_text(
+        SMALL.format(seed=0).replace("  kind: clos\n", "  kind: clos\n  priority_dscps: [46]\n")
+    )
+    assert main(["run", str(scenario), "--out", str(tmp_path / "late"), "--no-progress"]) == 0
+    warnings = json.loads((tmp_path / "late" / "summary.json").read_text())["warnings"]
+    assert any("cnp_dscp 48 is not in fabric.priority_dscps [46]" in w for w in warnings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import struct
@@ -55,66 +56,29 @@ def test_egress_ports_scale_rates_and_mark_only_on_switches() -> None:
 
 def test_htb_commands_are_argv_data() -> None:
     port = EgressPort("l0", "ns", "l0-s0", 4e9, 1_000_000, 9000, 0.0, None)
-    cmds = htb_commands(port, ("bfifo", "limit", "1000000"))
-    assert [c.argv() for c in cmds] == [
-        [
-            "tc",
-            "-n",
-            "ns",
-            "qdisc",
-            "add",
-            "dev",
-            "l0-s0",
-            "root",
-            "handle",
-            "1:",
-            "htb",
-            "default",
-            "1",
-        ],
-        [
-            "tc",
-            "-n",
-            "ns",
-            "class",
-            "add",
-            "dev",
-            "l0-s0",
-            "parent",
-            "1:",
-            "classid",
-            "1:1",
-            "htb",
-            "rate",
-            "4000000000bit",
-            "ceil",
-            "4000000000bit",
-            "burst",
-            "50000b",
-            "cburst",
-            "50000b",
-            "quantum",
-            "9014",
-            "overhead",
-            "24",
-        ],
-        [
-            "tc",
-            "-n",
-            "ns",
-            "qdisc",
-            "add",
-            "dev",
-            "l0-s0",
-            "parent",
-            "1:1",
-            "handle",
-            "10:",
-            "bfifo",
-            "limit",
-            "1000000",
-        ],
+    cmds = [" ".join(c.argv()) for c in htb_commands(port, ("bfifo", "limit", "1000000"))]
+    shape = "burst 50000b cburst 50000b"
+    tail = "quantum 9014 overhead 24"
+    assert cmds == [
+        "tc -n ns qdisc add dev l0-s0 root handle 1: htb default 20",
+        f"tc -n ns class add dev l0-s0 parent 1: classid 1:1 htb rate 4000000000bit "
+        f"ceil 4000000000bit {shape} {tail}",
+        # strict priority: the whole rate as its own, prio 0
+        f"tc -n ns class add dev l0-s0 parent 1:1 classid 1:10 htb rate 4000000000bit "
+        f"ceil 4000000000bit {shape} prio 0 {tail}",
+        # data: 1% its own, the rest borrowed from the link class (what priority leaves)
+        f"tc -n ns class add dev l0-s0 parent 1:1 classid 1:20 htb rate 40000000bit "
+        f"ceil 4000000000bit {shape} prio 1 {tail}",
+        "tc -n ns qdisc add dev l0-s0 parent 1:20 handle 10: bfifo limit 1000000",
+        "tc -n ns qdisc add dev l0-s0 parent 1:10 handle 11: bfifo limit 1000000",
+        # DSCP 48 is ToS 0xc0 under the mask of the DSCP bits (RFC 2474)
+        "tc -n ns filter add dev l0-s0 parent 1: protocol ip prio 1 u32 match ip dsfield "
+        "0xc0 0xfc flowid 1:10",
     ]
+    # HTB's `default` is a hex minor, as classids are: 20 names 1:20
+    assert cmds[0].endswith("default 20")
+    none = dataclasses.replace(port, priority_dscps=())
+    assert not any("filter" in " ".join(c.argv()) for c in htb_commands(none, ("bfifo",)))
     delayed = EgressPort("l0", "ns", "d", 1e9, 90140, 9000, 250e-6, None)
     assert netem_delay(delayed) == ("netem", "delay", "250us", "limit", "10")
     assert NoMarker().leaf_qdisc(port) == ("bfifo", "limit", "1000000")
