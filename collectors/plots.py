@@ -21,11 +21,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from collectors.attribution import congested_ports
 from collectors.tables import RunTables, rows
 
 GB = 1e9
 DPI = 110
 MAX_PORT_LINES = 8
+ATTRIBUTION_PLOT = "attribution_queue.png"
 
 
 def _figure(width_in: float, height_in: float) -> Figure:
@@ -196,6 +198,35 @@ def plot_switch_queue(tables: RunTables, path: Path, title: str) -> Path:
     return _save(fig, path)
 
 
+def plot_attribution(tables: RunTables, path: Path, title: str) -> Path:
+    """Stacked queue occupancy by collective type over time at the most congested ports (the
+    most queue byte-time): who held the queues that marked whom."""
+    ports = congested_ports(tables.attribution) or [("", "")]
+    fig, axes = _grid(len(ports))
+    kinds = sorted(set(tables.attribution.column("collective_type").to_pylist()))
+    for ax, (switch, port) in zip(axes, ports, strict=True):
+        held: dict[float, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for t, sw, p, kind, queued in rows(
+            tables.attribution, ("time_s", "switch", "port", "collective_type", "queue_bytes")
+        ):
+            if (sw, p) == (switch, port):
+                held[t][kind] += queued
+        if not held:
+            _empty(ax, "attributed queue")
+            continue
+        times = sorted(held)
+        stack = [[held[t].get(k, 0) / 1e3 for t in times] for k in kinds]
+        ax.stackplot(times, *stack, labels=kinds, step="pre")
+        ax.set_title(f"{switch}:{port}", fontsize="medium")
+        ax.set_xlabel("time (s, target timescale)")
+        ax.set_ylabel("queue (KB)")
+        ax.legend(fontsize="small", title="held by", loc="upper right")
+        ax.grid(alpha=0.3)
+        _from_zero(ax)
+    fig.suptitle(f"Queue by collective at the most congested ports — {title}")
+    return _save(fig, path)
+
+
 # File name -> renderer of one run's figure.
 RUN_PLOTS: dict[str, Callable[[RunTables, Path, str], Path]] = {
     "busbw_per_iteration.png": plot_busbw_per_iteration,
@@ -207,7 +238,10 @@ RUN_PLOTS: dict[str, Callable[[RunTables, Path, str], Path]] = {
 
 def render_run_plots(tables: RunTables, folder: Path, title: str) -> list[Path]:
     folder.mkdir(mode=0o700, exist_ok=True)
-    return [render(tables, folder / name, title) for name, render in RUN_PLOTS.items()]
+    out = [render(tables, folder / name, title) for name, render in RUN_PLOTS.items()]
+    if tables.attribution_measured:  # only a backend that tags packets measures it
+        out.append(plot_attribution(tables, folder / ATTRIBUTION_PLOT, title))
+    return out
 
 
 def _grid(n: int) -> tuple[Figure, list[Any]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from collectors.attribution import AttributionTable
 from collectors.live import LiveMetrics, RunInfo
 from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
 from collectors.samples import CpuRow, NicTable, PortTable
@@ -28,6 +29,7 @@ from emulator.events import (
     FlowProgress,
     FlowStarted,
     NicSample,
+    PortAttribution,
     PortSample,
     RateSample,
     RunEvent,
@@ -57,6 +59,7 @@ class RunRecorder:
         self._port_prev: dict[tuple[str, str], tuple[int, int, int, int]] = {}
         self._pause_prev: dict[tuple[str, str], tuple[float, float]] = {}
         self.cpu_rows: list[CpuRow] = []
+        self.attribution = AttributionTable()
 
     def add_plan(self, flows: Iterable[FlowMeta], collectives: Iterable[CollectiveMeta]) -> None:
         """Register collectives (and their flows) learnt during the run."""
@@ -86,6 +89,9 @@ class RunRecorder:
                 list(self.nic.rows),
                 list(self.ports.rows),
                 list(self.cpu_rows),
+                attribution=list(self.attribution.rows),
+                marks=list(self.attribution.marks),
+                attribution_measured=self.attribution.measured,
             )
 
     # Handlers run with the live lock held.
@@ -182,6 +188,19 @@ class RunRecorder:
         self.live.port_queue_bytes[key] = row.queue_bytes
         self.live.port_utilization[key] = row.utilization
 
+    def _attribution(self, event: PortAttribution) -> None:
+        collectives, flows = self.builder.collectives, self.builder.flows
+
+        def type_of(instance: int) -> str:
+            meta = collectives.get(instance)
+            return meta.collective_type if meta is not None else "UNKNOWN"
+
+        def instance_of(flow_id: int) -> int:
+            meta = flows.get(flow_id)
+            return meta.collective_id if meta is not None else -1
+
+        self.attribution.add(event, type_of, instance_of)
+
     def _cpu(self, event: CpuSample) -> None:
         self.cpu_rows.append(CpuRow(event.time_s, event.busy_ratio))
         self.live.cpu_busy_ratio = event.busy_ratio
@@ -197,6 +216,7 @@ def _handlers() -> dict[type, Callable[[RunRecorder, Any], None]]:
         RateSample: RunRecorder._rate,
         NicSample: RunRecorder._nic,
         PortSample: RunRecorder._port,
+        PortAttribution: RunRecorder._attribution,
         CpuSample: RunRecorder._cpu,
     }
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from collectors.attribution import attribution_summary
 from collectors.live import RunInfo
 from collectors.stats import coefficient_of_variation, mean, percentile_nearest_rank
 from collectors.tables import RunTables, column, rows
@@ -252,6 +253,9 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
             "cpu_busy_p95_ratio": percentile_nearest_rank(cpu_busy, 95),
         },
         "collectives": collectives,
+        "attribution": attribution_summary(
+            tables.attribution, tables.marks, tables.flows, tables.attribution_measured
+        ),
     }
     for key, value in meta.extra.items():
         summary.setdefault(key, value)

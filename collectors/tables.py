@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from collectors.attribution import AttributionRow, MarkRow
 from collectors.queue_pairs import QpRow
 from collectors.records import CollectiveRecord, FlowRecord
 from collectors.samples import CpuRow, NicRow, PortRow
@@ -47,9 +48,12 @@ TABLES: dict[str, type] = {
     "ports": PortRow,
     "cpu": CpuRow,
     "queue_pairs": QpRow,
+    "attribution": AttributionRow,
+    "marks": MarkRow,
 }
 # Tables a results folder may lack (read as empty): added after the first folders were written.
-OPTIONAL_TABLES = frozenset({"cpu", "queue_pairs"})
+OPTIONAL_TABLES = frozenset({"cpu", "queue_pairs", "attribution", "marks"})
+ATTRIBUTION_TABLES = ("attribution", "marks")  # written only by a backend that tags packets
 
 
 def to_table(rows: Sequence[Any], cls: type) -> pa.Table:
@@ -66,6 +70,10 @@ class RunTables:
     ports: pa.Table
     cpu: pa.Table = field(default_factory=lambda: to_table([], CpuRow))
     queue_pairs: pa.Table = field(default_factory=lambda: to_table([], QpRow))
+    attribution: pa.Table = field(default_factory=lambda: to_table([], AttributionRow))
+    marks: pa.Table = field(default_factory=lambda: to_table([], MarkRow))
+    # the backend tagged packets by collective (attribution and marks are measured, even empty)
+    attribution_measured: bool = False
 
     @classmethod
     def from_rows(
@@ -76,6 +84,10 @@ class RunTables:
         ports: Sequence[PortRow] = (),
         cpu: Sequence[CpuRow] = (),
         queue_pairs: Sequence[QpRow] = (),
+        *,
+        attribution: Sequence[AttributionRow] = (),
+        marks: Sequence[MarkRow] = (),
+        attribution_measured: bool = False,
     ) -> RunTables:
         return cls(
             flows=to_table(flows, FlowRecord),
@@ -84,10 +96,16 @@ class RunTables:
             ports=to_table(ports, PortRow),
             cpu=to_table(cpu, CpuRow),
             queue_pairs=to_table(queue_pairs, QpRow),
+            attribution=to_table(attribution, AttributionRow),
+            marks=to_table(marks, MarkRow),
+            attribution_measured=attribution_measured,
         )
 
     def by_name(self) -> Mapping[str, pa.Table]:
-        return {name: getattr(self, name) for name in TABLES}
+        """The tables a results folder holds: attribution and marks only where measured (their
+        presence is what says so when the folder is read back)."""
+        skip = () if self.attribution_measured else ATTRIBUTION_TABLES
+        return {name: getattr(self, name) for name in TABLES if name not in skip}
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
@@ -121,7 +139,8 @@ def read_tables(folder: Path) -> RunTables:
                 field_, pa.array([value] * table.num_rows, type=field_.type)
             )
         tables[name] = table
-    return RunTables(**tables)
+    measured = (folder / "attribution.parquet").exists()
+    return RunTables(**tables, attribution_measured=measured)
 
 
 def _defaults(cls: type) -> dict[str, Any]:

@@ -128,6 +128,20 @@ class CpuSample:
     busy_ratio: float
 
 
+@dataclass(frozen=True, slots=True)
+class PortAttribution:
+    """Whose traffic one switch egress port holds and sends, per collective instance, from a
+    backend that tags every packet (the simulator): (instance, queue bytes now, and cumulative
+    bytes sent, ECN marks and drops); `marked_flows`: the flow of each packet marked since the
+    port's previous sample (a flow once per mark)."""
+
+    time_s: float
+    switch: str
+    port: str
+    by_instance: tuple[tuple[int, int, int, int, int], ...]
+    marked_flows: tuple[int, ...] = ()
+
+
 RunEvent = (
     FlowStarted
     | FlowProgress
@@ -137,5 +151,6 @@ RunEvent = (
     | RateSample
     | NicSample
     | PortSample
+    | PortAttribution
     | CpuSample
 )

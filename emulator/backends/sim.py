@@ -5,7 +5,9 @@ No root, no namespaces, no time dilation: time is the simulator's and every even
 session replays the driver over emulator.sim (hop-by-hop ECMP as the kernel's, per-port buffers
 and the ECN law of the tiers, PFC, link delay, switch latency, loss and link events), reads every
 port's exact queue, counters and pauses and every NIC's bytes each `sim.sample_interval_us` of
-simulated time, and reports the same events as the engine, so the run writes the same folder.
+simulated time, and reports the same events as the engine, so the run writes the same folder;
+and, which only it can, every switch port's data queue, bytes, marks and drops per collective
+instance (PortAttribution: every frame carries its flow and collective).
 Determinism: every random draw comes from generators seeded by `run.seed` (salted by
 `sim.draw_seed`) and a port's name; the only wall-clock readings are the run's own speed
 (summary.json engine.wall_s, replay_wall_s).
@@ -26,7 +28,15 @@ from emulator.backends.base import (
     SessionReport,
 )
 from emulator.errors import ScenarioError
-from emulator.events import FlowFinished, FlowStarted, NicSample, PortSample, RateSample, RunEvent
+from emulator.events import (
+    FlowFinished,
+    FlowStarted,
+    NicSample,
+    PortAttribution,
+    PortSample,
+    RateSample,
+    RunEvent,
+)
 from emulator.run.link_events import LinkEventRunner, flows_crossing
 from emulator.run.link_events import resolve as resolve_link_events
 from emulator.schedule.fabric import describe_fabric
@@ -120,6 +130,15 @@ class SimSession(Session):
         self.wall_s = 0.0
         # the far end's ingress account of each port (headroom drops are counted there)
         self._ingress_of = {ingress.upstream: ingress for ingress in self.fabric.ingresses}
+        # attribution: every switch port counts its data queue per collective instance
+        self._switch_ports = [
+            (node, dev, port)
+            for (node, dev), port in self.fabric.ports.items()
+            if node in self.topology.routers
+        ]
+        for _, _, port in self._switch_ports:
+            port.attribution = {}
+        self._attributed: dict[tuple[str, str, int], tuple[int, int, int]] = {}
 
     # -- Session --------------------------------------------------------------------------
     def metadata(self) -> dict[str, Any]:
@@ -255,11 +274,30 @@ class SimSession(Session):
                     port.pause_frames,
                 )
             )
+        out.extend(self._attribution(t))
         for rank, host in enumerate(fabric.hosts):
             nic = fabric.ports[(host.name, HOST_IFNAME)]
             down = self._downlink(host.name)
             out.append(NicSample(t, rank, "tx", nic.tx_bytes))
             out.append(NicSample(t, rank, "rx", down.tx_bytes - down.losses if down else 0))
+        return out
+
+    def _attribution(self, t: float) -> list[RunEvent]:
+        """Each switch port's data queue by collective instance: the instances that hold bytes
+        now or counted anything since the last sample, and the flows marked since."""
+        out: list[RunEvent] = []
+        last = self._attributed
+        for node, dev, port in self._switch_ports:
+            assert port.attribution is not None
+            changed = []
+            for tag, (queued, tx, marks, drops) in port.attribution.items():
+                key = (node, dev, tag)
+                if queued or last.get(key, (0, 0, 0)) != (tx, marks, drops):
+                    last[key] = (tx, marks, drops)
+                    changed.append((tag, queued, tx, marks, drops))
+            if changed or port.marked_flows:
+                out.append(PortAttribution(t, node, dev, tuple(changed), tuple(port.marked_flows)))
+                port.marked_flows.clear()
         return out
 
     def _downlink(self, host: str) -> Any:

@@ -90,6 +90,8 @@ class Host:
         self._wakeup_at = math.inf
         self._timer_at: dict[int, float] = {}
         self._ip_id = 0
+        # attribution: message (flow) id -> its tag (collective instance); frames carry both
+        self.message_tags: dict[int, int] = {}
         self.bad_icrc = 0
         self.peers: dict[str, Host] = {}
 
@@ -180,8 +182,12 @@ class Host:
         route: tuple[str, str, int, int, int],
         *,
         data: bool,
+        flow: int = -1,
+        tag: int | None = None,
     ) -> Frame:
-        dst, dst_addr, sport, mhash, tag = route
+        dst, dst_addr, sport, mhash, route_tag = route
+        if tag is None:
+            tag = route_tag
         size = packet.udp_payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
         ecn = ECN_ECT0 if data else ECN_NOT_ECT
         kind = 0 if data else 2 if type(packet) is CnpPacket else 1
@@ -192,12 +198,24 @@ class Host:
             body = ipv4_packet(packet, address, ip_id=self._ip_id)
         priority = self._priority[kind]
         return Frame(
-            self.name, dst, sport, size, ecn, body, not data, mhash, tag, priority=priority
+            self.name,
+            dst,
+            sport,
+            size,
+            ecn,
+            body,
+            not data,
+            mhash,
+            tag,
+            priority=priority,
+            flow=flow,
         )
 
     def _transmit_data(self, qp: SendQueuePair, packet: DataPacket) -> None:
         assert self.nic is not None
-        self.nic.send(self._frame(packet, self._qp_route[qp.qpn], data=True))
+        flow = qp.message_id_sent
+        tag = self.message_tags.get(flow)
+        self.nic.send(self._frame(packet, self._qp_route[qp.qpn], data=True, flow=flow, tag=tag))
 
     # -- receive -------------------------------------------------------------------------
     def receive(self, frame: Frame, port: Port) -> None:
@@ -230,7 +248,8 @@ class Host:
                 frame.tag,
             )
             for reply in replies:
-                self.nic.send(self._frame(reply, route, data=False))
+                # an ACK, NAK or CNP is the traffic of the data it answers
+                self.nic.send(self._frame(reply, route, data=False, flow=frame.flow, tag=frame.tag))
         sender = endpoint.senders.get(local_qpn)
         if sender is not None:
             self._activate(sender)

@@ -53,6 +53,7 @@ class Frame:
     ingress: PfcIngress | None = None
     marked_here: bool = False  # CE set on arrival at the port now holding it (for on_tx)
     priority: bool = False  # its DSCP is in fabric.priority_dscps: the strict-priority queue
+    flow: int = -1  # the flow (message) it carries or answers, for attribution
 
 
 class Node(Protocol):
@@ -219,6 +220,10 @@ class Port:
         self.marks = 0
         self.max_queued_bytes = 0
         self.queue_samples: list[tuple[float, int]] | None = None
+        # attribution (None: off): per tag (collective instance) [bytes queued now, bytes
+        # sent, marks, drops] of the data queue, and the flow of every frame marked here
+        self.attribution: dict[int, list[int]] | None = None
+        self.marked_flows: list[int] = []
 
     def send(self, frame: Frame) -> None:
         if not self.up:
@@ -243,6 +248,8 @@ class Port:
                 self._mark(frame)
                 frame.marked_here = True
             self.queued_bytes = queued
+            if self.attribution is not None:
+                self._account(frame.tag)[0] += frame.size_bytes
             if queued > self.max_queued_bytes:
                 self.max_queued_bytes = queued
             if self.queue_samples is not None:
@@ -251,14 +258,26 @@ class Port:
         if not self.busy:
             self._start()
 
+    def _account(self, tag: int) -> list[int]:
+        assert self.attribution is not None
+        entry = self.attribution.get(tag)
+        if entry is None:
+            entry = self.attribution[tag] = [0, 0, 0, 0]
+        return entry
+
     def _mark(self, frame: Frame) -> None:
         frame.ecn = ECN_CE
         if isinstance(frame.packet, bytes):
             frame.packet = _set_ce(frame.packet)
         self.marks += 1
+        if self.attribution is not None:
+            self._account(frame.tag)[2] += 1
+            self.marked_flows.append(frame.flow)
 
     def _drop(self, frame: Frame) -> None:
         self.drops += 1
+        if self.attribution is not None:
+            self._account(frame.tag)[3] += 1
         if frame.ingress is not None:
             frame.ingress.release(frame.size_bytes)
             frame.ingress = None
@@ -269,6 +288,10 @@ class Port:
         elif self._data and not self.paused:
             frame = self._data.popleft()
             self.queued_bytes -= frame.size_bytes
+            if self.attribution is not None:
+                entry = self._account(frame.tag)
+                entry[0] -= frame.size_bytes
+                entry[1] += frame.size_bytes
             if frame.ingress is not None:
                 frame.ingress.release(frame.size_bytes)
                 frame.ingress = None
@@ -365,6 +388,8 @@ class Port:
         self._priority.clear()
         self._data.clear()
         self.queued_bytes = 0
+        for entry in (self.attribution or {}).values():
+            entry[0] = 0
 
 
 def _set_ce(ip_packet: bytes) -> bytes:

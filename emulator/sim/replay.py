@@ -192,7 +192,9 @@ class SimReplay:
         conn.ordinals[flow.id] = conn.next_ordinal
         conn.next_ordinal += 1
         self.outputs.flow_started(flow.id, now)
-        self.fabric.hosts[flow.src].post(qp, message_id=flow.id, size_bytes=flow.bytes)
+        src = self.fabric.hosts[flow.src]
+        src.message_tags[flow.id] = flow.instance  # its frames carry their collective
+        src.post(qp, message_id=flow.id, size_bytes=flow.bytes)
 
     def _connection(self, flow: FlowLike) -> Connection:
         key = (flow.src, flow.dst, flow.qp, flow.udp_sport)

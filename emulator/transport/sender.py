@@ -116,6 +116,8 @@ class SendQueuePair:
         self._initial_psn = initial_psn & PSN_MASK
         self._next_seq = 0  # sequence number of the next new packet
         self._una_seq = 0  # oldest unacknowledged
+        # the message of the packet poll_transmit handed out last (a simulation tags it by this)
+        self.message_id_sent = -1
         self._resend_seq: int | None = None  # next to send again while going back
         self._resend_msg = 0  # index in _msgs of the message holding _resend_seq
         # Posted, not completed, in order: _msgs[_head:]; _msgs[_seg] is the first one not yet
@@ -281,6 +283,7 @@ class SendQueuePair:
             k = m.sent
             ack_req = bool(self._take_new(1))
         packet = self._packet(m, k, ack_req)
+        self.message_id_sent = m.message_id
         self.packets_sent += 1
         if ack_req:
             # IB transport timer: runs while a packet that asked for a response is unanswered,

@@ -222,3 +222,48 @@ def test_cnps_outside_the_priority_class_run_with_a_warning(
     assert main(["run", str(scenario), "--out", str(tmp_path / "late"), "--no-progress"]) == 0
     warnings = json.loads((tmp_path / "late" / "summary.json").read_text())["warnings"]
     assert any("cnp_dscp 48 is not in fabric.priority_dscps [46]" in w for w in warnings)
+
+
+def test_attribution_accounts_for_every_queued_byte_and_every_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the simulator tags every frame with its flow and collective: per port, the attributed
+    # queue equals the port's queue at every sample, and the attributed marks its marks
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    summary = _run(tmp_path, 0, "attributed")
+    folder = tmp_path / "attributed"
+    attribution = pq.read_table(folder / "attribution.parquet").to_pylist()
+    marks = pq.read_table(folder / "marks.parquet").to_pylist()
+    ports = pq.read_table(folder / "ports.parquet").to_pylist()
+    flows = pq.read_table(folder / "flows.parquet").to_pylist()
+    assert attribution and marks
+    held: dict[tuple[float, str, str], int] = {}
+    for row in attribution:
+        key = (row["time_s"], row["switch"], row["port"])
+        held[key] = held.get(key, 0) + row["queue_bytes"]
+    switch_rows = [p for p in ports if not p["switch"].startswith("h")]
+    for p in switch_rows:
+        assert held.get((p["time_s"], p["switch"], p["port"]), 0) == p["queue_bytes"], p
+    by_port: dict[tuple[str, str], int] = {}
+    for row in attribution:
+        by_port[(row["switch"], row["port"])] = (
+            by_port.get((row["switch"], row["port"]), 0) + row["ecn_marks"]
+        )
+    port_marks: dict[tuple[str, str], int] = {}
+    for p in switch_rows:  # cumulative counters: the last sample holds the total
+        port_marks[(p["switch"], p["port"])] = p["ecn_marks"]
+    assert {k: v for k, v in by_port.items() if v} == {k: v for k, v in port_marks.items() if v}
+    assert len(marks) == sum(port_marks.values())
+    # a packet marked at two hops counts twice here and once at its receiver
+    per_flow: dict[int, int] = {}
+    for m in marks:
+        per_flow[m["flow_id"]] = per_flow.get(m["flow_id"], 0) + 1
+    kinds = {f["flow_id"]: f["collective_type"] for f in flows}
+    assert all(kinds[m["flow_id"]] == m["collective_type"] for m in marks)
+    assert all(per_flow.get(f["flow_id"], 0) >= f["ce_marks"] for f in flows)
+    section = summary["attribution"]
+    assert section["measured"] is True and section["ports"]
+    for port in section["ports"]:
+        assert sum(port["queue_share"].values()) == pytest.approx(1.0)
+        assert port["top_interferer"] in port["queue_share"]
+    assert (folder / "plots" / "attribution_queue.png").stat().st_size > 0

@@ -51,6 +51,7 @@ class StaticFlow:
     qp: int = 0
     deps: tuple[int, ...] = ()
     profile: int = 0
+    instance: int = 0  # its collective (attribution)
 
 
 class StaticDriver:
