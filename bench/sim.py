@@ -30,6 +30,7 @@ import dataclasses
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -281,6 +282,12 @@ def main(argv: list[str]) -> int:
             f"--{flag}", action=argparse.BooleanOptionalAction, default=True, help=f"also {what}"
         )
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the numbers here")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep the runs' results folders in DIR (a new folder; default: removed)",
+    )
     parser.add_argument("--child", choices=("run", "baseline"), help=argparse.SUPPRESS)
     parser.add_argument("--scenario", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -288,6 +295,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return child_main(args.child, args.scenario, args.out, args.timeout, args.result)
+    if args.keep is not None and args.keep.exists():
+        parser.error(f"--keep: {args.keep} exists; name a new folder")
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
         work = Path(tmp)
         runs = {16: simulate(MOE_MIX, work, "hosts16", args.timeout)}
@@ -295,6 +304,8 @@ def main(argv: list[str]) -> int:
             runs[64] = simulate(scenario_64(work), work, "hosts64", args.timeout)
             runs[128] = simulate(MOE_MIX_128, work, "hosts128", args.timeout)
         emu = emulated(work, args.emulated_timeout, args.emulated)
+        if args.keep is not None:
+            shutil.copytree(work, args.keep)  # the results folders, to look into afterwards
     doc: dict[str, Any] = {"bench": BENCH, "simulated": runs, "emulated": emu}
     doc["ratios_emulated_over_simulated"] = print_comparison(runs[16], emu)
     print_runs(runs)
