@@ -106,6 +106,9 @@ def htb_commands(port: EgressPort, leaf: tuple[str, ...]) -> list[Cmd]:
             netns=ns,
         )
 
+    def leaf_qdisc(parent: str, handle: str, args: tuple[str, ...]) -> Cmd:
+        return tc("qdisc", "add", "dev", dev, "parent", parent, "handle", handle, *args, netns=ns)
+
     default = DATA_CLASS_ID.split(":")[1]
     cmds = [
         tc(
@@ -124,30 +127,8 @@ def htb_commands(port: EgressPort, leaf: tuple[str, ...]) -> list[Cmd]:
         htb_class(CLASS_ID, ROOT_HANDLE, rate_bps, rate_bps, None),
         htb_class(PRIORITY_CLASS_ID, CLASS_ID, rate_bps, rate_bps, 0),
         htb_class(DATA_CLASS_ID, CLASS_ID, max(8, rate_bps // 100), rate_bps, 1),
-        tc(
-            "qdisc",
-            "add",
-            "dev",
-            dev,
-            "parent",
-            DATA_CLASS_ID,
-            "handle",
-            LEAF_HANDLE,
-            *leaf,
-            netns=ns,
-        ),
-        tc(
-            "qdisc",
-            "add",
-            "dev",
-            dev,
-            "parent",
-            PRIORITY_CLASS_ID,
-            "handle",
-            PRIORITY_LEAF_HANDLE,
-            *drop_tail(port),
-            netns=ns,
-        ),
+        leaf_qdisc(DATA_CLASS_ID, LEAF_HANDLE, leaf),
+        leaf_qdisc(PRIORITY_CLASS_ID, PRIORITY_LEAF_HANDLE, drop_tail(port)),
     ]
     for dscp in port.priority_dscps:
         cmds.append(

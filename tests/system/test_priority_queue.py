@@ -20,11 +20,10 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from emulator.engine.testbed import NetnsBed, PairInfo, pair
+from emulator.engine.testbed import PairInfo
 from fabrics.iproute import in_netns, run, tc
 from fabrics.queues import LEAF_HANDLE, EgressPort, drop_tail, htb_commands
 from tests.system.conftest import SO_RCVBUFFORCE
@@ -39,15 +38,6 @@ PORT = 5302
 TOS_DATA = 26 << 2 | 2  # DSCP 26, ECT(0)
 TOS_CNP = 48 << 2
 IN_FLIGHT = 2  # frames the port had dequeued but not yet delivered when the DSCP 48 one came
-
-
-@pytest.fixture
-def port_pair(system: None) -> Iterator[PairInfo]:
-    bed = NetnsBed()
-    try:
-        yield pair(bed, mtu=1500, subnet="10.79.1")
-    finally:
-        bed.close()
 
 
 def _data_queue_packets(netns: str, dev: str) -> int:
@@ -68,8 +58,8 @@ def _receive(sock: socket.socket, got: list[tuple[bytes, int]], deadline: float)
         got.append((data[:8], tos))
 
 
-def test_cnp_dscp_overtakes_the_data_backlog_and_data_dscp_does_not(port_pair: PairInfo) -> None:
-    p = port_pair
+def test_cnp_dscp_overtakes_the_data_backlog_and_data_dscp_does_not(veth_pair: PairInfo) -> None:
+    p = veth_pair
     port = EgressPort("a", p.sender_ns, p.sender_if, RATE_BPS, 4_000_000, 1500, 0.0, None)
     for cmd in htb_commands(port, drop_tail(port)):
         run(cmd)

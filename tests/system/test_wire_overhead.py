@@ -19,11 +19,10 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from emulator.engine.testbed import NetnsBed, PairInfo, pair
+from emulator.engine.testbed import PairInfo
 from fabrics.ecn import ebpf
 from fabrics.ecn.markers import EbpfMarker
 from fabrics.iproute import Cmd, in_netns, run
@@ -49,15 +48,6 @@ PORT = 5301
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 
 
-@pytest.fixture
-def port_pair(system: None) -> Iterator[PairInfo]:
-    bed = NetnsBed()
-    try:
-        yield pair(bed, mtu=1500, subnet="10.79.0")
-    finally:
-        bed.close()
-
-
 def _receive(sock: socket.socket, stamps: list[int], deadline: float) -> None:
     while len(stamps) < PACKETS and time.monotonic() < deadline:
         try:
@@ -70,8 +60,8 @@ def _receive(sock: socket.socket, stamps: list[int], deadline: float) -> None:
                 stamps.append(sec * 1_000_000_000 + nsec)
 
 
-def test_htb_and_the_phantom_queue_charge_preamble_gap_and_fcs(port_pair: PairInfo) -> None:
-    p = port_pair
+def test_htb_and_the_phantom_queue_charge_preamble_gap_and_fcs(veth_pair: PairInfo) -> None:
+    p = veth_pair
     assert WIRE_OVERHEAD_BYTES == 4 + 8 + 12  # IEEE 802.3: FCS, preamble + SFD, gap
     shaped = EgressPort("a", p.sender_ns, p.sender_if, HTB_RATE_BPS, 4_000_000, 1500, 0.0, None)
     for cmd in htb_commands(shaped, drop_tail(shaped)):
