@@ -24,9 +24,9 @@ import time
 import pytest
 
 from emulator.engine.testbed import PairInfo
-from fabrics.iproute import in_netns, run, tc
+from fabrics.iproute import run, tc
 from fabrics.queues import LEAF_HANDLE, EgressPort, drop_tail, htb_commands
-from tests.system.conftest import SO_RCVBUFFORCE
+from tests.system.conftest import SO_RCVBUFFORCE, udp_socket
 
 SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
@@ -63,10 +63,7 @@ def test_cnp_dscp_overtakes_the_data_backlog_and_data_dscp_does_not(veth_pair: P
     port = EgressPort("a", p.sender_ns, p.sender_if, RATE_BPS, 4_000_000, 1500, 0.0, None)
     for cmd in htb_commands(port, drop_tail(port)):
         run(cmd)
-    with in_netns(p.receiver_ns):
-        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    with in_netns(p.sender_ns):
-        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx, tx = udp_socket(p.receiver_ns), udp_socket(p.sender_ns, TOS_DATA)
     with rx, tx:
         rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
         rx.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
@@ -78,7 +75,6 @@ def test_cnp_dscp_overtakes_the_data_backlog_and_data_dscp_does_not(veth_pair: P
         # 300 x 166 wire bytes at 500 kb/s: 0.8 s to drain
         receiver = threading.Thread(target=_receive, args=(rx, got, time.monotonic() + 20))
         receiver.start()
-        tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS_DATA)
         for _ in range(DATA):
             tx.sendto(b"data0000" + bytes(92), (p.receiver_addr, PORT))
         tx.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, TOS_CNP)

@@ -25,7 +25,7 @@ import pytest
 from emulator.engine.testbed import PairInfo
 from fabrics.ecn import ebpf
 from fabrics.ecn.markers import EbpfMarker
-from fabrics.iproute import Cmd, in_netns, run
+from fabrics.iproute import Cmd, run
 from fabrics.queues import (
     ETH_HEADER_BYTES,
     WIRE_OVERHEAD_BYTES,
@@ -34,7 +34,7 @@ from fabrics.queues import (
     drop_tail,
     htb_commands,
 )
-from tests.system.conftest import SO_RCVBUFFORCE
+from tests.system.conftest import SO_RCVBUFFORCE, udp_socket
 
 pytestmark = pytest.mark.system
 
@@ -77,10 +77,7 @@ def test_htb_and_the_phantom_queue_charge_preamble_gap_and_fcs(veth_pair: PairIn
         marker.configure([phantom])
         maps = marker.maps[(phantom.netns, phantom.dev)]
         before = ebpf.read_state(maps)
-        with in_netns(p.receiver_ns):
-            rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        with in_netns(p.sender_ns):
-            tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rx, tx = udp_socket(p.receiver_ns, 0), udp_socket(p.sender_ns, 0)
         with rx, tx:
             rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 << 20)
             rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
