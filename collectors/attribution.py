@@ -1,9 +1,10 @@
 """Who throttled whom: each switch port's queue, traffic, ECN marks and drops by collective.
 
 A backend that can tell whose packet is whose sends PortAttribution samples (the simulator:
-exact, every frame carries its flow and collective instance): per port, each instance's bytes
-in the queue now and its cumulative bytes sent, marks and drops, and every marked packet's flow
-since the last sample. Two tables come of it:
+exact, every frame carries its flow and collective instance): per port and sample window, each
+instance's bytes in the queue at the window's end and its bytes sent, marks and drops in the
+window, and every marked packet's flow. A queue's byte-time is what it held at the end of each
+window times the window (sample and hold at the sample interval). Two tables come of it:
 
 - attribution.parquet: per port, sample window and collective instance, the queue bytes it held
   at the window's end and the bytes, marks and drops of the window (rows only where it had any);
@@ -60,13 +61,11 @@ class MarkRow:
 
 
 class AttributionTable:
-    """Turns cumulative PortAttribution samples into window rows."""
+    """Turns PortAttribution samples into window rows."""
 
     def __init__(self) -> None:
         self.rows: list[AttributionRow] = []
         self.marks: list[MarkRow] = []
-        self._prev: dict[tuple[str, str, int], tuple[int, int, int]] = {}
-        self._last_t: dict[tuple[str, str], float] = {}
         self.measured = False
 
     def add(
@@ -76,28 +75,21 @@ class AttributionTable:
         instance_of: Callable[[int], int],
     ) -> None:
         self.measured = True
-        key = (event.switch, event.port)
-        interval = event.time_s - self._last_t.get(key, 0.0)
-        self._last_t[key] = event.time_s
         for instance, queued, tx, marks, drops in event.by_instance:
-            prev = self._prev.get((*key, instance), (0, 0, 0))
-            self._prev[(*key, instance)] = (tx, marks, drops)
-            d_tx, d_marks, d_drops = tx - prev[0], marks - prev[1], drops - prev[2]
-            if queued or d_tx or d_marks or d_drops:
-                self.rows.append(
-                    AttributionRow(
-                        event.time_s,
-                        interval,
-                        event.switch,
-                        event.port,
-                        instance,
-                        type_of(instance),
-                        queued,
-                        d_tx,
-                        d_marks,
-                        d_drops,
-                    )
+            self.rows.append(
+                AttributionRow(
+                    event.time_s,
+                    event.interval_s,
+                    event.switch,
+                    event.port,
+                    instance,
+                    type_of(instance),
+                    queued,
+                    tx,
+                    marks,
+                    drops,
                 )
+            )
         for flow_id in event.marked_flows:
             instance = instance_of(flow_id)
             self.marks.append(

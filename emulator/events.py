@@ -131,11 +131,13 @@ class CpuSample:
 @dataclass(frozen=True, slots=True)
 class PortAttribution:
     """Whose traffic one switch egress port holds and sends, per collective instance, from a
-    backend that tags every packet (the simulator): (instance, queue bytes now, and cumulative
-    bytes sent, ECN marks and drops); `marked_flows`: the flow of each packet marked since the
-    port's previous sample (a flow once per mark)."""
+    backend that tags every packet (the simulator), over the sample window of `interval_s`
+    ending at time_s: (instance, queue bytes now, and bytes sent, ECN marks and drops in the
+    window); `marked_flows`: the flow of each packet marked in it (a flow once per mark). A
+    port with nothing queued and nothing counted sends no sample for the window."""
 
     time_s: float
+    interval_s: float
     switch: str
     port: str
     by_instance: tuple[tuple[int, int, int, int, int], ...]

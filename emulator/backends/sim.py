@@ -138,7 +138,7 @@ class SimSession(Session):
         ]
         for _, _, port in self._switch_ports:
             port.attribution = {}
-        self._attributed: dict[tuple[str, str, int], tuple[int, int, int]] = {}
+        self._attributed_s = 0.0  # simulated time of the last attribution sample
 
     # -- Session --------------------------------------------------------------------------
     def metadata(self) -> dict[str, Any]:
@@ -283,21 +283,14 @@ class SimSession(Session):
         return out
 
     def _attribution(self, t: float) -> list[RunEvent]:
-        """Each switch port's data queue by collective instance: the instances that hold bytes
-        now or counted anything since the last sample, and the flows marked since."""
+        """Each switch port's data queue by collective instance since the last sample: the
+        instances that hold bytes now or counted anything, and the flows marked."""
         out: list[RunEvent] = []
-        last = self._attributed
+        interval_s, self._attributed_s = t - self._attributed_s, t
         for node, dev, port in self._switch_ports:
-            assert port.attribution is not None
-            changed = []
-            for tag, (queued, tx, marks, drops) in port.attribution.items():
-                key = (node, dev, tag)
-                if queued or last.get(key, (0, 0, 0)) != (tx, marks, drops):
-                    last[key] = (tx, marks, drops)
-                    changed.append((tag, queued, tx, marks, drops))
-            if changed or port.marked_flows:
-                out.append(PortAttribution(t, node, dev, tuple(changed), tuple(port.marked_flows)))
-                port.marked_flows.clear()
+            held, marked = port.take_attribution()
+            if held or marked:
+                out.append(PortAttribution(t, interval_s, node, dev, held, marked))
         return out
 
     def _downlink(self, host: str) -> Any:

@@ -220,8 +220,9 @@ class Port:
         self.marks = 0
         self.max_queued_bytes = 0
         self.queue_samples: list[tuple[float, int]] | None = None
-        # attribution (None: off): per tag (collective instance) [bytes queued now, bytes
-        # sent, marks, drops] of the data queue, and the flow of every frame marked here
+        # attribution (None: off): per tag (collective instance) [bytes queued now, and bytes
+        # sent, marks, drops since the last take_attribution] of the data queue, and the flow
+        # of every frame marked here since then
         self.attribution: dict[int, list[int]] | None = None
         self.marked_flows: list[int] = []
 
@@ -257,6 +258,23 @@ class Port:
             self._data.append(frame)
         if not self.busy:
             self._start()
+
+    def take_attribution(
+        self,
+    ) -> tuple[tuple[tuple[int, int, int, int, int], ...], tuple[int, ...]]:
+        """Since the last call: (tag, bytes queued now, bytes sent, marks, drops) of every tag
+        with any, and the flows marked. The counts start again; a tag with nothing queued is
+        forgotten until its next frame."""
+        assert self.attribution is not None
+        held = tuple(
+            (tag, q, tx, m, d)
+            for tag, (q, tx, m, d) in self.attribution.items()
+            if q or tx or m or d
+        )
+        self.attribution = {tag: [e[0], 0, 0, 0] for tag, e in self.attribution.items() if e[0]}
+        marked = tuple(self.marked_flows)
+        self.marked_flows.clear()
+        return held, marked
 
     def _account(self, tag: int) -> list[int]:
         assert self.attribution is not None

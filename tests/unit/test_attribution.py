@@ -24,19 +24,25 @@ FLOW_INSTANCE = {10: 1, 20: 2, 21: 2}
 def _table() -> AttributionTable:
     table = AttributionTable()
     samples = [
-        # t=1: AR holds 3000 B and sent 1000, A2A holds 1000 B; flow 20 (A2A) marked once
-        PortAttribution(1.0, "l0", "l0-h0", ((1, 3000, 1000, 0, 0), (2, 1000, 500, 1, 0)), (20,)),
-        # t=2: AR holds 1000 B, sent 4000 more, marked twice; A2A empty, sent 1000 more
-        PortAttribution(2.0, "l0", "l0-h0", ((1, 1000, 5000, 2, 0), (2, 0, 1500, 1, 0)), (10, 10)),
-        # another port, once: only A2A, one drop
-        PortAttribution(2.0, "s0", "s0-l0", ((2, 500, 100, 0, 1),), ()),
+        # window (0, 1]: AR holds 3000 B and sent 1000, A2A holds 1000 B, sent 500 and had
+        # flow 20 marked once
+        PortAttribution(
+            1.0, 1.0, "l0", "l0-h0", ((1, 3000, 1000, 0, 0), (2, 1000, 500, 1, 0)), (20,)
+        ),
+        # window (1, 2]: AR holds 1000 B, sent 4000 and had flow 10 marked twice; A2A empty,
+        # sent 1000
+        PortAttribution(
+            2.0, 1.0, "l0", "l0-h0", ((1, 1000, 4000, 2, 0), (2, 0, 1000, 0, 0)), (10, 10)
+        ),
+        # another port, quiet in (0, 1] (no sample), in (1, 2]: only A2A, one drop
+        PortAttribution(2.0, 1.0, "s0", "s0-l0", ((2, 500, 100, 0, 1),), ()),
     ]
     for s in samples:
         table.add(s, TYPES.__getitem__, FLOW_INSTANCE.__getitem__)
     return table
 
 
-def test_cumulative_samples_become_window_rows() -> None:
+def test_samples_become_window_rows() -> None:
     table = _table()
     got = [
         (r.time_s, r.port, r.collective_type, r.queue_bytes, r.tx_bytes, r.ecn_marks, r.drops)
@@ -49,7 +55,9 @@ def test_cumulative_samples_become_window_rows() -> None:
         (2.0, "l0-h0", "ALL_TO_ALL", 0, 1000, 0, 0),
         (2.0, "s0-l0", "ALL_TO_ALL", 500, 100, 0, 1),
     ]
-    assert [r.interval_s for r in table.rows] == [1.0, 1.0, 1.0, 1.0, 2.0]
+    # a port's window is the sample interval, not the time since its previous sample: s0-l0
+    # held nothing at t=1, so its 500 B count for (1, 2] only
+    assert [r.interval_s for r in table.rows] == [1.0, 1.0, 1.0, 1.0, 1.0]
     assert [(m.time_s, m.flow_id, m.collective_type) for m in table.marks] == [
         (1.0, 20, "ALL_TO_ALL"),
         (2.0, 10, "ALL_REDUCE"),
@@ -94,7 +102,7 @@ def test_summary_shares_top_interferer_and_the_slowest_flows() -> None:
     )
     s = attribution_summary(tables.attribution, tables.marks, tables.flows, True)
     # queue byte-seconds at l0-h0: AR 3000x1 + 1000x1 = 4000, A2A 1000x1 + 0 = 1000;
-    # at s0-l0: A2A 500 x 2 s = 1000: l0-h0 ranks first
+    # at s0-l0: A2A 500 x 1 s = 500: l0-h0 ranks first
     assert congested_ports(tables.attribution) == [("l0", "l0-h0"), ("s0", "s0-l0")]
     first = s["ports"][0]
     assert first["queue_share"] == pytest.approx({"ALL_REDUCE": 0.8, "ALL_TO_ALL": 0.2})
