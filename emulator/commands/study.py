@@ -1,4 +1,6 @@
-"""`emulate study interference`: each collective alone, then mixed, and the side-by-side report.
+"""`emulate study NAME`: the studies, each a subcommand.
+
+`emulate study interference`: each collective alone, then mixed, and the side-by-side report.
 
 Runs scenarios/allreduce_only.yaml, alltoall_only.yaml and moe_mix.yaml --repeats times each
 (seeds run.seed, run.seed + 1, ...), or reuses finished results folders, then writes the comparison
@@ -16,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-HELP = "Run a study (interference: collectives alone vs mixed)."
+HELP = "Run a study: interference (alone vs mixed), sensitivity (link rates)."
 
 
 def _flag(role: str) -> str:
@@ -24,9 +26,25 @@ def _flag(role: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from emulator.study import DEFAULT_REPEATS, ROLES, STUDIES
+    from emulator.commands import sensitivity
 
-    parser.add_argument("study", choices=sorted(STUDIES), help="the study to run")
+    studies = parser.add_subparsers(dest="study", metavar="STUDY", title="studies", required=True)
+    interference = studies.add_parser(
+        "interference", help=INTERFERENCE_HELP, description=INTERFERENCE_HELP
+    )
+    add_interference_arguments(interference)
+    interference.set_defaults(_main=main)
+    other = studies.add_parser("sensitivity", help=sensitivity.HELP, description=sensitivity.HELP)
+    sensitivity.add_arguments(other)
+    other.set_defaults(_main=sensitivity.main)
+
+
+INTERFERENCE_HELP = "All-Reduce alone, All-to-All alone and both mixed, with repeats and CIs."
+
+
+def add_interference_arguments(parser: argparse.ArgumentParser) -> None:
+    from emulator.study import DEFAULT_REPEATS, ROLES
+
     parser.add_argument(
         "--out",
         metavar="DIR",
@@ -136,7 +154,7 @@ def main(args: argparse.Namespace) -> int:
     # With --json stdout carries one document: each run's own table goes to stderr instead.
     stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with stdout:
-        result = STUDIES[args.study](
+        result = STUDIES["interference"](
             out,
             scenarios=scenarios,
             reuse=reuse,
