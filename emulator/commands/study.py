@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-HELP = "Run a study: interference (alone vs mixed), sensitivity (link rates)."
+HELP = "Run a study (interference, sensitivity)."
 
 
 def _flag(role: str) -> str:
