@@ -10,6 +10,9 @@ APT_PACKAGES=(
   python3 python3-venv python3-dev gcc
   iproute2 iputils-ping ethtool procps psmisc
   iperf3 clang llvm libbpf-dev bpftool tcpdump tshark prometheus
+  # headless, for the test that opens report.html (tests/system/test_report_html.py); its
+  # dependencies bring a font (fonts-dejavu-core through fontconfig-config), which is enough
+  chromium
 )
 VENV=.venv
 

@@ -5,6 +5,10 @@ seeds.json) and every PNG under plots/, embedded as data: URIs, so it can be mai
 alone and read offline: no script, no external stylesheet, font or URL. Every text taken from the
 JSON is escaped (scenario names and fidelity reasons are user input). Numbers use the units of
 the terminal tables (collectors.report): busbw in GB/s, FCT in ms, job time in s.
+
+Written last by every run (emulator.run.execute, partial runs too), a series of seeds
+(emulator.seeds) and a study (emulator.study) through write_or_warn, and again by `emulate report
+DIR` (emulator.commands.report).
 """
 
 from __future__ import annotations
@@ -12,13 +16,14 @@ from __future__ import annotations
 import base64
 import html
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from collectors.report import TYPE_COLUMNS
-from collectors.results import PLOTS, SUMMARY, read_json_object, write_private
+from collectors.results import PLOTS, SUMMARY, read_json_object, replace_file_atomically
 from emulator.errors import InputError
 
 REPORT_HTML = "report.html"
@@ -201,8 +206,41 @@ def _level(bootstrap: Mapping[str, Any]) -> str:
 
 
 def _write(path: Path, page: str) -> Path:
-    write_private(path, page.encode("utf-8"))
+    """0600 like the folder's other files, and atomically: a page rewritten by `emulate report`
+    or cut short by a crash is the old page or the new one, never half of one."""
+    replace_file_atomically(path, page.encode("utf-8"))
     return path
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def write_or_warn(
+    write: Callable[[Path], Path],
+    folder: Path,
+    warn: Callable[[str], None] | None = None,
+    again: str = "",
+) -> Path | None:
+    """write(folder) (write_run_report, write_study_report, write_seeds_report): the page's path,
+    or None after a warning through `warn` (default: a line on stderr) naming the page, why it is
+    missing and `again`, how to write it again (e.g. "emulate report DIR").
+
+    A warning, not an error: the page is a view of files already written and complete without
+    it (summary.json, study.json, seeds.json, the plots). Raising would turn a finished run into
+    a failed one and stop its caller (a study, a series of seeds) mid-way, for a page that can
+    be written again from those files later. So any Exception (a full disk, a permission, a
+    renderer bug on an unforeseen summary) is said, not raised; KeyboardInterrupt and SystemExit
+    still propagate."""
+    try:
+        return write(folder)
+    except Exception as exc:  # said as a warning: see above
+        (warn or _stderr)(
+            f"warning: {folder / REPORT_HTML}: not written ({type(exc).__name__}: {exc}); "
+            "the other results files are complete without it"
+            + (f"; `{again}` writes it again" if again else "")
+        )
+        return None
 
 
 # -- one run ------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ run pipeline into <folder>/seed-<seed>/ as a complete results folder. Then, per 
 the mean and CV of busbw over complete instances, FCT p50 and p99 over finished flows, and per
 run the job time, CNPs and ECN marks, each as a point estimate over every seed pooled with its
 two-level percentile bootstrap interval (emulator.study_stats: seeds with replacement, then units
-within each drawn seed), into seeds.json and seeds.txt beside the runs and on the terminal.
+within each drawn seed), into seeds.json and seeds.txt beside the runs and on the terminal, and
+report.html (collectors.html_report) linking each seed's own page.
 
 In simulation a seed is the only thing that changes between runs (same seed, same tables), so the
 intervals are the model's spread over ECMP placements and random draws. On the emulated fabric
@@ -106,6 +107,7 @@ class SeedsResult:
     estimates: Mapping[str, Mapping[str, Estimate]]  # "ALL_REDUCE"/"run" -> measure -> estimate
     bootstrap: BootstrapSpec
     text: str
+    report: Path | None = None  # report.html; None if it could not be written (a warning said)
 
     @property
     def failed_expectations(self) -> int:
@@ -152,9 +154,15 @@ def load_seed_run(folder: Path, seed: int, failed_expectations: int = 0) -> Seed
 
 
 def analyse_seeds(
-    runs: Sequence[SeedRun], out_dir: Path, bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP
+    runs: Sequence[SeedRun],
+    out_dir: Path,
+    bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+    say: Callable[[str], None] | None = None,
 ) -> SeedsResult:
-    """Every measure over the runs with its interval; writes seeds.json and seeds.txt."""
+    """Every measure over the runs with its interval; writes seeds.json, seeds.txt and then
+    report.html (a page that cannot be written is a warning through `say`, default stderr: the
+    series' results stand without it, collectors.html_report.write_or_warn)."""
+    from collectors.html_report import write_or_warn, write_seeds_report
     from collectors.results import write_private
 
     if not runs:
@@ -186,7 +194,8 @@ def analyse_seeds(
     document = json.dumps(json_finite(result.to_json()), indent=2) + "\n"
     write_private(out_dir / SEEDS_JSON, document.encode())
     write_private(out_dir / SEEDS_TEXT, (text + "\n").encode())
-    return result
+    page = write_or_warn(write_seeds_report, out_dir, say)
+    return dataclasses.replace(result, report=page)
 
 
 def seeds_text(
@@ -264,4 +273,4 @@ def run_seeds(
         say(f"seeds: run {k + 1} of {count} (run.seed {seed})")
         folder, failed = runner(seeded, out_dir / RUN_FOLDER.format(seed=seed))
         runs.append(load_seed_run(folder, seed, failed))
-    return analyse_seeds(runs, out_dir, bootstrap)
+    return analyse_seeds(runs, out_dir, bootstrap, say)

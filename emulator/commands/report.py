@@ -1,4 +1,5 @@
-"""`emulate report`: re-render a results folder's summary and plots and print its table."""
+"""`emulate report`: re-render a results folder's summary, plots and report.html and print its
+table."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
-HELP = "Re-render a results folder's summary, plots and table."
+from emulator.errors import InputError
+
+HELP = "Re-render a results folder (summary, plots, report.html, table)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,15 +23,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from collectors.html_report import REPORT_HTML, write_run_report
     from collectors.report import rerender, summary_table
 
     folder = Path(args.results_dir)
     summary = rerender(folder, write_csv=args.csv)
+    # An error here, where a run only warns (collectors.html_report.write_or_warn): the page is
+    # what this command was asked to write, and summary.json and the plots are already rewritten.
+    try:
+        page = write_run_report(folder)
+    except OSError as exc:
+        raise InputError(
+            f"{folder / REPORT_HTML}: cannot write the report page ({exc}); "
+            "summary.json and the plots were rewritten"
+        ) from exc
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
     print(summary_table(summary))
-    print(f"\nplots: {folder / 'plots'}")
+    print(f"\nplots: {folder / 'plots'}\nreport: {page}")
     if args.csv:
         print(f"csv: {folder / 'csv'}")
     return 0

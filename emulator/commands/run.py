@@ -168,4 +168,6 @@ def _run_seeds(scenario: Any, options: Any, count: int) -> int:
     runner = pipeline_runner(dataclasses.replace(options, out_dir=None))
     result = run_seeds(scenario, count, out_dir, runner, say)
     print(result.text)
+    if result.report is not None:
+        print(f"report: {result.report}")
     return EXIT_EXPECTATION_FAILED if result.failed_expectations else EXIT_OK

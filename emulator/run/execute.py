@@ -4,9 +4,9 @@ planning and the TDF (emulator.run.pipeline), the same for every backend.
 It opens the backend the scenario's fabric asks for (emulator.backends), builds the recorder, the
 live exporter and the progress line, lets the backend's session replay the driver into them, and
 then turns what was recorded and what the backend reported into the tables, the fidelity
-verdict, the expectations and the results folder. An interrupted or failed replay still writes
-the folder, marked partial, before the error propagates. The probe (emulator.run.probe) runs
-short versions of it to verify a TDF.
+verdict, the expectations and the results folder with its report.html. An interrupted or failed
+replay still writes the folder (and its page), marked partial, before the error propagates. The
+probe (emulator.run.probe) runs short versions of it to verify a TDF.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from collectors.fidelity import assess_fidelity
+from collectors.html_report import write_or_warn, write_run_report
 from collectors.live import RunInfo
 from collectors.prometheus import exporter_for, push
 from collectors.queue_pairs import QpRow
@@ -177,6 +178,11 @@ def run_planned(
     summary = writer.write(
         RunMeta.from_info(info, fidelity, replay.job_time_s, extra), tables, partial
     )
+    # report.html after the folder is in place (it shows summary.json and the plots); a page
+    # that cannot be written is a warning, the run's results stand without it (write_or_warn)
+    page = write_or_warn(
+        write_run_report, writer.target, options.say, again=f"emulate report {writer.target}"
+    )
     url = scenario.metrics.prometheus.pushgateway_url
     if url:
         push(exporter.registry, url)
@@ -186,6 +192,8 @@ def run_planned(
             print("\nthe simulation as the reference:")
             print("\n".join(reference_lines(comparison)))
         print(f"\nresults: {writer.target}\nplots:   {writer.target / 'plots'}")
+        if page is not None:
+            print(f"report:  {page}")
         sys.stdout.flush()
     if error is not None:
         raise error

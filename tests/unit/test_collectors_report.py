@@ -66,6 +66,25 @@ def test_report_prints_the_table_and_rerenders(
     ]
     flows_csv = pacsv.read_csv(folder / "csv" / "flows.csv")
     assert flows_csv.num_rows == 108
+    # and the page, written again from them: the recomputed numbers, every plot embedded
+    assert f"report: {folder / 'report.html'}" in lines
+    page = (folder / "report.html").read_text()
+    assert "<h1>Run report: isolated</h1>" in page and page.count("<img ") == 4
+    assert f'<td class="num">{stats["busbw_mean_bytes_per_s"] / 1e9:.2f}</td>' in page
+
+
+def test_report_that_cannot_write_its_page_is_an_error_of_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "run"
+    make_results(folder, "run", seed=4)
+    (folder / "report.html").mkdir()  # a folder where the page goes: it cannot be replaced
+    assert main(["report", str(folder)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert f"{folder / 'report.html'}: cannot write the report page" in line
+    assert line.endswith("summary.json and the plots were rewritten") and captured.out == ""
+    assert (folder / "plots" / "fct_cdf.png").is_file()
 
 
 def test_report_json(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,6 +20,7 @@ from collectors.html_report import (
     render_run_report,
     render_seeds_report,
     render_study_report,
+    write_or_warn,
     write_run_report,
     write_seeds_report,
     write_study_report,
@@ -267,6 +268,55 @@ def test_expectations_pfc_and_files(tmp_path: Path) -> None:
     assert page.hrefs == ["flows.parquet", "scenario.yaml", "summary.json"]
     no_pfc = Page(render_run_report(run_folder(tmp_path / "b")))
     assert "PFC" not in no_pfc.text and "Expectations" not in no_pfc.text
+
+
+def test_a_page_rewritten_replaces_the_old_one_atomically(tmp_path: Path) -> None:
+    folder = run_folder(tmp_path)
+    (folder / "report.html").write_text("old page")
+    written = write_run_report(folder)
+    assert "Run report: moe_mix" in written.read_text()
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    # nothing left beside it (the page is written to a hidden file, then renamed over)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "flows.parquet",
+        "plots",
+        "report.html",
+        "scenario.yaml",
+        "summary.json",
+    ]
+
+
+def test_write_or_warn_says_why_a_page_is_missing_and_raises_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = run_folder(tmp_path)
+    said: list[str] = []
+    assert write_or_warn(write_run_report, folder, said.append) == folder / "report.html"
+    assert said == []
+    (folder / "report.html").unlink()
+    (folder / "report.html").mkdir()  # cannot be replaced by a file: an OSError
+    again = f"emulate report {folder}"
+    assert write_or_warn(write_run_report, folder, said.append, again=again) is None
+    (line,) = said
+    assert line.startswith(f"warning: {folder / 'report.html'}: not written (IsADirectoryError")
+    assert line.endswith(
+        f"the other results files are complete without it; `{again}` writes it again"
+    )
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []  # no temporary left
+    # a renderer's failure too (an unreadable summary.json): said on stderr by default
+    (folder / "summary.json").write_text("[]")
+    assert write_or_warn(write_run_report, folder) is None
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: {folder / 'report.html'}: not written (InputError: ")
+    assert "expected a JSON object" in err and err.count("\n") == 1
+
+
+def test_write_or_warn_lets_an_interrupt_through(tmp_path: Path) -> None:
+    def interrupted(_folder: Path) -> Path:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_or_warn(interrupted, tmp_path, lambda _line: None)
 
 
 def study_folder(tmp_path: Path) -> Path:
