@@ -74,6 +74,15 @@ ROLES: dict[str, str] = {
     "mixed": "moe_mix.yaml",
 }
 
+# Set name -> role -> shipped scenario (`--scenario-set`): the main placement, where each
+# collective alone runs at line rate; the ECMP-bound one (the All-Reduce alone is held to a third
+# of line rate by hash collisions); the strided one (each collective under or across the leaves).
+SCENARIO_SETS: dict[str, dict[str, str]] = {
+    "main": ROLES,
+    "ecmp": {role: name.replace(".yaml", "_ecmp.yaml") for role, name in ROLES.items()},
+    "strided": {role: name.replace(".yaml", "_strided.yaml") for role, name in ROLES.items()},
+}
+
 # Role -> how plots and tables name its run.
 ROLE_LABELS: dict[str, str] = {
     "allreduce_only": "All-Reduce alone",
@@ -141,8 +150,13 @@ def scenario_seed(path: Path) -> int:
     return load_scenario(path).run.seed
 
 
-def default_scenarios() -> dict[str, Path]:
-    return {role: SCENARIOS_DIR / name for role, name in ROLES.items()}
+def default_scenarios(scenario_set: str = "main") -> dict[str, Path]:
+    names = SCENARIO_SETS.get(scenario_set)
+    if names is None:
+        raise InputError(
+            f"--scenario-set {scenario_set}: not one of {', '.join(sorted(SCENARIO_SETS))}"
+        )
+    return {role: SCENARIOS_DIR / name for role, name in names.items()}
 
 
 def default_out_dir(now: datetime | None = None) -> Path:
@@ -173,9 +187,11 @@ def run_study(
     say: Callable[[str], None] = lambda line: None,
     repeats: int = DEFAULT_REPEATS,
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+    scenario_set: str = "main",
 ) -> StudyResult:
     """Run `repeats` runs of each condition (or reuse finished ones: role -> results folders,
-    one per repeat), then write the study into out_dir."""
+    one per repeat), then write the study into out_dir. scenario_set: the shipped scenarios of
+    each role (SCENARIO_SETS), before `scenarios` replaces any."""
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: must be at least 1")
     if reuse is not None:
@@ -184,7 +200,7 @@ def run_study(
             raise InputError(f"study: no results folder to reuse for {', '.join(missing)}")
         prepare_out_dir(out_dir)
         return analyse(reuse, out_dir, thresholds, bootstrap=bootstrap)
-    paths = {**default_scenarios(), **(scenarios or {})}
+    paths = {**default_scenarios(scenario_set), **(scenarios or {})}
     for role, path in paths.items():
         if not path.is_file():
             raise InputError(f"{path}: no such scenario file (the study's {role} run)")
@@ -244,6 +260,7 @@ def analyse(
     """Read the results folders (role -> one folder, or one per repeat), judge the checks, write
     plots, study.json and study.txt. seeds: role -> each repeat's run.seed (default: from the
     folders, seed_of)."""
+    from collectors.html_report import write_or_warn, write_study_report
     from collectors.report import LoadedRun, compare_table, load_run, write_compare_plots
     from collectors.results import write_private
     from collectors.summary import RunMeta, build_summary
@@ -309,6 +326,7 @@ def analyse(
     }
     write_private(out_dir / STUDY_JSON, (json.dumps(document, indent=2) + "\n").encode())
     write_private(out_dir / STUDY_TEXT, (text + "\n").encode())
+    write_or_warn(write_study_report, out_dir)  # after study.txt: the page folds it in
     return result
 
 

@@ -289,7 +289,8 @@ def _bring_up(
             for key, value in sysctls.items():
                 _write_sysctl(key, value, netns[node.name])
             if node.role != "host" and topo.ecmp_hash_seed:
-                _write_sysctl(ECMP_SEED_SYSCTL, str(topo.ecmp_hash_seed), netns[node.name])
+                seed = str(topo.router_seed(node.name))
+                _write_sysctl(ECMP_SEED_SYSCTL, seed, netns[node.name])
     timings["namespaces_s"] = time.perf_counter() - t0
     say(f"{len(netns)} namespaces")
 

@@ -313,10 +313,20 @@ class ClosSpec:
     )
     ecmp_hash_seed: int = param(
         1,
-        doc="net.ipv4.fib_multipath_hash_seed on every router: a fixed seed makes ECMP paths "
-        "repeatable and predictable (fabrics/ecmp.py); 0 lets the kernel pick a random one",
+        doc="the fabric's ECMP hash seed (net.ipv4.fib_multipath_hash_seed): fixed, it makes "
+        "ECMP paths repeatable and predictable (fabrics/ecmp.py); 0 lets each router's kernel "
+        "pick a random one",
         min=0,
         max=0xFFFFFFFF,
+    )
+    ecmp_seed_per_router: bool = param(
+        True,
+        doc="each router hashes with its own seed, drawn from ecmp_hash_seed and its name; "
+        "false: every router with ecmp_hash_seed itself, so a spine repeats its leaf's choice "
+        "and half of the spine-to-leaf links of a 2-spine, 4-parallel-link Clos stay idle (hash "
+        "polarization)",
+        source="Cisco IOS CEF load sharing, `ip cef load-sharing algorithm universal <id>`: a "
+        "unique ID per router against CEF polarization",
     )
     marker: MarkerName = param(
         "auto",

@@ -6,15 +6,24 @@ Addressing: the hosts of global leaf i live in 10.<i // 256>.<i % 256>.0/24 (one
 cable, leaf side even, host odd); switch-to-switch cables get /31s from 10.128.0.0/9.
 
 `Topology.path` gives the links a UDP flow crosses. With a fixed ECMP hash seed (the default; the
-backend writes it to net.ipv4.fib_multipath_hash_seed on every router) it reproduces the kernel's
-own next-hop choice (fabrics/ecmp.py), provided the sender uses unconnected UDP sockets; with seed
-0 the kernel picks a random key and `path` is a model with the same spreading statistics only.
+backend writes each router's seed to its net.ipv4.fib_multipath_hash_seed) it reproduces the
+kernel's own next-hop choice (fabrics/ecmp.py), provided the sender uses unconnected UDP sockets;
+with seed 0 the kernel picks a random key and `path` is a model with the same spreading
+statistics only.
+
+Each router hashes with its own seed (Topology.router_seed), derived from the fabric's: with one
+seed everywhere a spine repeats its leaf's hash-threshold choice, so of a leaf's 8 uplinks (2
+spines x 4 parallel links) the flows through uplink k of a spine can only take its downlink
+k // 2: half of the spine-to-leaf links carry nothing (hash polarization). Routers avoid that
+with a per-router hash input, Cisco's "universal" load-sharing algorithm with a unique ID per
+router (Cisco IOS CEF, `ip cef load-sharing algorithm universal <id>`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import zlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -99,6 +108,14 @@ class Topology:
     priority_dscps: tuple[int, ...] = (
         DEFAULT_PRIORITY_DSCPS  # served in strict priority at every port (CNPs)
     )
+    ecmp_seed_per_router: bool = True  # each router its own seed (no polarization), see above
+
+    def router_seed(self, node: str) -> int:
+        """The hash seed `node` forwards with: the fabric's, or one drawn from it and the
+        router's name (never 0, which would mean a random kernel key)."""
+        if not self.ecmp_hash_seed or not self.ecmp_seed_per_router:
+            return self.ecmp_hash_seed
+        return zlib.crc32(f"{self.ecmp_hash_seed}:{node}".encode()) or 1
 
     @cached_property
     def hosts(self) -> tuple[str, ...]:
@@ -149,6 +166,7 @@ class Topology:
         src_ip, dst_ip = self.host_address(src), self.host_address(dst)
         mhash = self.flow_hash(src_ip, dst_ip, sport, dport)
         flow = flow_key(src_ip, dst_ip, sport, dport)
+        per_router = bool(self.ecmp_hash_seed) and self.ecmp_seed_per_router
         hops: list[Link] = []
         node, ifname = src, HOST_IFNAME
         for _ in range(len(self.nodes)):
@@ -157,6 +175,8 @@ class Topology:
             node = link.dst
             if node == dst:
                 return tuple(hops)
+            if per_router:
+                mhash = self.flow_hash(src_ip, dst_ip, sport, dport, node)
             hop = self.next_hop(node, dst_ip, mhash, flow)
             if hop is None:
                 break
@@ -169,9 +189,13 @@ class Topology:
         dst_ip: ipaddress.IPv4Address,
         sport: int,
         dport: int = ROCE_UDP_DPORT,
+        node: str | None = None,
     ) -> int:
-        """The kernel's multipath hash of a UDP 5-tuple (the same both ways: it is symmetric)."""
-        return l4_multipath_hash(src_ip, dst_ip, UDP_PROTO, sport, dport, self.ecmp_hash_seed)
+        """The kernel's multipath hash of a UDP 5-tuple (the same both ways: it is symmetric),
+        at router `node` (its own seed), or with the fabric's seed when no node is given (a
+        flow's identity, as the simulator's route caches key it)."""
+        seed = self.ecmp_hash_seed if node is None else self.router_seed(node)
+        return l4_multipath_hash(src_ip, dst_ip, UDP_PROTO, sport, dport, seed)
 
     def next_hop(
         self, node: str, dst_ip: ipaddress.IPv4Address, mhash: int, flow: bytes
@@ -303,6 +327,7 @@ def build_clos(spec: ClosSpec) -> Topology:
         spec.ecmp_hash_seed,
         dict(spec.link_loss),
         tuple(spec.priority_dscps),
+        spec.ecmp_seed_per_router,
     )
 
 

@@ -43,7 +43,7 @@ INTERFERENCE_HELP = "All-Reduce alone, All-to-All alone and both mixed, with rep
 
 
 def add_interference_arguments(parser: argparse.ArgumentParser) -> None:
-    from emulator.study import DEFAULT_REPEATS, ROLES
+    from emulator.study import DEFAULT_REPEATS, ROLES, SCENARIO_SETS
 
     parser.add_argument(
         "--out",
@@ -63,6 +63,13 @@ def add_interference_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="what runs every scenario (overrides their run.backend): netns, the emulated Clos; "
         "sim, the packet-level simulation (no root, simulated time, no --tdf)",
+    )
+    parser.add_argument(
+        "--scenario-set",
+        choices=sorted(SCENARIO_SETS),
+        help="the shipped scenarios of the three roles: main (allreduce_only, alltoall_only, "
+        "moe_mix: each collective alone at line rate), ecmp (*_ecmp.yaml: the All-Reduce bound "
+        "by ECMP collisions) or strided (*_strided.yaml); --<role> YAML replaces one (default main)",
     )
     parser.add_argument(
         "--repeats",
@@ -146,9 +153,12 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, f"scenario_{role}") is not None
     }
     reuse = reuse_folders(args, list(ROLES))
-    if reuse is not None and (scenarios or args.tdf is not None or args.repeats is not None):
+    if reuse is not None and (
+        scenarios or args.tdf is not None or args.repeats is not None or args.scenario_set
+    ):
         raise InputError(
-            "--reuse takes finished runs: it excludes --tdf, --repeats and scenario paths"
+            "--reuse takes finished runs: it excludes --tdf, --repeats, --scenario-set and "
+            "scenario paths"
         )
     out = Path(args.out) if args.out else default_out_dir()
     # With --json stdout carries one document: each run's own table goes to stderr instead.
@@ -162,6 +172,7 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             say=lambda line: print(line, file=sys.stderr),
             repeats=args.repeats if args.repeats is not None else DEFAULT_REPEATS,
+            scenario_set=args.scenario_set or "main",
             runner=functools.partial(run_with_pipeline, backend=args.backend),
         )
     if args.json:

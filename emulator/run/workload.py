@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from emulator.errors import ScenarioError
 from emulator.run.iterations import IterationNumbering
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import path_for_fabric
+from emulator.schedule.fluid import PathFn
 from emulator.schedule.ideal import IdealResult, simulate
 from emulator.schedule.job import JobSchedule
 from emulator.schedule.plan import CollectiveInstance, NodeRef
@@ -134,6 +135,7 @@ def _driver(
             on_instance=on_instance,
             on_member_issued=on_member_issued,
             sport_seed=scenario.run.seed,
+            path=_lazy_path(scenario.fabric, source.world_size),
         )
     if scenario.traffic:
         c = scenario.collectives
@@ -151,6 +153,20 @@ def _driver(
     driver = job if job is not None else traffic
     assert driver is not None
     return driver, source, job, traffic
+
+
+def _lazy_path(fabric: object, ranks: int) -> PathFn:
+    """The fabric's paths, built when a source-port policy first asks (balanced does; building
+    a large Clos costs, and a fabric without enough hosts is refused with its own message
+    later)."""
+    built: list[PathFn] = []
+
+    def path(src: int, dst: int, sport: int) -> Sequence[tuple[Hashable, float]]:
+        if not built:
+            built.append(path_for_fabric(fabric, ranks))
+        return built[0](src, dst, sport)
+
+    return path
 
 
 def _comm_groups(scenario: Scenario) -> Path | None:

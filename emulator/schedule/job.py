@@ -17,6 +17,7 @@ from typing import NamedTuple
 from emulator.errors import InputError, PlanError
 from emulator.schedule.collectives import FlowExpander, transfers_for
 from emulator.schedule.feeder import RankFeeder
+from emulator.schedule.fluid import PathFn
 from emulator.schedule.matching import GroupTable, MatchedOp, Matcher
 from emulator.schedule.nodes import NodeInfo, NodeKind, Stream
 from emulator.schedule.params import CollectivesParams, ComputeParams
@@ -149,8 +150,10 @@ class JobSchedule:
         on_instance: Callable[[CollectiveInstance], None] | None = None,
         on_member_issued: Callable[[int, int, float], None] | None = None,
         sport_seed: int = 0,
+        path: PathFn | None = None,
     ) -> None:
-        """sport_seed: the source-port draw (emulator.schedule.sports; the scenario's run.seed).
+        """sport_seed: the source-port draw (emulator.schedule.sports; the scenario's run.seed);
+        path: the fabric's paths, for a source-port policy that places flows (balanced).
         on_instance is told of every collective instance when it is matched, before any of
         its flows is released (a recorder registers the flows it will see events for);
         on_member_issued(instance id, rank, now) when a member rank reaches it in its trace (the
@@ -168,7 +171,7 @@ class JobSchedule:
                     f"compute.stragglers: rank {rank} is not in the trace set ({len(ranks)} ranks)"
                 )
         sports = SPORT_POLICIES[self.collectives.sport_policy](
-            self.collectives.udp_sport_min, self.collectives.udp_sport_max, sport_seed
+            self.collectives.udp_sport_min, self.collectives.udp_sport_max, sport_seed, path
         )
         self.expander = FlowExpander(self.collectives, sports)
         self.matcher = Matcher(groups, self._on_match, lambda rank: self.wheres[rank])

@@ -63,11 +63,14 @@ class CollectivesParams:
         min=1,
         max=65535,
     )
-    sport_policy: Literal["hash", "sequential"] = param(
+    sport_policy: Literal["hash", "sequential", "balanced"] = param(
         "hash",
         doc="how a queue pair gets its source port: hash of (src, dst, qp) into the range (as "
-        "Linux derives it from the flow label) or sequential per source rank",
-        source="Linux rdma_get_udp_sport() in include/rdma/ib_verbs.h",
+        "Linux derives it from the flow label), sequential per source rank, or balanced: of "
+        "256 hashed draws, the one whose ECMP path through the scenario's fabric is least "
+        "loaded by the queue pairs placed before it (host-side traffic engineering)",
+        source="Linux rdma_get_udp_sport() in include/rdma/ib_verbs.h; balanced: Gangidi et al., "
+        "SIGCOMM 2024, section 5 (Meta: ECMP collisions, traffic engineering)",
     )
     chunk_bytes: int = param(
         4 * 1024 * 1024,

@@ -44,7 +44,13 @@ def plan_trace(
         path = path_for_fabric(fabric, n)
         description = describe_fabric(fabric)
     job = JobSchedule(
-        source.ranks, source.groups, collectives, compute, iterations, sport_seed=sport_seed
+        source.ranks,
+        source.groups,
+        collectives,
+        compute,
+        iterations,
+        sport_seed=sport_seed,
+        path=path,
     )
     result = simulate(job, path)
     warnings: list[str] = [*source.warnings]

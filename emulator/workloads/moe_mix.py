@@ -23,28 +23,39 @@ ALL_REDUCE, ALL_TO_ALL = 0, 6  # CollectiveCommType
 
 def groups(params: MoeMixParams) -> tuple[dict[str, list[int]], list[str], list[str]]:
     """Comm groups, and per rank its expert-parallel and data-parallel group ids."""
-    ep = params.expert_parallel_size
-    ep_count = params.ranks // ep
+    members = _expert_groups(params)
+    ep, ep_count = params.expert_parallel_size, len(members)
     comm: dict[str, list[int]] = {}
     ep_of, dp_of = [""] * params.ranks, [""] * params.ranks
-    strided = params.expert_placement == "strided"
-    for g in range(ep_count):
+    for group in members:
         name = str(len(comm) + 1)
-        comm[name] = (
-            list(range(g, params.ranks, ep_count)) if strided else list(range(g * ep, (g + 1) * ep))
-        )
-        for r in comm[name]:
+        comm[name] = sorted(group)
+        for r in group:
             ep_of[r] = name
+    # Data-parallel group p: member p of every expert-parallel group, except with split, where
+    # group g contributes its member p + g * E/G, so that each pair has ranks in different blocks.
+    shift = ep // ep_count if params.expert_placement == "split" else 0
     for position in range(ep):
         name = str(len(comm) + 1)
-        comm[name] = (
-            list(range(position * ep_count, (position + 1) * ep_count))
-            if strided
-            else list(range(position, params.ranks, ep))
-        )
+        comm[name] = sorted(members[g][(position + g * shift) % ep] for g in range(ep_count))
         for r in comm[name]:
             dp_of[r] = name
     return comm, ep_of, dp_of
+
+
+def _expert_groups(params: MoeMixParams) -> list[list[int]]:
+    """Each expert-parallel group's ranks, in member order (see MoeMixParams.expert_placement)."""
+    ep = params.expert_parallel_size
+    ep_count = params.ranks // ep
+    if params.expert_placement == "strided":
+        return [list(range(g, params.ranks, ep_count)) for g in range(ep_count)]
+    if params.expert_placement == "split":
+        share = ep // ep_count
+        return [
+            [block * ep + g * share + i for block in range(ep_count) for i in range(share)]
+            for g in range(ep_count)
+        ]
+    return [list(range(g * ep, (g + 1) * ep)) for g in range(ep_count)]
 
 
 def build(

@@ -27,13 +27,16 @@ class MoeMixParams:
         "the ranks at the same position of every expert-parallel group",
         min=2,
     )
-    expert_placement: Literal["contiguous", "strided"] = param(
+    expert_placement: Literal["contiguous", "strided", "split"] = param(
         "contiguous",
-        doc="which ranks form an expert-parallel group: contiguous (ranks 0..E-1, E..2E-1, ...; "
-        "on a Clos with E hosts per leaf each group stays under one leaf and the data-parallel "
-        "groups cross the spines) or strided (ranks g, g+G, g+2G, ... for G groups; the "
+        doc="which ranks form an expert-parallel group (E ranks, G groups): contiguous (ranks "
+        "0..E-1, E..2E-1, ...; on a Clos with E hosts per leaf each group stays under one leaf "
+        "and the data-parallel groups cross the spines), strided (ranks g, g+G, g+2G, ...; the "
         "expert-parallel groups span the leaves and each data-parallel group is G consecutive "
-        "ranks)",
+        "ranks) or split (group g takes the g-th E/G consecutive ranks of every block of E, so "
+        "with E hosts per leaf each group has E/G hosts under each of G leaves; rank p of group "
+        "g pairs with rank p + E/G of group g + 1 (mod E), so every data-parallel group also "
+        "spans the leaves and both collectives cross the spines)",
     )
     dispatch_bytes: int = param(
         4 * MIB, doc="All-to-All (dispatch) send buffer per rank", unit="bytes", min=0
@@ -84,6 +87,12 @@ class MoeMixParams:
             raise ValueError(
                 f"expert_parallel_size: {self.expert_parallel_size} does not divide ranks "
                 f"{self.ranks}"
+            )
+        groups = self.ranks // self.expert_parallel_size
+        if self.expert_placement == "split" and self.expert_parallel_size % groups:
+            raise ValueError(
+                f"expert_placement: split needs the {groups} expert-parallel groups to divide "
+                f"expert_parallel_size {self.expert_parallel_size} (an equal share of each block)"
             )
 
     @property

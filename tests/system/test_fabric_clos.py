@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
@@ -10,11 +12,67 @@ from emulator.errors import ScenarioError
 from fabrics.counters import read_port_counters
 from fabrics.netns import bring_up
 from fabrics.spec import ClosSpec, EcnSpec, TierSpec
-from fabrics.topology import build_clos
+from fabrics.topology import Topology, build_clos
 from tests.system.conftest import Receiver, paced_send, ping_all_pairs, udp_socket
 from tests.system.noise import Try, on_a_noisy_machine
 
 pytestmark = pytest.mark.system
+PER_FLOW = 3  # datagrams per source port
+
+
+def _links_taken(
+    live: Any, topo: Topology, src: str, dst: str, sports: Iterable[int], routers: list[str]
+) -> dict[int, tuple[list[str], list[str]]]:
+    """sport -> (egress interfaces of `routers` the kernel sent its datagrams through, those
+    Topology.path predicts), one flow at a time from unconnected sockets (no per-socket hash)."""
+    address = {h: str(topo.host_address(h)) for h in (src, dst)}
+    out: dict[int, tuple[list[str], list[str]]] = {}
+    for sport in sports:
+        before = read_port_counters(live, routers)
+        s = udp_socket(live.netns_of(src))
+        s.bind((address[src], sport))
+        for _ in range(PER_FLOW):
+            s.sendto(b"x" * 200, (address[dst], 4791))
+        s.close()
+        deadline = time.monotonic() + 2
+        while True:
+            after = read_port_counters(live, routers)
+            delta = {p: after[p].tx_packets - before[p].tx_packets for p in after if p in before}
+            seen = sorted(p[1] for p, n in delta.items() if n >= PER_FLOW and "-h" not in p[1])
+            if len(seen) >= len(routers) or time.monotonic() > deadline:
+                break
+        path = topo.path(src, dst, sport)
+        predicted = sorted(link.src_ifname for link in path if link.src in routers)
+        out[sport] = (seen, predicted)
+    return out
+
+
+def test_each_router_hashes_with_its_own_seed_so_the_spine_does_not_repeat_the_leaf(
+    fabric_env: str,
+) -> None:
+    """Two parallel links leaf -> spine and spine -> leaf: with one seed everywhere the spine's
+    hash-threshold choice would repeat the leaf's (uplink k -> downlink k, polarization); with a
+    seed per router (Cisco's universal ID) all four combinations are used, each as predicted."""
+    spec = ClosSpec(
+        hosts_per_leaf=1,
+        leaves=2,
+        spines=1,
+        parallel_links=2,
+        host_link_gbps=10,
+        fabric_link_gbps=10,
+    )
+    topo = build_clos(spec)
+    assert topo.router_seed("l0") != topo.router_seed("s0")
+    with (
+        bring_up(topo, rate_scale=0.1, prefix=fabric_env) as live,
+        Receiver(live.netns_of("h1"), port=4791) as rx,
+    ):
+        taken = _links_taken(live, topo, "h0", "h1", range(49152, 49152 + 48), ["l0", "s0"])
+        rx.wait_for(48 * PER_FLOW, timeout_s=5)
+    mismatched = {sport: pair for sport, pair in taken.items() if pair[0] != pair[1]}
+    assert not mismatched, f"kernel ECMP differed from Topology.path: {mismatched}"
+    combinations = {tuple(seen) for seen, _ in taken.values()}
+    assert len(combinations) == 4, combinations  # polarized, there would be 2
 
 
 def test_16_hosts_all_pairs_ping_and_udp_sports_spread_over_both_spines(fabric_env: str) -> None:
@@ -36,36 +94,18 @@ def test_16_hosts_all_pairs_ping_and_udp_sports_spread_over_both_spines(fabric_e
         # h0 (leaf l0) -> h4 (leaf l1): 64 source ports, 3 datagrams each, one flow at a time,
         # so each flow's uplink is seen in l0's counters and compared with Topology.path.
         src, dst = "h0", "h4"
-        uplinks = [("l0", "l0-s0"), ("l0", "l0-s1")]
         before_spines = read_port_counters(live, ["s0", "s1"])
-        per_flow = 3
-        mismatched: list[int] = []
         with Receiver(live.netns_of(dst), port=4791) as rx:
-            for sport in range(49152, 49152 + 64):
-                before = read_port_counters(live, ["l0"])
-                s = udp_socket(live.netns_of(src))  # unconnected: no per-socket txhash
-                s.bind((addresses[src], sport))
-                for _ in range(per_flow):
-                    s.sendto(b"x" * 200, (addresses[dst], 4791))
-                s.close()
-                deadline = time.monotonic() + 2
-                while True:
-                    after = read_port_counters(live, ["l0"])
-                    delta = {p: after[p].tx_packets - before[p].tx_packets for p in uplinks}
-                    if sum(delta.values()) >= per_flow or time.monotonic() > deadline:
-                        break
-                taken = [p[1] for p in uplinks if delta[p] >= per_flow]
-                predicted = topo.path(src, dst, sport)[1]
-                if taken != [predicted.src_ifname]:
-                    mismatched.append(sport)
-            rx.wait_for(64 * per_flow, timeout_s=5)
-        assert rx.packets == 64 * per_flow
+            taken = _links_taken(live, topo, src, dst, range(49152, 49152 + 64), ["l0"])
+            rx.wait_for(64 * PER_FLOW, timeout_s=5)
+        assert rx.packets == 64 * PER_FLOW
+        mismatched = [sport for sport, (seen, predicted) in taken.items() if seen != predicted]
         assert not mismatched, f"kernel ECMP differed from Topology.path for sports {mismatched}"
         after_spines = read_port_counters(live, ["s0", "s1"])
         spine_ports = [("s0", "s0-l1"), ("s1", "s1-l1")]
         carried = {p: after_spines[p].tx_packets - before_spines[p].tx_packets for p in spine_ports}
         total = sum(carried.values())
-        assert total >= 64 * per_flow  # every datagram crossed one of the two spines
+        assert total >= 64 * PER_FLOW  # every datagram crossed one of the two spines
         for port, n in carried.items():
             assert n >= 0.25 * total, f"spine port {port} carried {n} of {total} packets"
 

@@ -73,7 +73,7 @@ def test_shipped_scenarios_plan(path: Path, capsys: pytest.CaptureFixture[str]) 
     assert world == hosts
 
 
-@pytest.mark.parametrize("suffix", ["", "_strided"])
+@pytest.mark.parametrize("suffix", ["", "_ecmp", "_strided"])
 def test_study_scenarios_differ_from_the_mix_by_one_switch(suffix: str) -> None:
     mix = load_scenario(ROOT / "scenarios" / f"moe_mix{suffix}.yaml")
     assert (
@@ -96,8 +96,24 @@ def test_study_scenarios_differ_from_the_mix_by_one_switch(suffix: str) -> None:
         assert alone == expected, name
 
 
-def test_the_strided_mix_differs_from_the_mix_by_its_placement_only() -> None:
+def test_the_main_mix_differs_from_the_ecmp_bound_one_by_placement_and_source_ports() -> None:
     mix = load_scenario(ROOT / "scenarios" / "moe_mix.yaml")
+    ecmp = load_scenario(ROOT / "scenarios" / "moe_mix_ecmp.yaml")
+    assert workload_of(mix).generate.expert_placement == "split"
+    assert mix.collectives.sport_policy == "balanced" and ecmp.collectives.sport_policy == "hash"
+    generate = dataclasses.replace(workload_of(ecmp).generate, expert_placement="split")
+    expected = dataclasses.replace(
+        ecmp,
+        name="moe_mix",
+        description=mix.description,
+        workload=dataclasses.replace(workload_of(ecmp), generate=generate),
+        collectives=dataclasses.replace(ecmp.collectives, sport_policy="balanced"),
+    )
+    assert mix == expected
+
+
+def test_the_strided_mix_differs_from_the_ecmp_bound_one_by_its_placement_only() -> None:
+    mix = load_scenario(ROOT / "scenarios" / "moe_mix_ecmp.yaml")
     strided = load_scenario(ROOT / "scenarios" / "moe_mix_strided.yaml")
     assert workload_of(mix).generate.expert_placement == "contiguous"
     generate = dataclasses.replace(workload_of(mix).generate, expert_placement="strided")

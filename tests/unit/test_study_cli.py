@@ -86,8 +86,9 @@ def test_reuse_with_three_folders_is_one_repeat_per_role(calls: list[dict[str, A
         (
             ["--reuse-allreduce-only", "a", "--reuse-alltoall-only", "t", "--reuse-mixed", "m",
              "--repeats", "2"],
-            "excludes --tdf, --repeats and scenario paths",
+            "excludes --tdf, --repeats, --scenario-set and scenario paths",
         ),
+        (["--reuse", "a", "t", "m", "--scenario-set", "ecmp"], "--scenario-set"),
         (["--reuse", "a", "t", "m", "--tdf", "10"], "excludes --tdf"),
         (["--reuse", "a", "t", "m", "--mixed", "x.yaml"], "scenario paths"),
     ],
@@ -113,3 +114,14 @@ def test_run_study_refuses_a_reuse_missing_a_role(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="--repeats 0: must be at least 1"):
         study.run_study(tmp_path / "s", repeats=0)
     assert not (tmp_path / "s").exists()  # nothing created for bad input
+
+
+def test_scenario_set_reaches_the_study_and_names_shipped_files(
+    calls: list[dict[str, Any]],
+) -> None:
+    assert run() == 0 and run("--scenario-set", "ecmp") == 0
+    assert [c["scenario_set"] for c in calls] == ["main", "ecmp"]
+    for name in study.SCENARIO_SETS:
+        paths = study.default_scenarios(name)
+        assert sorted(paths) == sorted(study.ROLES) and all(p.is_file() for p in paths.values())
+    assert study.default_scenarios("ecmp")["mixed"].name == "moe_mix_ecmp.yaml"

@@ -49,6 +49,23 @@ def test_moe_mix_strided_placement_spreads_expert_groups(tmp_path: Path) -> None
     }
 
 
+def test_moe_mix_split_placement_puts_both_collectives_across_blocks(tmp_path: Path) -> None:
+    params = MoeMixParams(ranks=16, expert_parallel_size=8, expert_placement="split")
+    write_workload(params, tmp_path / "moe")
+    trace_set = chakra.load_trace_set(tmp_path / "moe")
+    # each expert-parallel group: 4 ranks of each block of 8 (one leaf of 8 hosts each)
+    assert trace_set.comm_groups["1"] == (0, 1, 2, 3, 8, 9, 10, 11)
+    assert trace_set.comm_groups["2"] == (4, 5, 6, 7, 12, 13, 14, 15)
+    pairs = [trace_set.comm_groups[str(k)] for k in range(3, 11)]
+    assert pairs == [(0, 12), (1, 13), (2, 14), (3, 15), (4, 8), (5, 9), (6, 10), (7, 11)]
+    assert all(a // 8 != b // 8 for a, b in pairs)  # every data-parallel pair crosses blocks
+
+
+def test_moe_mix_split_needs_an_equal_share_of_each_block() -> None:
+    with pytest.raises(ValueError, match="expert_placement: split needs the 3 expert-parallel"):
+        MoeMixParams(ranks=12, expert_parallel_size=4, expert_placement="split")
+
+
 def test_moe_mix_counts_sizes_and_groups(tmp_path: Path) -> None:
     params = MoeMixParams(
         ranks=8,
