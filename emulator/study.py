@@ -12,9 +12,10 @@ are not seeded: repeats also differ by that and by the machine's run-to-run vari
 run goes through emulator.run.run_scenario into runs/<role>-seed<seed>/ (or finished results
 folders are reused), then the study writes into its own folder:
 
-- plots/: busbw per iteration overlaid (All-Reduce alone vs mixed, All-to-All alone vs mixed),
-  FCT CDFs per collective overlaid (log x), CNPs per collective per run: the `emulate compare`
-  figures (collectors.report.write_compare_plots) of the first repeat of each condition;
+- plots/: the Chakra paper's Fig. 10 (busbw per iteration: All-Reduce alone, All-to-All alone,
+  mixed) and Fig. 11 (FCT CDFs alone vs mixed) over every repeat with their 95% bands
+  (collectors.study_plots); and the `emulate compare` figures (busbw per iteration overlaid,
+  FCT CDFs overlaid, CNPs per collective per run) of the first repeat of each condition;
 - study.json and study.txt: every run's identity (role, seed, folder, TDF, fidelity, partial),
   the checks the issue names, each with its numbers, a 95% confidence interval on each and
   whether the effect is shown. The All-Reduce CV is judged twice: over every instance, and within
@@ -263,6 +264,7 @@ def analyse(
     from collectors.html_report import write_or_warn, write_study_report
     from collectors.report import LoadedRun, compare_table, load_run, write_compare_plots
     from collectors.results import write_private
+    from collectors.study_plots import write_study_figures
     from collectors.summary import RunMeta, build_summary
 
     missing = [role for role in ROLES if not folders.get(role)]
@@ -301,6 +303,9 @@ def analyse(
     # would hide the alone/mixed contrast; every repeat is in the tables, the checks and study.json.
     firsts = [loaded[runs.index(by_role[role][0])] for role in ROLES]
     plots = write_compare_plots(firsts, out_dir / PLOTS)
+    # The paper's Fig. 10 and 11 over every repeat, with the repeats' 95% bands.
+    every = {role: [loaded[runs.index(r)].tables for r in by_role[role]] for role in ROLES}
+    plots += write_study_figures(every, out_dir / PLOTS)
     text = "\n".join(
         [
             f"interference study: {out_dir}",
@@ -315,7 +320,7 @@ def analyse(
             compare_table(loaded),
             *([""] + [f"note: {n}" for n in notes] if notes else []),
             "",
-            f"plots (first repeat of each role): {out_dir / PLOTS}",
+            f"plots (Fig. 10 and 11 over every repeat; the rest, the first repeat): {out_dir / PLOTS}",
         ]
     )
     result = StudyResult(out_dir, tuple(runs), checks, tuple(notes), tuple(plots), text)

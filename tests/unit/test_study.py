@@ -240,11 +240,13 @@ def test_plots_exist_and_have_data_drawn(folders: dict[str, list[Path]], tmp_pat
         "compare_busbw_per_iteration.png",
         "compare_cnps.png",
         "compare_fct_cdf.png",
+        "seed_fig10_busbw.png",
+        "seed_fig11_fct_cdf.png",
     ]
     for path in result.plots:
         assert path.parent == tmp_path / "plots" and path.stat().st_size > 10_000
         assert colored_pixels(path) > 500, path.name
-    assert "plots (first repeat of each role): " in result.text
+    assert "plots (Fig. 10 and 11 over every repeat; the rest, the first repeat): " in result.text
 
 
 def test_plots_draw_the_first_repeat_of_each_role(
@@ -307,7 +309,7 @@ def test_no_interference_is_reported_as_not_shown(
     assert rows["allreduce_alone_line_rate"].endswith("not shown")
     assert f" {line['alone']:.3g} [" in rows["allreduce_alone_line_rate"]
     assert rows["alltoall_fct_tail"].endswith("not shown")
-    assert "plots (first repeat of each role): " in text
+    assert "plots (Fig. 10 and 11 over every repeat; the rest, the first repeat): " in text
 
 
 def test_missing_collective_is_not_measurable(
