@@ -53,7 +53,7 @@ from emulator.study_checks import (
     check_allreduce_line_rate,
     check_alltoall_tail,
 )
-from emulator.study_report import checks_table, runs_table, study_notes
+from emulator.study_report import checks_table, reference_table, runs_table, study_notes
 from emulator.study_stats import (
     BOOTSTRAP_METHOD,
     DEFAULT_BOOTSTRAP,
@@ -65,6 +65,7 @@ from emulator.study_stats import (
 )
 
 STUDY_JSON, STUDY_TEXT, PLOTS, RUNS = "study.json", "study.txt", "plots", "runs"
+REFERENCE_DIR = "reference-sim"  # the simulated references' own study (--reference sim)
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 DEFAULT_REPEATS = 3
 
@@ -130,16 +131,20 @@ def run_with_pipeline(
     progress: bool,
     seed: int | None = None,
     backend: str | None = None,
+    reference: str | None = None,
 ) -> Path:
     """Run one scenario with the run pipeline (`emulate run`), with run.seed replaced by `seed`
-    and run.backend by `backend` when given."""
+    and run.backend by `backend` when given; reference "sim": also simulate it beside
+    (`emulate run --reference sim`, into <out_dir>-reference-sim)."""
     from emulator.run import RunOptions, run_scenario
     from emulator.scenario import load_scenario
 
     scenario = load_scenario(scenario_path)
     if seed is not None:
         scenario = dataclasses.replace(scenario, run=dataclasses.replace(scenario.run, seed=seed))
-    options = RunOptions(out_dir=out_dir, progress=progress, tdf=tdf, backend=backend)
+    options = RunOptions(
+        out_dir=out_dir, progress=progress, tdf=tdf, backend=backend, reference=reference
+    )
     result = run_scenario(scenario, options)
     return result.out_dir
 
@@ -189,10 +194,13 @@ def run_study(
     repeats: int = DEFAULT_REPEATS,
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
     scenario_set: str = "main",
+    reference: str | None = None,
 ) -> StudyResult:
     """Run `repeats` runs of each condition (or reuse finished ones: role -> results folders,
     one per repeat), then write the study into out_dir. scenario_set: the shipped scenarios of
-    each role (SCENARIO_SETS), before `scenarios` replaces any."""
+    each role (SCENARIO_SETS), before `scenarios` replaces any. reference "sim": the runner also
+    simulated each run (into <run folder>-reference-sim); those are judged as a study of their
+    own in out_dir/reference-sim/ and set beside the emulated checks."""
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: must be at least 1")
     if reuse is not None:
@@ -216,7 +224,17 @@ def run_study(
             run_dir = out_dir / RUNS / f"{role}-seed{seed}"
             folders[role].append(runner(paths[role], run_dir, tdf, progress, seed))
             seeds[role].append(seed)
-    return analyse(folders, out_dir, thresholds, seeds, bootstrap)
+    if reference is None:
+        return analyse(folders, out_dir, thresholds, seeds, bootstrap)
+    simulated = {role: [reference_folder(f) for f in runs] for role, runs in folders.items()}
+    prepare_out_dir(out_dir / REFERENCE_DIR)
+    ref = analyse(simulated, out_dir / REFERENCE_DIR, thresholds, seeds, bootstrap)
+    return analyse(folders, out_dir, thresholds, seeds, bootstrap, reference=ref)
+
+
+def reference_folder(folder: Path) -> Path:
+    """Where `emulate run --reference sim` wrote a run's simulation (emulator.run.pipeline)."""
+    return folder.with_name(folder.name + "-reference-sim")
 
 
 def _scenario_facts(folder: Path) -> tuple[float | None, int | None]:
@@ -257,6 +275,7 @@ def analyse(
     thresholds: StudyThresholds = DEFAULT_THRESHOLDS,
     seeds: Mapping[str, Sequence[int | None]] | None = None,
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+    reference: StudyResult | None = None,
 ) -> StudyResult:
     """Read the results folders (role -> one folder, or one per repeat), judge the checks, write
     plots, study.json and study.txt. seeds: role -> each repeat's run.seed (default: from the
@@ -318,6 +337,15 @@ def analyse(
             f"B={bootstrap.resamples}, seed {bootstrap.seed}",
             "",
             compare_table(loaded),
+            *(
+                [
+                    "",
+                    f"the same checks in the simulated references ({reference.out_dir}):",
+                    reference_table(checks, reference.checks),
+                ]
+                if reference is not None
+                else []
+            ),
             *([""] + [f"note: {n}" for n in notes] if notes else []),
             "",
             f"plots (Fig. 10 and 11 over every repeat; the rest, the first repeat): {out_dir / PLOTS}",
@@ -329,6 +357,12 @@ def analyse(
         "thresholds": asdict(thresholds),
         "bootstrap": {"method": BOOTSTRAP_METHOD, **asdict(bootstrap)},
     }
+    if reference is not None:
+        document["reference"] = {
+            "backend": "sim",
+            "folder": str(reference.out_dir),
+            "checks": [c.to_json() for c in reference.checks],
+        }
     write_private(out_dir / STUDY_JSON, (json.dumps(document, indent=2) + "\n").encode())
     write_private(out_dir / STUDY_TEXT, (text + "\n").encode())
     write_or_warn(write_study_report, out_dir)  # after study.txt: the page folds it in

@@ -98,3 +98,30 @@ def runs_table(runs: Sequence[StudyRun]) -> str:
         for r in runs
     ]
     return _table(headers, body, {0, 4, 5, 6})
+
+
+def reference_table(emulated: Sequence[Check], simulated: Sequence[Check]) -> str:
+    """Each check on the emulated fabric beside the same check in its simulated references."""
+    headers = ("check", "emulated mixed/alone", "verdict", "simulated mixed/alone", "verdict")
+    by_name = {c.name: c for c in simulated}
+    body = []
+    for c in emulated:
+        s = by_name.get(c.name)
+        body.append(
+            (
+                c.name,
+                fmt_interval(c.ratio, c.ratio_ci)
+                if c.mixed is not None
+                else fmt_interval(c.alone, c.alone_ci),
+                c.verdict,
+                "-"
+                if s is None
+                else (
+                    fmt_interval(s.ratio, s.ratio_ci)
+                    if s.mixed is not None
+                    else fmt_interval(s.alone, s.alone_ci)
+                ),
+                "-" if s is None else s.verdict,
+            )
+        )
+    return _table(headers, body, {0, 2, 4})

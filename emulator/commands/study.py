@@ -65,6 +65,13 @@ def add_interference_arguments(parser: argparse.ArgumentParser) -> None:
         "sim, the packet-level simulation (no root, simulated time, no --tdf)",
     )
     parser.add_argument(
+        "--reference",
+        choices=("sim",),
+        default=None,
+        help="sim: also simulate every emulated run (emulate run --reference sim) and judge the "
+        "same checks on the simulations, in <out>/reference-sim/, beside the emulated ones",
+    )
+    parser.add_argument(
         "--scenario-set",
         choices=sorted(SCENARIO_SETS),
         help="the shipped scenarios of the three roles: main (allreduce_only, alltoall_only, "
@@ -145,6 +152,8 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
     if args.backend == "sim" and args.tdf is not None:
         raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
+    if args.reference is not None and args.backend == "sim":
+        raise InputError("--reference sim: the runs are simulated already (--backend sim)")
     if args.repeats is not None and args.repeats < 1:
         raise InputError(f"--repeats {args.repeats}: must be at least 1")
     scenarios = {
@@ -154,11 +163,15 @@ def main(args: argparse.Namespace) -> int:
     }
     reuse = reuse_folders(args, list(ROLES))
     if reuse is not None and (
-        scenarios or args.tdf is not None or args.repeats is not None or args.scenario_set
+        scenarios
+        or args.tdf is not None
+        or args.repeats is not None
+        or args.scenario_set
+        or args.reference
     ):
         raise InputError(
-            "--reuse takes finished runs: it excludes --tdf, --repeats, --scenario-set and "
-            "scenario paths"
+            "--reuse takes finished runs: it excludes --tdf, --repeats, --scenario-set, "
+            "--reference and scenario paths"
         )
     out = Path(args.out) if args.out else default_out_dir()
     # With --json stdout carries one document: each run's own table goes to stderr instead.
@@ -173,7 +186,10 @@ def main(args: argparse.Namespace) -> int:
             say=lambda line: print(line, file=sys.stderr),
             repeats=args.repeats if args.repeats is not None else DEFAULT_REPEATS,
             scenario_set=args.scenario_set or "main",
-            runner=functools.partial(run_with_pipeline, backend=args.backend),
+            runner=functools.partial(
+                run_with_pipeline, backend=args.backend, reference=args.reference
+            ),
+            reference=args.reference,
         )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))

@@ -6,6 +6,7 @@ with the study's options and one seed each."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import types
 from collections.abc import Sequence
@@ -417,6 +418,36 @@ def test_run_study_runs_each_scenario_repeats_times_with_one_seed_each(
     assert [r["seed"] for r in document["runs"]["mixed"]] == [7, 8]
 
 
+def test_reference_sim_judges_the_simulations_beside_the_emulated_runs(
+    folders: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    """Each emulated run's <folder>-reference-sim is judged as a study of its own; here the
+    emulated mix interferes and its simulated references do not, so the verdicts differ."""
+    emulated = roles(folders, "ar_alone", "a2a_alone", "mixed_interfering")
+    simulated = roles(folders, "ar_alone", "a2a_alone", "mixed_calm")
+    done: dict[str, int] = {}
+
+    def runner(
+        scenario: Path, out_dir: Path, tdf: float | None, progress: bool, seed: int | None
+    ) -> Path:
+        role = out_dir.name.split("-seed")[0]
+        k = done[role] = done.get(role, -1) + 1
+        shutil.copytree(emulated[role][k], out_dir)
+        shutil.copytree(simulated[role][k], out_dir.with_name(out_dir.name + "-reference-sim"))
+        return out_dir
+
+    out = tmp_path / "study"
+    result = run_study(out, progress=False, runner=runner, repeats=2, reference="sim")
+    assert all(c.shown for c in result.checks)
+    document = json.loads((out / "study.json").read_text())
+    ref = {c["name"]: c["verdict"] for c in document["reference"]["checks"]}
+    assert ref["allreduce_busbw_cv"] == "not shown" and ref["alltoall_fct_tail"] == "not shown"
+    own = json.loads((out / "reference-sim" / "study.json").read_text())
+    assert [c["verdict"] for c in own["checks"]] == list(ref.values())
+    assert "the same checks in the simulated references" in result.text
+    assert "emulated mixed/alone" in result.text
+
+
 def test_run_with_pipeline_passes_the_options_and_the_seed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -440,7 +471,13 @@ def test_run_with_pipeline_passes_the_options_and_the_seed(
     run_with_pipeline(path, tmp_path / "s", None, True)
     (scenario, options), (own, _) = seen
     assert scenario.name == "allreduce_only" and not scenario.workload.generate.include_alltoall
-    assert options == {"out_dir": tmp_path / "r", "progress": False, "tdf": 7.0, "backend": None}
+    assert options == {
+        "out_dir": tmp_path / "r",
+        "progress": False,
+        "tdf": 7.0,
+        "backend": None,
+        "reference": None,
+    }
     assert scenario.run.seed == 5 and own.run.seed == 0  # the file's own seed without one
     # only the seed differs, and the scenario still resolves paths against its file
     assert scenario.source == own.source == path

@@ -86,7 +86,7 @@ def test_reuse_with_three_folders_is_one_repeat_per_role(calls: list[dict[str, A
         (
             ["--reuse-allreduce-only", "a", "--reuse-alltoall-only", "t", "--reuse-mixed", "m",
              "--repeats", "2"],
-            "excludes --tdf, --repeats, --scenario-set and scenario paths",
+            "excludes --tdf, --repeats, --scenario-set, --reference and scenario paths",
         ),
         (["--reuse", "a", "t", "m", "--scenario-set", "ecmp"], "--scenario-set"),
         (["--reuse", "a", "t", "m", "--tdf", "10"], "excludes --tdf"),
@@ -125,3 +125,12 @@ def test_scenario_set_reaches_the_study_and_names_shipped_files(
         paths = study.default_scenarios(name)
         assert sorted(paths) == sorted(study.ROLES) and all(p.is_file() for p in paths.values())
     assert study.default_scenarios("ecmp")["mixed"].name == "moe_mix_ecmp.yaml"
+
+
+def test_reference_sim_reaches_the_study_and_is_refused_with_simulated_runs(
+    calls: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("--reference", "sim") == 0 and calls[-1]["reference"] == "sim"
+    assert calls[-1]["runner"].keywords == {"backend": None, "reference": "sim"}
+    assert run("--reference", "sim", "--backend", "sim") == 2 and len(calls) == 1
+    assert "--reference sim: the runs are simulated already" in capsys.readouterr().err
