@@ -91,23 +91,15 @@ def parse_rates(text: str) -> tuple[float, ...]:
     return tuple(rates)
 
 
-def fabric_kind(fabric: object) -> str:
-    from fabrics.spec import FABRIC_SPECS
-
-    return next(
-        (k for k, cls in FABRIC_SPECS.items() if type(fabric) is cls), type(fabric).__name__
-    )
-
-
 def at_rate(scenario: Scenario, host_link_gbps: float, where: Path | str) -> Scenario:
     """The scenario with its Clos's host links at host_link_gbps and its fabric links scaled by
     the same ratio (the oversubscription stays)."""
-    from fabrics.spec import ClosSpec
+    from fabrics.spec import ClosSpec, kind_of
 
     fabric = scenario.fabric
     if not isinstance(fabric, ClosSpec):
         raise InputError(
-            f"{where}: fabric.kind {fabric_kind(fabric)}: the sensitivity study sets the link "
+            f"{where}: fabric.kind {kind_of(fabric)}: the sensitivity study sets the link "
             "rates of a clos fabric; a dut's ports run at the rates the device gives them"
         )
     scale = host_link_gbps / fabric.host_link_gbps
@@ -124,37 +116,14 @@ def run_folder(out_dir: Path, host_link_gbps: float) -> Path:
 
 
 def run_at_rate(scenario: Scenario, out_dir: Path, settings: RunSettings) -> Path:
-    """One run with the run pipeline (`emulate run`), its scenario copy carrying the rates."""
+    """One run with the run pipeline (`emulate run`); its scenario copy carries the rates (the
+    pipeline writes the link rates a caller changed, emulator.run.pipeline.CALLER_KEYS)."""
     from emulator.run import RunOptions, run_scenario
 
     options = RunOptions(
         out_dir=out_dir, progress=settings.progress, tdf=settings.tdf, backend=settings.backend
     )
-    folder = run_scenario(scenario, options).out_dir
-    _write_rates_into_copy(folder, scenario)
-    return folder
-
-
-def _write_rates_into_copy(folder: Path, scenario: Scenario) -> None:
-    """The pipeline's scenario copy holds the file's keys (and the caller keys it knows); the
-    rates are written in, so --reuse and a replay of the copy see the rate the run had."""
-    import yaml
-
-    from collectors.results import SCENARIO_COPY, replace_file_atomically
-    from fabrics.spec import ClosSpec
-
-    fabric = scenario.fabric
-    assert isinstance(fabric, ClosSpec)
-    copy = folder / SCENARIO_COPY
-    doc = yaml.safe_load(copy.read_text()) or {}
-    doc.setdefault("fabric", {"kind": "clos"})
-    doc["fabric"]["host_link_gbps"] = fabric.host_link_gbps
-    doc["fabric"]["fabric_link_gbps"] = fabric.fabric_link_gbps
-    head = (
-        f"# {scenario.name} as run by the sensitivity study (fabric.host_link_gbps "
-        f"{fabric.host_link_gbps:g}, fabric.fabric_link_gbps {fabric.fabric_link_gbps:g})\n"
-    )
-    replace_file_atomically(copy, (head + yaml.safe_dump(doc, sort_keys=False)).encode())
+    return run_scenario(scenario, options).out_dir
 
 
 def prepare_out_dir(out_dir: Path, rates: Sequence[float] = ()) -> None:
@@ -176,7 +145,7 @@ def load_rate_run(folder: Path) -> RateRun:
     from collectors.report import load_run
     from collectors.results import SCENARIO_COPY
     from emulator.scenario import load_scenario
-    from fabrics.spec import ClosSpec
+    from fabrics.spec import ClosSpec, kind_of
 
     run = load_run(folder)
     copy = folder / SCENARIO_COPY
@@ -185,7 +154,7 @@ def load_rate_run(folder: Path) -> RateRun:
     fabric = load_scenario(copy).fabric
     if not isinstance(fabric, ClosSpec):
         raise InputError(
-            f"{copy}: fabric.kind {fabric_kind(fabric)}: the sensitivity study compares clos "
+            f"{copy}: fabric.kind {kind_of(fabric)}: the sensitivity study compares clos "
             "fabrics at several link rates"
         )
     summary = run.summary

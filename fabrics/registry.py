@@ -12,7 +12,7 @@ from typing import Any
 from emulator.errors import ScenarioError
 from fabrics.dut import LiveDut, bring_up_dut
 from fabrics.netns import LiveFabric, Progress, bring_up
-from fabrics.spec import FABRIC_SPECS, ClosSpec, DutSpec
+from fabrics.spec import ClosSpec, DutSpec, kind_of
 from fabrics.topology import build_clos
 
 Live = LiveFabric | LiveDut
@@ -47,13 +47,6 @@ FABRICS: dict[str, Callable[[Any, float, str, Progress | None], Live]] = {
     "clos": _clos,
     "dut": _dut,
 }
-
-
-def kind_of(spec: object) -> str:
-    for kind, cls in FABRIC_SPECS.items():
-        if isinstance(spec, cls):
-            return kind
-    raise ScenarioError(f"fabric: {type(spec).__name__} is not a known fabric kind")
 
 
 def bring_up_fabric(

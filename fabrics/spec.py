@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from emulator.config import param
+from emulator.errors import ScenarioError
 from emulator.transport.params import HPCC_ECN_THRESHOLDS
 
 HPCC_SOURCE = (
@@ -505,3 +506,11 @@ def _check(key: str, value: str, parse: object) -> None:
 
 
 FABRIC_SPECS: dict[str, type] = {"clos": ClosSpec, "dut": DutSpec}
+
+
+def kind_of(spec: object) -> str:
+    """The `fabric.kind` a spec was read from."""
+    for kind, cls in FABRIC_SPECS.items():
+        if isinstance(spec, cls):
+            return kind
+    raise ScenarioError(f"fabric: {type(spec).__name__} is not a known fabric kind")

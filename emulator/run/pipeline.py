@@ -109,8 +109,15 @@ def scenario_text(scenario: Scenario) -> str:
 
 
 # What a caller may change from the scenario's file: the study's seeds, --reference sim's
-# marking point and draws (workload.iterations is handled below: the workload may be absent).
-CALLER_KEYS = (("run", "seed"), ("fabric", "ecn_mark_point"), ("sim", "draw_seed"))
+# marking point and draws, the sensitivity study's link rates (a fabric without the key keeps
+# None on both sides; workload.iterations is handled below: the workload may be absent).
+CALLER_KEYS = (
+    ("run", "seed"),
+    ("fabric", "ecn_mark_point"),
+    ("fabric", "host_link_gbps"),
+    ("fabric", "fabric_link_gbps"),
+    ("sim", "draw_seed"),
+)
 
 
 def _changed_keys(scenario: Scenario) -> dict[tuple[str, str], Any]:
