@@ -165,10 +165,11 @@ def default_scenarios(scenario_set: str = "main") -> dict[str, Path]:
     return {role: SCENARIOS_DIR / name for role, name in names.items()}
 
 
-def default_out_dir(now: datetime | None = None) -> Path:
+def default_out_dir(now: datetime | None = None, study: str = "interference") -> Path:
+    """results/<study>-<UTC timestamp>."""
     from collectors.results import default_results_dir
 
-    return default_results_dir(Path("results"), "interference", now or datetime.now(UTC))
+    return default_results_dir(Path("results"), study, now or datetime.now(UTC))
 
 
 def prepare_out_dir(out_dir: Path) -> None:

@@ -100,28 +100,28 @@ def runs_table(runs: Sequence[StudyRun]) -> str:
     return _table(headers, body, {0, 4, 5, 6})
 
 
+def _judged(check: Check | None) -> str:
+    """The estimate a check's verdict is on: mixed/alone, or the alone level for a check with no
+    mixed side (the All-Reduce against its plan)."""
+    if check is None:
+        return "-"
+    if check.mixed is not None:
+        return fmt_interval(check.ratio, check.ratio_ci)
+    return fmt_interval(check.alone, check.alone_ci)
+
+
 def reference_table(emulated: Sequence[Check], simulated: Sequence[Check]) -> str:
     """Each check on the emulated fabric beside the same check in its simulated references."""
     headers = ("check", "emulated mixed/alone", "verdict", "simulated mixed/alone", "verdict")
     by_name = {c.name: c for c in simulated}
-    body = []
-    for c in emulated:
-        s = by_name.get(c.name)
-        body.append(
-            (
-                c.name,
-                fmt_interval(c.ratio, c.ratio_ci)
-                if c.mixed is not None
-                else fmt_interval(c.alone, c.alone_ci),
-                c.verdict,
-                "-"
-                if s is None
-                else (
-                    fmt_interval(s.ratio, s.ratio_ci)
-                    if s.mixed is not None
-                    else fmt_interval(s.alone, s.alone_ci)
-                ),
-                "-" if s is None else s.verdict,
-            )
+    body = [
+        (
+            c.name,
+            _judged(c),
+            c.verdict,
+            _judged(by_name.get(c.name)),
+            (by_name[c.name].verdict if c.name in by_name else "-"),
         )
+        for c in emulated
+    ]
     return _table(headers, body, {0, 2, 4})

@@ -62,23 +62,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def default_out_dir() -> Path:
-    from datetime import UTC, datetime
-
-    from collectors.results import default_results_dir
-
-    return default_results_dir(Path("results"), "sensitivity", datetime.now(UTC))
-
-
 def main(args: argparse.Namespace) -> int:
     from emulator import sensitivity
     from emulator.errors import InputError
+    from emulator.study import default_out_dir
 
     if args.tdf is not None and not args.tdf >= 1.0:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
-    if args.backend == "sim" and args.tdf is not None:
-        raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
-    out = Path(args.out) if args.out else default_out_dir()
+    # --tdf with a simulation (--backend sim or the scenario's run.backend) is refused by
+    # sensitivity.check_study, before anything runs.
+    out = Path(args.out) if args.out else default_out_dir(study="sensitivity")
     # With --json stdout carries one document: each run's own table goes to stderr instead.
     stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     if args.reuse is not None:
