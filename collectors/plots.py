@@ -30,14 +30,14 @@ MAX_PORT_LINES = 8
 ATTRIBUTION_PLOT = "attribution_queue.png"
 
 
-def _figure(width_in: float, height_in: float) -> Figure:
+def new_figure(width_in: float, height_in: float) -> Figure:
     # The object API with an Agg canvas: no pyplot global state, no display needed.
     fig = Figure(figsize=(width_in, height_in))
     FigureCanvasAgg(fig)
     return fig
 
 
-def _save(fig: Figure, path: Path, tight: bool = True) -> Path:
+def save_figure(fig: Figure, path: Path, tight: bool = True) -> Path:
     if tight:
         fig.tight_layout()
     fig.savefig(path, dpi=DPI)
@@ -78,7 +78,7 @@ def _cdf(values: Sequence[float]) -> tuple[Any, Any]:
 
 
 def plot_busbw_per_iteration(tables: RunTables, path: Path, title: str) -> Path:
-    fig = _figure(8, 4.5)
+    fig = new_figure(8, 4.5)
     ax = fig.subplots()
     data = _busbw_by_type(tables.collectives)
     ideal: dict[str, list[float]] = defaultdict(list)
@@ -112,11 +112,11 @@ def plot_busbw_per_iteration(tables: RunTables, path: Path, title: str) -> Path:
     ax.set_xlabel("iteration")
     ax.set_ylabel("busbw (GB/s, nccl-tests)")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_fct_cdf(tables: RunTables, path: Path, title: str) -> Path:
-    fig = _figure(8, 4.5)
+    fig = new_figure(8, 4.5)
     ax = fig.subplots()
     data = _fcts_by_type(tables.flows)
     for ctype in sorted(data):
@@ -132,11 +132,11 @@ def plot_fct_cdf(tables: RunTables, path: Path, title: str) -> Path:
     ax.set_xlabel("flow completion time (s, target timescale, log)")
     ax.set_ylabel("fraction of flows")
     ax.grid(alpha=0.3, which="both")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_nic_heatmap(tables: RunTables, path: Path, title: str) -> Path:
-    fig = _figure(9, 6)
+    fig = new_figure(9, 6)
     axes = fig.subplots(2, 1, sharex=True)
     nic = rows(tables.nic, ("time_s", "interval_s", "rank", "direction", "utilization"))
     image = None
@@ -166,12 +166,12 @@ def plot_nic_heatmap(tables: RunTables, path: Path, title: str) -> Path:
     if image is not None:
         fig.colorbar(image, ax=list(axes), label="utilization (share of line rate)")
         # A colorbar spanning several axes and tight_layout do not mix.
-        return _save(fig, path, tight=False)
-    return _save(fig, path)
+        return save_figure(fig, path, tight=False)
+    return save_figure(fig, path)
 
 
 def plot_switch_queue(tables: RunTables, path: Path, title: str) -> Path:
-    fig = _figure(9, 4.5)
+    fig = new_figure(9, 4.5)
     ax = fig.subplots()
     series: dict[str, list[tuple[float, int]]] = defaultdict(list)
     for time_s, switch, port, queue in rows(
@@ -195,7 +195,7 @@ def plot_switch_queue(tables: RunTables, path: Path, title: str) -> Path:
     ax.set_xlabel("time (s, target timescale)")
     ax.set_ylabel("queue (KB)")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_attribution(tables: RunTables, path: Path, title: str) -> Path:
@@ -224,7 +224,7 @@ def plot_attribution(tables: RunTables, path: Path, title: str) -> Path:
         ax.grid(alpha=0.3)
         _from_zero(ax)
     fig.suptitle(f"Queue by collective at the most congested ports — {title}")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # File name -> renderer of one run's figure.
@@ -247,7 +247,7 @@ def render_run_plots(tables: RunTables, folder: Path, title: str) -> list[Path]:
 def _grid(n: int) -> tuple[Figure, list[Any]]:
     cols = min(n, 2)
     nrows = (n + cols - 1) // cols
-    fig = _figure(6.5 * cols, 4.2 * nrows)
+    fig = new_figure(6.5 * cols, 4.2 * nrows)
     axes = fig.subplots(nrows, cols, squeeze=False)
     flat = [ax for row in axes for ax in row]
     for ax in flat[n:]:
@@ -278,7 +278,7 @@ def plot_compare_busbw(runs: Sequence[tuple[str, RunTables]], path: Path) -> Pat
         ax.set_xlabel("iteration")
         ax.set_ylabel("mean busbw (GB/s, nccl-tests)")
         ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_compare_fct_cdf(runs: Sequence[tuple[str, RunTables]], path: Path) -> Path:
@@ -302,7 +302,7 @@ def plot_compare_fct_cdf(runs: Sequence[tuple[str, RunTables]], path: Path) -> P
         ax.set_xlabel("flow completion time (s, target timescale, log)")
         ax.set_ylabel("fraction of flows")
         ax.grid(alpha=0.3, which="both")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_compare_cnps(runs: Sequence[tuple[str, RunTables]], path: Path) -> Path:
@@ -314,7 +314,7 @@ def plot_compare_cnps(runs: Sequence[tuple[str, RunTables]], path: Path) -> Path
             counts[ctype] += cnps
         per_run.append((label, counts))
     types = sorted({ctype for _, counts in per_run for ctype in counts})
-    fig = _figure(max(6.5, 1.6 * len(types) * max(1, len(runs))), 4.5)
+    fig = new_figure(max(6.5, 1.6 * len(types) * max(1, len(runs))), 4.5)
     ax = fig.subplots()
     width = 0.8 / max(1, len(per_run))
     for i, (label, counts) in enumerate(per_run):
@@ -329,7 +329,7 @@ def plot_compare_cnps(runs: Sequence[tuple[str, RunTables]], path: Path) -> Path
     ax.set_xlabel("collective type")
     ax.set_ylabel("CNPs sent (count)")
     ax.grid(alpha=0.3, axis="y")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 COMPARE_PLOTS: dict[str, Callable[[Sequence[tuple[str, RunTables]], Path], Path]] = {

@@ -21,7 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from collectors.plots import GB, _busbw_by_type, _empty, _fcts_by_type, _figure, _from_zero, _save
+from collectors.plots import (
+    GB,
+    _busbw_by_type,
+    _empty,
+    _fcts_by_type,
+    _from_zero,
+    new_figure,
+    save_figure,
+)
 from collectors.tables import RunTables
 
 FIG10, FIG11 = "seed_fig10_busbw.png", "seed_fig11_fct_cdf.png"
@@ -100,7 +108,7 @@ def _draw_busbw(ax: Any, runs: Sequence[RunTables], ctype: str, color: str | Non
 
 def plot_fig10_busbw(roles: Mapping[str, Sequence[RunTables]], path: Path) -> Path:
     """roles: "allreduce_only", "alltoall_only", "mixed" -> each repeat's tables."""
-    fig = _figure(15, 4.3)
+    fig = new_figure(15, 4.3)
     axes = fig.subplots(1, 3, sharey=True)
     panels = (
         ("allreduce_only", (ALL_REDUCE,), "(a) All-Reduce alone"),
@@ -121,7 +129,7 @@ def plot_fig10_busbw(roles: Mapping[str, Sequence[RunTables]], path: Path) -> Pa
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("busbw (GB/s, nccl-tests)")
     fig.suptitle("Bus bandwidth per iteration (Chakra paper Fig. 10 form)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def cdf_band(
@@ -141,7 +149,7 @@ def cdf_band(
 
 
 def plot_fig11_fct_cdf(roles: Mapping[str, Sequence[RunTables]], path: Path) -> Path:
-    fig = _figure(13, 4.5)
+    fig = new_figure(13, 4.5)
     axes = fig.subplots(1, 2)
     for ax, (ctype, alone_role) in zip(
         axes, ((ALL_REDUCE, "allreduce_only"), (ALL_TO_ALL, "alltoall_only")), strict=True
@@ -182,7 +190,7 @@ def plot_fig11_fct_cdf(roles: Mapping[str, Sequence[RunTables]], path: Path) -> 
         ax.set_ylabel("fraction of flows")
         ax.grid(alpha=0.3, which="both")
     fig.suptitle("Flow completion times (Chakra paper Fig. 11 form)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_study_figures(roles: Mapping[str, Sequence[RunTables]], folder: Path) -> list[Path]:

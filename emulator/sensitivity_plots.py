@@ -2,7 +2,7 @@
 link rate as grouped bars, with the bandwidth-bound expectation (the rate ratio) drawn across
 each bar and the congestion-free plan's own slowdown as a marker on it.
 
-Headless (matplotlib's object API on an Agg canvas, as collectors.plots); plain data in, so
+Headless, through collectors.plots' figure helpers; plain data in, so
 the module knows nothing of the study's types.
 """
 
@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+from collectors.plots import new_figure, save_figure
 
-DPI = 110
 BAR_GROUP_WIDTH = 0.8  # of the space between two collective types
 
 
@@ -31,8 +29,7 @@ def write_slowdown_plot(
     (the rates other than the reference); expected[i]: reference_gbps / rates_gbps[i]. None: not
     measured (no bar, "n/m" written where it would be)."""
     top = max([1.0, *expected, *(v for row in slowdowns for v in row if v is not None)]) * 1.1
-    fig = Figure(figsize=(3.0 + 1.6 * len(groups) * max(1, len(rates_gbps)) ** 0.5, 4.5))
-    FigureCanvasAgg(fig)
+    fig = new_figure(3.0 + 1.6 * len(groups) * max(1, len(rates_gbps)) ** 0.5, 4.5)
     ax = fig.add_subplot()
     width = BAR_GROUP_WIDTH / max(1, len(rates_gbps))
     colors = [f"C{i % 10}" for i in range(len(rates_gbps))]
@@ -74,6 +71,4 @@ def write_slowdown_plot(
     )
     ax.set_ylim(0, top)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never on a bar
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    return path
+    return save_figure(fig, path)
