@@ -164,9 +164,8 @@ class Topology:
         if src == dst:
             return ()
         src_ip, dst_ip = self.host_address(src), self.host_address(dst)
-        mhash = self.flow_hash(src_ip, dst_ip, sport, dport)
-        flow = flow_key(src_ip, dst_ip, sport, dport)
-        per_router = bool(self.ecmp_hash_seed) and self.ecmp_seed_per_router
+        seeded = bool(self.ecmp_hash_seed)
+        flow = b"" if seeded else flow_key(src_ip, dst_ip, sport, dport)
         hops: list[Link] = []
         node, ifname = src, HOST_IFNAME
         for _ in range(len(self.nodes)):
@@ -175,8 +174,8 @@ class Topology:
             node = link.dst
             if node == dst:
                 return tuple(hops)
-            if per_router:
-                mhash = self.flow_hash(src_ip, dst_ip, sport, dport, node)
+            # each router hashes with its own seed (router_seed: the fabric's, or one per router)
+            mhash = self.flow_hash(src_ip, dst_ip, sport, dport, node) if seeded else 0
             hop = self.next_hop(node, dst_ip, mhash, flow)
             if hop is None:
                 break

@@ -57,9 +57,6 @@ class Switch:
         self._cache: dict[object, Port | None] = {}
         self.no_route = 0
         self._seeded = bool(topology.ecmp_hash_seed)
-        # A router with its own seed hashes each flow anew (once per flow: routes are cached
-        # by the flow's fabric-wide hash, frame.mhash).
-        self._own_hash = self._seeded and topology.ecmp_seed_per_router
 
     def set_routes(self, routes: dict[str, tuple[Route, ...]]) -> None:
         self.topology = dataclasses.replace(self.topology, routes=routes)
@@ -99,16 +96,15 @@ class Switch:
     def _route(self, frame: Frame) -> Port | None:
         topo = self.topology
         dst_ip = self.addresses[frame.dst]
-        flow, mhash = b"", frame.mhash
-        if not self._seeded or self._own_hash:
-            src_ip = self.addresses[frame.src]
-            ports = (
-                (ROCEV2_UDP_PORT, frame.sport) if frame.control else (frame.sport, ROCEV2_UDP_PORT)
-            )
-            if self._seeded:
-                mhash = topo.flow_hash(src_ip, dst_ip, *ports, node=self.name)
-            else:
-                flow = flow_key(src_ip, dst_ip, *ports)
+        src_ip = self.addresses[frame.src]
+        ports = (ROCEV2_UDP_PORT, frame.sport) if frame.control else (frame.sport, ROCEV2_UDP_PORT)
+        # As Topology.path: this router's own hash of the 5-tuple (once per flow: routes are
+        # cached by the flow's fabric-wide hash, frame.mhash), or the seed-0 model's flow key.
+        flow, mhash = b"", 0
+        if self._seeded:
+            mhash = topo.flow_hash(src_ip, dst_ip, *ports, node=self.name)
+        else:
+            flow = flow_key(src_ip, dst_ip, *ports)
         hop = topo.next_hop(self.name, dst_ip, mhash, flow)
         return None if hop is None else self.egress.get(hop.ifname)
 
