@@ -43,6 +43,7 @@ class QpRow:
     cnps_sent: int
     lost_packets: int  # sent (retransmissions too) but never received
     pattern: str = ""  # the traffic pattern the QP belongs to ("" for a trace's QPs)
+    job: str = ""  # the scenario's job whose rank sends on it ("" for a traffic pattern's QPs)
     # one-way latency of its data packets, target timescale (None: none measured)
     latency_packets: int = 0
     latency_avg_us: float | None = None
@@ -54,7 +55,7 @@ class QpRow:
 COUNTER_COLUMNS = tuple(
     f.name
     for f in fields(QpRow)
-    if f.name not in ("src_rank", "dst_rank", "qp", "udp_sport", "pattern")
+    if f.name not in ("src_rank", "dst_rank", "qp", "udp_sport", "pattern", "job")
     and not f.name.startswith("latency_")
 )
 SUMMED = tuple(c for c in COUNTER_COLUMNS if c not in ("qpn", "dscp"))

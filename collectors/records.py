@@ -50,6 +50,7 @@ class FlowMeta:
     qp: int
     udp_sport: int
     bytes: int
+    job: str = ""  # the scenario's job (several on one fabric); "" for a traffic pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ class CollectiveMeta:
     bytes: int
     ideal_time_s: float | None = None
     timed_from_rank: int | None = None  # the member whose start starts busbw's time; None: all
+    job: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class FlowRecord:
     ce_marks: int
     cnps_sent: int
     cnps_received: int
+    job: str = ""  # the scenario's job (several jobs on one fabric); "" for a traffic pattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,7 @@ class CollectiveRecord:
     ideal_algbw_bytes_per_s: float | None
     ideal_busbw_bytes_per_s: float | None
     busbw_ratio: float | None
+    job: str = ""
 
 
 @dataclass(slots=True)
@@ -241,6 +245,7 @@ class RecordBuilder:
             ce_marks=ce_marks,
             cnps_sent=cnps_sent,
             cnps_received=cnps_received,
+            job=meta.job,
         )
 
     def flow_records(self) -> list[FlowRecord]:
@@ -313,6 +318,7 @@ class RecordBuilder:
             ideal_algbw_bytes_per_s=ideal_algbw,
             ideal_busbw_bytes_per_s=ideal_busbw,
             busbw_ratio=ratio,
+            job=meta.job,
         )
 
     def collective_records(self) -> list[CollectiveRecord]:
@@ -346,6 +352,7 @@ def instance_metas(
         bytes=inst.size_bytes,
         ideal_time_s=ideal_time_s,
         timed_from_rank=inst.timed_from_rank,
+        job=inst.job,
     )
     flows = [
         FlowMeta(
@@ -359,6 +366,7 @@ def instance_metas(
             qp=f.qp,
             udp_sport=f.udp_sport,
             bytes=f.bytes,
+            job=inst.job,
         )
         for f in inst.flows
     ]

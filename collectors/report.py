@@ -137,12 +137,32 @@ def summary_table(summary: Mapping[str, Any]) -> str:
     ]
     headers = ["collective", *(h for h, *_ in TYPE_COLUMNS)]
     lines = [*head, "", _render(headers, body)]
+    jobs: Mapping[str, Mapping[str, Any]] = summary.get("jobs") or {}
+    if len(jobs) > 1:
+        lines += ["", job_table(jobs)]
     latency = latency_lines((summary.get("engine") or {}).get("latency_by_class") or {})
     if latency:
         lines += ["", *latency]
     if summary.get("expectations"):
         lines += ["", *expectation_lines(summary["expectations"])]
     return "\n".join(lines)
+
+
+def job_table(jobs: Mapping[str, Mapping[str, Any]]) -> str:
+    """Several jobs on one fabric: one row per job and collective type, with the job's time."""
+    body = [
+        [
+            name,
+            ctype,
+            _cell(job.get("ranks"), 1.0, "{:.0f}"),
+            _cell(job.get("job_time_s"), 1e3, "{:.3f}"),
+            *(_cell(stats.get(key), scale, fmt) for _, key, scale, fmt in TYPE_COLUMNS),
+        ]
+        for name, job in jobs.items()
+        for ctype, stats in (job.get("collectives") or {}).items()
+    ]
+    headers = ["job", "collective", "ranks", "job time ms", *(h for h, *_ in TYPE_COLUMNS)]
+    return _render(headers, body, left=2)
 
 
 def latency_lines(by_class: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -10,10 +10,13 @@ receivers for the type's flows. Byte rates are bytes per second, times seconds o
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import pyarrow.compute as pc
 
 from collectors.attribution import attribution_summary
 from collectors.live import RunInfo
@@ -67,6 +70,7 @@ class RunMeta:
         fid = summary.get("fidelity") or {}
         computed = {
             "collectives",
+            "jobs",
             "flows",
             "totals",
             "machine",
@@ -169,6 +173,36 @@ def collectives_summary(tables: RunTables) -> dict[str, dict[str, Any]]:
     return out
 
 
+def job_names(tables: RunTables) -> list[str]:
+    """The jobs of a run's collectives (traffic patterns, job "", left out), sorted."""
+    return sorted({j for j in column(tables.collectives, "job") if j})
+
+
+def job_tables(tables: RunTables, job: str) -> RunTables:
+    """The run's flows and collectives of one job (the other tables whole)."""
+    return dataclasses.replace(
+        tables,
+        flows=tables.flows.filter(pc.equal(tables.flows.column("job"), job)),
+        collectives=tables.collectives.filter(pc.equal(tables.collectives.column("job"), job)),
+    )
+
+
+def jobs_summary(tables: RunTables) -> dict[str, dict[str, Any]]:
+    """Per job (several jobs on one fabric; a one-workload run has one, named after its
+    scenario): its ranks, its own time (first flow start to last flow end) and its collectives
+    as the run's `collectives` section gives them. Traffic patterns (job "") are left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in job_names(tables):
+        mine = job_tables(tables, name)
+        ranks = {r for pair in rows(mine.flows, ("src_rank", "dst_rank")) for r in pair}
+        out[name] = {
+            "ranks": len(ranks),
+            "job_time_s": _job_time(mine),
+            "collectives": collectives_summary(mine),
+        }
+    return out
+
+
 def _job_time(tables: RunTables) -> float | None:
     starts = [s for s in rows(tables.flows, ("start_s",)) if s[0] is not None]
     ends = [e for e in rows(tables.flows, ("end_s",)) if e[0] is not None]
@@ -253,6 +287,7 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
             "cpu_busy_p95_ratio": percentile_nearest_rank(cpu_busy, 95),
         },
         "collectives": collectives,
+        "jobs": jobs_summary(tables),
         "attribution": attribution_summary(
             tables.attribution, tables.marks, tables.flows, tables.attribution_measured
         ),

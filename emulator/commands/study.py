@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-HELP = "Run a study (interference, sensitivity)."
+HELP = "Run a study (interference, sensitivity, jobs)."
 
 
 def _flag(role: str) -> str:
@@ -26,7 +26,7 @@ def _flag(role: str) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from emulator.commands import sensitivity
+    from emulator.commands import jobs_study, sensitivity
 
     studies = parser.add_subparsers(dest="study", metavar="STUDY", title="studies", required=True)
     interference = studies.add_parser(
@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     other = studies.add_parser("sensitivity", help=sensitivity.HELP, description=sensitivity.HELP)
     sensitivity.add_arguments(other)
     other.set_defaults(_main=sensitivity.main)
+    jobs = studies.add_parser("jobs", help=jobs_study.HELP, description=jobs_study.HELP)
+    jobs_study.add_arguments(jobs)
+    jobs.set_defaults(_main=jobs_study.main)
 
 
 INTERFERENCE_HELP = "All-Reduce alone, All-to-All alone and both mixed, with repeats and CIs."

@@ -43,28 +43,27 @@ def main(args: argparse.Namespace) -> int:
     failed = False
     for raw in args.paths:
         try:
-            target = _trace_of(raw, args)
-            if target is None:
-                continue
-            trace, comm_groups = target
-            summary = summarize(load_trace_set(trace, comm_groups))
+            targets = _traces_of(raw, args)
+            found = [summarize(load_trace_set(trace, groups)) for trace, groups in targets]
         except InputError as exc:
             print(f"emulate validate: error: {exc}", file=sys.stderr)
             failed = True
             continue
-        summaries.append(summary)
-        if not args.json:
-            print("\n".join(format_summary(summary)))
+        for summary in found:
+            summaries.append(summary)
+            if not args.json:
+                print("\n".join(format_summary(summary)))
     if args.json:
         print(json.dumps({"sets": [s.to_json() for s in summaries]}, indent=2))
     return EXIT_BAD_INPUT if failed else EXIT_OK
 
 
-def _trace_of(raw: str, args: argparse.Namespace) -> tuple[Path, Path | None] | None:
-    """(trace path, comm-group file) to validate for one PATH; None for a trace-less scenario."""
+def _traces_of(raw: str, args: argparse.Namespace) -> list[tuple[Path, Path | None]]:
+    """(trace path, comm-group file) to validate for one PATH: the path itself, or a scenario's
+    traces (its workload's, or each job's); none for generated work or traffic patterns."""
     explicit = Path(args.comm_groups) if args.comm_groups else None
     if not raw.endswith(SCENARIO_SUFFIXES):
-        return Path(raw), explicit
+        return [(Path(raw), explicit)]
     try:
         # Lazy: the scenario model imports every layer's parameters, some still being written.
         from emulator.scenario import load_scenario
@@ -72,15 +71,37 @@ def _trace_of(raw: str, args: argparse.Namespace) -> tuple[Path, Path | None] | 
         scenario = load_scenario(raw)
     except ImportError as exc:
         raise InputError(f"{raw}: scenario validation not available yet ({exc})") from None
-    workload = scenario.workload
-    if workload is None or workload.trace is None:
+    from emulator.scenario.jobs import format_hosts
+
+    jobs = scenario.jobs
+    if scenario.several_jobs:
+        from emulator.backends.engine import fabric_ranks
+        from emulator.run.workload import place, trace_prefix
+
+        with trace_prefix(scenario) as prefix:
+            placed = place(scenario, prefix, fabric_ranks(scenario.fabric))
         if not args.json:
-            what = "traffic patterns only" if workload is None else "workload is generated"
-            print(f"{raw}: scenario ok; {what}, no trace to validate")
-        return None
-    groups = explicit
-    if groups is None and workload.comm_groups is not None:
-        groups = scenario.resolve(workload.comm_groups)
-    if not args.json:
-        print(f"{raw}: scenario ok; workload trace {workload.trace}")
-    return scenario.resolve(workload.trace), groups
+            for p in placed:
+                start = f", starting at {p.start_s * 1e6:g} us" if p.start_s else ""
+                print(
+                    f"{raw}: job {p.name}: {len(p.hosts)} ranks on hosts "
+                    f"{format_hosts(p.hosts)}{start}"
+                )
+    if not jobs:
+        if not args.json:
+            print(f"{raw}: scenario ok; traffic patterns only, no trace to validate")
+        return []
+    out = []
+    for job in jobs:
+        label = f"job {job.name}" if scenario.several_jobs else "workload"
+        if job.trace is None:
+            if not args.json:
+                print(f"{raw}: scenario ok; {label} is generated, no trace to validate")
+            continue
+        groups = explicit
+        if groups is None and job.comm_groups is not None:
+            groups = scenario.resolve(job.comm_groups)
+        if not args.json:
+            print(f"{raw}: scenario ok; {label} trace {job.trace}")
+        out.append((scenario.resolve(job.trace), groups))
+    return out

@@ -103,7 +103,11 @@ def run_planned(
     )
     partial = report.error is not None or not replay.job.finished
     tester = TesterResults.gather(
-        report.queue_pairs, traffic_of(replay.job), report.pfc_sent, session.pfc_received()
+        report.queue_pairs,
+        traffic_of(replay.job),
+        report.pfc_sent,
+        session.pfc_received(),
+        {host: p.name for p in planned.placements for host in p.hosts},
     )
     tables = dataclasses.replace(recorder.tables(), queue_pairs=to_table(tester.queue_pairs, QpRow))
     fabric_metadata = session.metadata()
@@ -148,6 +152,15 @@ def run_planned(
         "ideal_job_time_s": planned.ideal.job_time_s,
         "seed": scenario.run.seed,
         "world_size": planned.world_size,
+        "placement": [
+            {
+                "job": p.name,
+                "hosts": list(p.hosts),
+                "iterations": p.iterations,
+                "start_us": round(p.start_s * 1e6, 6),
+            }
+            for p in planned.placements
+        ],
         "iterations": planned.numbering.total,
         "engine": metadata,
         "fabric_backend": fabric_metadata,

@@ -106,14 +106,16 @@ class TesterResults:
         traffic: TrafficSchedule | None,
         pfc_sent: Mapping[int, int],
         pfc_received: Mapping[int, int | None],
+        job_of_rank: Mapping[int, str] | None = None,
     ) -> TesterResults:
+        """job_of_rank: the job each rank runs (a trace's QPs take their sender's job)."""
         qp_pattern = traffic.qp_patterns() if traffic is not None else {}
-        named = [
-            dataclasses.replace(
-                q, pattern=qp_pattern.get((q.src_rank, q.dst_rank, q.qp, q.udp_sport), "")
-            )
-            for q in rows_
-        ]
+        jobs = job_of_rank or {}
+        named = []
+        for q in rows_:
+            pattern = qp_pattern.get((q.src_rank, q.dst_rank, q.qp, q.udp_sport), "")
+            job = "" if pattern else jobs.get(q.src_rank, "")
+            named.append(dataclasses.replace(q, pattern=pattern, job=job))
         return cls(named, qp_pattern, dict(pfc_sent), dict(pfc_received))
 
     def summary(self) -> dict[str, Any]:

@@ -13,24 +13,29 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from emulator.engine.plan import DEFAULT_PROFILE, QpProfile
 from emulator.errors import ScenarioError
 from emulator.run.iterations import IterationNumbering
+from emulator.scenario.jobs import JobPlacement, place_jobs
 from emulator.scenario.model import Scenario
+from emulator.scenario.workload_spec import WorkloadSpec
 from emulator.schedule.fabric import path_for_fabric
 from emulator.schedule.fluid import PathFn
 from emulator.schedule.ideal import IdealResult, simulate
-from emulator.schedule.job import JobSchedule
+from emulator.schedule.job import JobSchedule, RankJob
+from emulator.schedule.multijob import JobsSource, PlacedJob, jobs_source
 from emulator.schedule.plan import CollectiveInstance, NodeRef
-from emulator.schedule.tracesource import TraceSource, open_trace_set
+from emulator.schedule.tracesource import TraceSource, open_trace_set, rank_files
 from emulator.traffic.schedule import TRAFFIC_ID_BASE, CombinedDriver, TrafficSchedule
 from emulator.traffic.spec import TrafficPattern
 
 InstanceKey = tuple[int, tuple[NodeRef, ...]]
+# the work's trace sets: one prefix, one per job (`workloads:`), or None (traffic patterns only)
+Traces = str | tuple[str, ...] | None
 
 
 def instance_key(instance: CollectiveInstance) -> InstanceKey:
@@ -42,7 +47,7 @@ class PlannedWorkload:
     """The trace set and/or traffic patterns, their ideal-time plan, and a factory for the
     driver of a run."""
 
-    prefix: str | None
+    prefix: Traces
     world_size: int
     ideal: IdealResult
     ideal_time_s: dict[InstanceKey, float]
@@ -53,6 +58,8 @@ class PlannedWorkload:
     profiles: tuple[QpProfile, ...] = (DEFAULT_PROFILE,)
     # a traffic QP's (its instances' nodes) last message in the ideal run: time, bytes
     last_message_ideal: dict[tuple[NodeRef, ...], tuple[float, int]] = field(default_factory=dict)
+    # every job's hosts, passes and start (one job: the scenario's workload on hosts 0..n-1)
+    placements: tuple[JobPlacement, ...] = ()
 
     @property
     def collectives(self) -> int:
@@ -78,30 +85,38 @@ class PlannedWorkload:
     ) -> Driver:
         """A fresh driver over the same work (the ideal model consumed the first one)."""
         return _driver(
-            scenario, self.prefix, self.line_rate_bps, on_instance, on_member_issued, False
+            scenario,
+            self.prefix,
+            self.placements,
+            self.line_rate_bps,
+            on_instance,
+            on_member_issued,
+            False,
         )[0]
 
 
 class Numbering:
-    """Iterations of a trace's instances (IterationNumbering) and of traffic messages (their
-    number on their QP)."""
+    """Iterations of a trace's instances (IterationNumbering, one per job: each job counts its
+    own steps) and of traffic messages (their number on their QP)."""
 
-    def __init__(self, trace: IterationNumbering | None, messages_per_qp: int) -> None:
-        self.trace = trace
+    def __init__(self, trace: Mapping[str, IterationNumbering], messages_per_qp: int) -> None:
+        self.trace = dict(trace)
         self.messages_per_qp = messages_per_qp
 
     @property
     def total(self) -> int:
-        return max(self.trace.total if self.trace else 0, self.messages_per_qp, 1)
+        steps = max((t.total for t in self.trace.values()), default=0)
+        return max(steps, self.messages_per_qp, 1)
 
     def restart(self) -> None:
-        if self.trace is not None:
-            self.trace.restart()
+        for numbering in self.trace.values():
+            numbering.restart()
 
     def number(self, inst: CollectiveInstance) -> int:
-        if inst.id >= TRAFFIC_ID_BASE or self.trace is None:
+        trace = self.trace.get(inst.job)
+        if inst.id >= TRAFFIC_ID_BASE or trace is None:
             return inst.iteration
-        return self.trace.number(inst)
+        return trace.number(inst)
 
 
 Driver = JobSchedule | TrafficSchedule | CombinedDriver
@@ -116,15 +131,16 @@ def traffic_of(driver: Driver) -> TrafficSchedule | None:
 
 def _driver(
     scenario: Scenario,
-    prefix: str | None,
+    prefix: Traces,
+    placements: Sequence[JobPlacement],
     line_rate_bps: float,
     on_instance: Callable[[CollectiveInstance], None] | None,
     on_member_issued: Callable[[int, int, float], None] | None,
     keep_instances: bool,
-) -> tuple[Driver, TraceSource | None, JobSchedule | None, TrafficSchedule | None]:
+) -> tuple[Driver, TraceSource | JobsSource | None, JobSchedule | None, TrafficSchedule | None]:
     job = source = traffic = None
     if prefix is not None:
-        source = open_trace_set(prefix, _comm_groups(scenario), scenario.compute)
+        source = _trace_source(scenario, prefix, placements)
         job = JobSchedule(
             source.ranks,
             source.groups,
@@ -136,6 +152,7 @@ def _driver(
             on_member_issued=on_member_issued,
             sport_seed=scenario.run.seed,
             path=_lazy_path(scenario.fabric, source.world_size),
+            rank_jobs=_rank_jobs(scenario, source),
         )
     if scenario.traffic:
         c = scenario.collectives
@@ -155,6 +172,57 @@ def _driver(
     return driver, source, job, traffic
 
 
+def _trace_source(
+    scenario: Scenario, prefix: str | tuple[str, ...], placements: Sequence[JobPlacement]
+) -> TraceSource | JobsSource:
+    if isinstance(prefix, str):
+        return open_trace_set(prefix, _comm_groups(scenario, scenario.workload), scenario.compute)
+    if not placements:  # planning: place the jobs first (plan_workload)
+        raise ValueError("several jobs need their placements")
+    sources = [
+        open_trace_set(p, _comm_groups(scenario, job), scenario.compute)
+        for p, job in zip(prefix, scenario.jobs, strict=True)
+    ]
+    placed = [
+        PlacedJob(pl.name, src, pl.hosts, pl.iterations, pl.start_s)
+        for pl, src in zip(placements, sources, strict=True)
+    ]
+    return jobs_source(placed, 1 + max(h for pl in placements for h in pl.hosts))
+
+
+def _rank_jobs(scenario: Scenario, source: TraceSource | JobsSource) -> tuple[RankJob, ...]:
+    if isinstance(source, JobsSource):
+        return source.rank_jobs
+    iterations = scenario.workload.iterations if scenario.workload else 1
+    return (RankJob(scenario.name, iterations),) * source.world_size
+
+
+def job_rank_counts(scenario: Scenario, prefix: Traces) -> list[int]:
+    """Each job's rank count (its trace set's files), to place it."""
+    if prefix is None:
+        return []
+    prefixes = (prefix,) if isinstance(prefix, str) else prefix
+    return [len(rank_files(p)[0]) for p in prefixes]
+
+
+def place(scenario: Scenario, prefix: Traces, fabric_ranks: int) -> tuple[JobPlacement, ...]:
+    """Every job's hosts (ScenarioError naming `workloads[i].hosts` when one does not fit)."""
+    counts = job_rank_counts(scenario, prefix)
+    if not scenario.several_jobs:
+        jobs = scenario.jobs
+        if not jobs:
+            return ()
+        return (
+            JobPlacement(
+                jobs[0].name, tuple(range(counts[0])), jobs[0].iterations, 0.0, "workload"
+            ),
+        )
+    try:
+        return tuple(place_jobs(scenario.workloads, counts, fabric_ranks))
+    except ValueError as exc:
+        raise ScenarioError(f"{scenario.source or 'scenario'}: {exc}") from None
+
+
 def _lazy_path(fabric: object, ranks: int) -> PathFn:
     """The fabric's paths, built when a source-port policy first asks (balanced does; building
     a large Clos costs, and a fabric without enough hosts is refused with its own message
@@ -169,16 +237,32 @@ def _lazy_path(fabric: object, ranks: int) -> PathFn:
     return path
 
 
-def _comm_groups(scenario: Scenario) -> Path | None:
-    groups = scenario.workload.comm_groups if scenario.workload else None
+def _comm_groups(scenario: Scenario, workload: WorkloadSpec | None) -> Path | None:
+    groups = workload.comm_groups if workload else None
     return scenario.resolve(groups) if groups else None
 
 
 @contextlib.contextmanager
-def trace_prefix(scenario: Scenario) -> Iterator[str | None]:
-    """The trace set's prefix: the scenario's trace, a generated set in a temporary folder, or
-    None when the scenario has traffic patterns only."""
-    workload = scenario.workload
+def trace_prefix(scenario: Scenario) -> Iterator[Traces]:
+    """The trace set's prefix: the scenario's trace, a generated set in a temporary folder, one
+    of those per job (`workloads:`), or None when the scenario has traffic patterns only."""
+    if scenario.several_jobs:
+        with contextlib.ExitStack() as stack:
+            prefixes = []
+            for i, job in enumerate(scenario.jobs):
+                prefix = stack.enter_context(_job_prefix(scenario, job, f"{i}-{job.name}"))
+                assert prefix is not None  # a job always has a trace or a generator
+                prefixes.append(prefix)
+            yield tuple(prefixes)
+        return
+    with _job_prefix(scenario, scenario.workload, "") as prefix:
+        yield prefix
+
+
+@contextlib.contextmanager
+def _job_prefix(
+    scenario: Scenario, workload: WorkloadSpec | None, label: str
+) -> Iterator[str | None]:
     if workload is None:
         yield None
         return
@@ -189,14 +273,14 @@ def trace_prefix(scenario: Scenario) -> Iterator[str | None]:
     from emulator.workloads.registry import write_workload
 
     with tempfile.TemporaryDirectory(prefix="emulate-run-") as folder:
-        prefix = f"{folder}/{kind_of(workload.generate)}"
+        prefix = f"{folder}/{label + '-' if label else ''}{kind_of(workload.generate)}"
         write_workload(workload.generate, prefix)
         yield prefix
 
 
-def generated_steps(scenario: Scenario) -> int | None:
+def generated_steps(workload: WorkloadSpec | None) -> int | None:
     """Training steps per pass of a generated trace (its writer knows them), else None."""
-    generate = scenario.workload.generate if scenario.workload else None
+    generate = workload.generate if workload is not None else None
     steps = getattr(generate, "iterations", None) if generate is not None else None
     return steps if isinstance(steps, int) else None
 
@@ -219,16 +303,22 @@ def _check_pairs_cross_the_dut(scenario: Scenario, index: int, pattern: TrafficP
 
 
 def plan_workload(
-    scenario: Scenario, prefix: str | None, fabric_ranks: int, line_rate_bps: float = 100e9
+    scenario: Scenario, prefix: Traces, fabric_ranks: int, line_rate_bps: float = 100e9
 ) -> PlannedWorkload:
     """Plan the work on the scenario's fabric; refuse ranks the fabric does not have."""
-    driver, source, job, traffic = _driver(scenario, prefix, line_rate_bps, None, None, True)
     where = scenario.source or "scenario"
+    if not scenario.several_jobs:
+        n = job_rank_counts(scenario, prefix)[0] if prefix is not None else 0
+        if n > fabric_ranks:
+            raise ScenarioError(
+                f"{where}: fabric: the trace set has {n} ranks but the fabric has "
+                f"{fabric_ranks} hosts"
+            )
+    placements = place(scenario, prefix, fabric_ranks)
+    driver, source, job, traffic = _driver(
+        scenario, prefix, placements, line_rate_bps, None, None, True
+    )
     n = source.world_size if source is not None else 0
-    if n > fabric_ranks:
-        raise ScenarioError(
-            f"{where}: fabric: the trace set has {n} ranks but the fabric has {fabric_ranks} hosts"
-        )
     for i, pattern in enumerate(scenario.traffic):
         if pattern.max_rank >= fabric_ranks:
             raise ScenarioError(
@@ -254,9 +344,11 @@ def plan_workload(
     warnings = [*source.warnings] if source is not None else []
     for feeder in job.feeders if job is not None else ():
         warnings.extend(feeder.warnings)
-    trace_numbering = None
+    trace_numbering = {}
     if job is not None:
-        trace_numbering = IterationNumbering(job.instances, generated_steps(scenario))
+        for spec in scenario.jobs:
+            mine = [inst for inst in job.instances if inst.job == spec.name]
+            trace_numbering[spec.name] = IterationNumbering(mine, generated_steps(spec))
     messages = 1 + max((i.iteration for i in (traffic.instances if traffic else ())), default=0)
     last: dict[tuple[NodeRef, ...], tuple[float, int]] = {}
     for r in ideal.instances:
@@ -273,4 +365,5 @@ def plan_workload(
         list(dict.fromkeys(warnings)),
         (DEFAULT_PROFILE, *(traffic.profiles if traffic else ())),
         last,
+        placements,
     )

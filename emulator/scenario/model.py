@@ -8,6 +8,7 @@ and only composed here, so the default of every parameter is written exactly onc
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,38 +18,12 @@ from collectors.fidelity import FidelityLimits
 from emulator.config import param
 from emulator.engine.params import EngineParams
 from emulator.errors import InputError
+from emulator.scenario.jobs import JobSpec, check_jobs, job_names
+from emulator.scenario.workload_spec import WorkloadSpec
 from emulator.schedule.params import CollectivesParams, ComputeParams
 from emulator.traffic.spec import TrafficPattern
 from emulator.transport.params import TransportParams
-from emulator.workloads.params import GENERATORS_PARAMS
 from fabrics.spec import FABRIC_SPECS, ClosSpec
-
-
-@dataclass(frozen=True)
-class WorkloadSpec:
-    """The work to replay: a Chakra trace set on disk, or one generated for the run."""
-
-    trace: str | None = param(
-        None,
-        doc="Chakra trace prefix (dir/name for dir/name.<rank>.et) or file, relative to the "
-        "scenario file; exclusive with `generate`",
-    )
-    comm_groups: str | None = param(
-        None, doc="comm-group JSON ({pg id: [ranks]}); default: found next to the traces"
-    )
-    generate: Any = param(
-        None,
-        doc="synthesize a trace instead: {kind: moe_mix|allreduce|alltoall|allgather|"
-        "reducescatter, ...options}",
-        kinds=GENERATORS_PARAMS,
-    )
-    iterations: int = param(1, doc="times the trace is replayed back to back", min=1, max=100_000)
-
-    def __post_init__(self) -> None:
-        if self.trace is None and self.generate is None:
-            raise ValueError("trace: a workload needs either `trace` or `generate`")
-        if self.trace is not None and self.generate is not None:
-            raise ValueError("generate: give either `trace` or `generate`, not both")
 
 
 @dataclass(frozen=True)
@@ -219,6 +194,12 @@ class Scenario:
     workload: WorkloadSpec | None = param(
         None, doc="the trace to replay; optional when `traffic` patterns are given"
     )
+    workloads: tuple[JobSpec, ...] = param(
+        (),
+        doc="several jobs sharing the fabric, instead of `workload`: each a trace or a "
+        "generator with its name, hosts (rank-to-host placement), iterations and start offset; "
+        "results keep them apart (a job column in every table, a per-job summary)",
+    )
     traffic: tuple[TrafficPattern, ...] = param(
         (), doc="synthetic traffic patterns (switch tests), instead of or next to the workload"
     )
@@ -240,8 +221,11 @@ class Scenario:
     source: Path | None = field(default=None, compare=False, metadata={"internal": True})
 
     def __post_init__(self) -> None:
-        if self.workload is None and not self.traffic:
+        if self.workload is not None and self.workloads:
+            raise ValueError("workloads: give either `workload` or `workloads`, not both")
+        if self.workload is None and not self.workloads and not self.traffic:
             raise ValueError("workload: give a workload (a trace), traffic patterns, or both")
+        check_jobs(self.workloads)
         names = [p.name for p in self.traffic]
         for name in names:
             if names.count(name) > 1:
@@ -250,12 +234,46 @@ class Scenario:
             if e.pattern is not None and e.pattern not in names:
                 raise ValueError(f"expect: no traffic pattern is named {e.pattern!r}")
 
+    @property
+    def jobs(self) -> tuple[JobSpec, ...]:
+        """The scenario's jobs: its `workloads`, or its one `workload` as a job named after the
+        scenario (every table's job column), or none (traffic patterns only)."""
+        if self.workloads:
+            names = job_names(self.workloads)
+            return tuple(
+                dataclasses.replace(job, name=name)
+                for job, name in zip(self.workloads, names, strict=True)
+            )
+        if self.workload is None:
+            return ()
+        fields = {f.name: getattr(self.workload, f.name) for f in dataclasses.fields(WorkloadSpec)}
+        return (JobSpec(**fields, name=self.name),)
+
+    @property
+    def several_jobs(self) -> bool:
+        return bool(self.workloads)
+
     def with_iterations(self, iterations: int) -> Scenario:
-        """The scenario with its trace replayed `iterations` times (--iterations)."""
+        """The scenario with its trace (every job's) replayed `iterations` times (--iterations)."""
+        if self.workloads:
+            jobs = tuple(dataclasses.replace(j, iterations=iterations) for j in self.workloads)
+            return dataclasses.replace(self, workloads=jobs)
         if self.workload is None:
             raise InputError("--iterations: the scenario has traffic patterns only, no trace")
         workload = dataclasses.replace(self.workload, iterations=iterations)
         return dataclasses.replace(self, workload=workload)
+
+    def with_jobs(self, hosts: Mapping[str, tuple[int, ...]]) -> Scenario:
+        """The scenario with only the jobs named in `hosts`, each pinned to the hosts given (the
+        study's "each job alone": where it ran beside the others, emulator.run.workload's
+        placements)."""
+        kept = tuple(
+            dataclasses.replace(j, hosts=tuple(hosts[j.name])) for j in self.jobs if j.name in hosts
+        )
+        missing = set(hosts) - {j.name for j in kept}
+        if missing:
+            raise InputError(f"{self.source or 'scenario'}: no job named {sorted(missing)[0]!r}")
+        return dataclasses.replace(self, workload=None, workloads=kept)
 
     def resolve(self, relative: str) -> Path:
         """A path written in the scenario, resolved against the scenario file's folder."""

@@ -138,6 +138,16 @@ class _Live:
                 self.rank_remaining[flow.dst] += 1
 
 
+@dataclass(frozen=True)
+class RankJob:
+    """What a rank runs when several jobs share the fabric: its job's name, replay passes and
+    start offset (target seconds after the replay starts)."""
+
+    job: str
+    iterations: int = 1
+    start_s: float = 0.0
+
+
 class JobSchedule:
     def __init__(
         self,
@@ -151,13 +161,16 @@ class JobSchedule:
         on_member_issued: Callable[[int, int, float], None] | None = None,
         sport_seed: int = 0,
         path: PathFn | None = None,
+        rank_jobs: Sequence[RankJob] | None = None,
     ) -> None:
         """sport_seed: the source-port draw (emulator.schedule.sports; the scenario's run.seed);
         path: the fabric's paths, for a source-port policy that places flows (balanced).
         on_instance is told of every collective instance when it is matched, before any of
         its flows is released (a recorder registers the flows it will see events for);
         on_member_issued(instance id, rank, now) when a member rank reaches it in its trace (the
-        rendezvous is the last member's: nccl-tests times a collective from there)."""
+        rendezvous is the last member's: nccl-tests times a collective from there).
+        rank_jobs: per rank its job, passes and start (several jobs on one fabric); default:
+        every rank `iterations` passes from time 0, job ""."""
         self.on_instance = on_instance
         self.on_member_issued = on_member_issued
         self.collectives = collectives or CollectivesParams()
@@ -175,11 +188,14 @@ class JobSchedule:
         )
         self.expander = FlowExpander(self.collectives, sports)
         self.matcher = Matcher(groups, self._on_match, lambda rank: self.wheres[rank])
+        if rank_jobs is not None and len(rank_jobs) != len(ranks):
+            raise ValueError(f"rank_jobs: {len(rank_jobs)} entries for {len(ranks)} ranks")
+        self.rank_jobs = tuple(rank_jobs or [RankJob("", iterations)] * len(ranks))
         self.feeders = [
             RankFeeder(
                 rank,
                 source.open_pass,
-                iterations=iterations,
+                iterations=self.rank_jobs[rank].iterations,
                 window_nodes=self.compute.window_nodes,
                 ready_policy=self.compute.ready_policy,
                 where=source.where,
@@ -202,6 +218,15 @@ class JobSchedule:
         self._stream_queue: dict[tuple[int, str], deque[NodeInfo]] = {}
         self._dirty: set[int] = set(range(len(ranks)))
         self._actions: list[Action] = []
+        # a job that starts later holds its ranks until a timer (rank -1: no rank's compute)
+        self._holds: dict[int, int] = {}  # token -> rank
+        for held, placed in enumerate(self.rank_jobs):
+            if placed.start_s > 0:
+                token = self._next_token
+                self._next_token += 1
+                self._holds[token] = held
+                self._actions.append(StartDelay(token, -1, 0, -1, placed.start_s))
+        self._held = set(self._holds.values())
 
     # -- driver interface ----------------------------------------------------------------------
     @property
@@ -214,6 +239,8 @@ class JobSchedule:
         while self._dirty:
             rank = min(self._dirty)
             self._dirty.discard(rank)
+            if rank in self._held:
+                continue
             feeder = self.feeders[rank]
             for node in feeder.take_ready():
                 self._issue(rank, feeder.iteration, node)
@@ -222,6 +249,11 @@ class JobSchedule:
 
     def delay_done(self, token: int, now: float) -> None:
         self.now = now
+        if token in self._holds:  # a later job's start
+            rank = self._holds.pop(token)
+            self._held.discard(rank)
+            self._dirty.add(rank)
+            return
         rank, node_id, stream = self._delays.pop(token)
         self._complete_node(rank, node_id)
         if stream != Stream.NONE:
@@ -361,6 +393,7 @@ class JobSchedule:
             nodes=op.nodes,
             flows=tuple(flows),
             root=op.members[op.root] if op.collective != "SEND_RECV" else op.members[0],
+            job=self.rank_jobs[op.members[0]].job,
         )
         if self.keep_instances:
             self.instances.append(instance)

@@ -68,6 +68,7 @@ class CollectiveInstance:
     nodes: tuple[NodeRef, ...]
     flows: tuple[Flow, ...]
     root: int | None = None
+    job: str = ""  # the scenario's job it belongs to (several jobs on one fabric); "" for traffic
 
     @property
     def group_size(self) -> int:

@@ -119,8 +119,10 @@ def test_scenario_names_its_trace(
 
     def load_scenario(path: str) -> Any:
         assert path == str(scenario_path)
-        workload = types.SimpleNamespace(trace="job", comm_groups=None)
-        return types.SimpleNamespace(workload=workload, resolve=lambda rel: Path(path).parent / rel)
+        workload = types.SimpleNamespace(trace="job", comm_groups=None, name="s")
+        return types.SimpleNamespace(
+            jobs=(workload,), several_jobs=False, resolve=lambda rel: Path(path).parent / rel
+        )
 
     _fake_scenario_module(monkeypatch, load_scenario)
     assert main(["validate", str(scenario_path), "--json"]) == 0
@@ -133,9 +135,8 @@ def test_scenario_without_trace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def load_scenario(path: str) -> Any:
-        return types.SimpleNamespace(
-            workload=types.SimpleNamespace(trace=None, comm_groups=None), resolve=Path
-        )
+        job = types.SimpleNamespace(trace=None, comm_groups=None, name="gen")
+        return types.SimpleNamespace(jobs=(job,), several_jobs=False, resolve=Path)
 
     _fake_scenario_module(monkeypatch, load_scenario)
     assert main(["validate", str(tmp_path / "gen.yml")]) == 0

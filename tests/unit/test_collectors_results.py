@@ -260,7 +260,9 @@ def test_an_older_folder_without_the_newer_queue_pair_columns_still_reads(tmp_pa
     from collectors.queue_pairs import QpRow
     from collectors.tables import read_tables, to_table, write_parquet
 
-    counters: dict[str, Any] = {f: 0 for f in QpRow.__dataclass_fields__ if f != "pattern"}
+    counters: dict[str, Any] = {
+        f: 0 for f in QpRow.__dataclass_fields__ if f not in ("pattern", "job")
+    }
     counters.update(src_rank=1, udp_sport=50000, qpn=1, dscp=26, lost_packets=3)
     row = QpRow(**{k: v for k, v in counters.items() if not k.startswith("latency")})
     tables = recorded()
@@ -270,11 +272,12 @@ def test_an_older_folder_without_the_newer_queue_pair_columns_still_reads(tmp_pa
     )
     old = pq.read_table(target / "queue_pairs.parquet")
     old = old.drop_columns(
-        [c for c in old.column_names if c == "pattern" or c.startswith("latency")]
+        [c for c in old.column_names if c in ("pattern", "job") or c.startswith("latency")]
     )
     write_parquet(old, target / "queue_pairs.parquet")
     (back,) = read_tables(target).queue_pairs.to_pylist()
     assert back["lost_packets"] == 3 and back["pattern"] == "" and back["latency_packets"] == 0
+    assert back["job"] == ""
     assert back["latency_p99_us"] is None
     write_parquet(old.drop_columns(["lost_packets"]), target / "queue_pairs.parquet")
     with pytest.raises(InputError, match="missing columns lost_packets"):

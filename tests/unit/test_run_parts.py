@@ -145,7 +145,7 @@ def test_iteration_numbering_uses_the_generated_step_count() -> None:
 @pytest.mark.parametrize("name", ["moe_mix", "allreduce_only", "alltoall_only"])
 def test_the_study_scenarios_number_the_same_ten_steps(name: str) -> None:
     repo = Path(__file__).resolve().parents[2]
-    assert generated_steps(load_scenario(repo / "scenarios" / f"{name}.yaml")) == 10
+    assert generated_steps(load_scenario(repo / "scenarios" / f"{name}.yaml").workload) == 10
 
 
 def test_iteration_numbering_of_replay_passes() -> None:

@@ -49,25 +49,27 @@ def test_shipped_scenarios_load(path: Path) -> None:
 
 
 def _needs_shared_traces(path: Path) -> bool:
-    trace = workload_of(load_scenario(path)).trace
-    return trace is not None and "shared/traces" in trace
+    return any(
+        job.trace is not None and "shared/traces" in job.trace for job in load_scenario(path).jobs
+    )
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
 def test_shipped_scenarios_plan(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scenario = load_scenario(path)
-    trace = workload_of(scenario).trace
-    if trace is not None and "shared/traces" in trace and not TRACES.is_dir():
+    if _needs_shared_traces(path) and not TRACES.is_dir():
         pytest.skip(f"real traces folder {TRACES} is absent")
     assert main(["plan", str(path), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["flows_total"] > 0 and document["bytes_total"] > 0
     assert document["ideal_job_time_s"] > 0
-    # The workload's world is exactly the fabric's hosts: no idle host, no rank without one.
-    if trace is None:
-        world = workload_of(scenario).generate.ranks
-    else:
-        world = chakra.load_trace_set(scenario.resolve(trace)).world_size
+    # The workloads' ranks are exactly the fabric's hosts: no idle host, no rank without one.
+    world = sum(
+        job.generate.ranks
+        if job.trace is None
+        else chakra.load_trace_set(scenario.resolve(job.trace)).world_size
+        for job in scenario.jobs
+    )
     fabric = scenario.fabric
     hosts = len(fabric.interfaces) if isinstance(fabric, DutSpec) else fabric.host_count
     assert world == hosts

@@ -1,0 +1,398 @@
+"""The jobs study (issue 18): each job of a several-jobs scenario alone, then all together.
+
+A scenario with `workloads:` (several jobs sharing one fabric) runs as it is ("all") and once per
+job with only that job ("<job>"), each job on the hosts it has among the others (its placement is
+computed once, emulator.run.workload.place, and pinned), with its own start offset and passes,
+everything else equal. Repeat k (`--repeats`) runs every condition with run.seed + k, interleaved
+(all, then each job, then the next repeat), as the interference study does.
+
+Per job and per collective type of the job, over the job's units only (its collectives and flows:
+the job column of the tables): busbw mean, busbw CV over complete instances, FCT p50 and p99 over
+finished flows, alone and together, each with the two-level bootstrap interval of
+emulator.study_stats, and together / alone with its interval; per job its time (first flow start
+to last flow end, one unit per repeat). What the others do to a job is that ratio: an effect is
+"shown" when the interval of the ratio lies beyond 1 (slower, lower busbw, longer tail) and the
+change is material (MATERIAL_CHANGE, MATERIAL_CV), "not shown" otherwise, "not measurable" with
+fewer than 2 units a side (the job time with one repeat: one unit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from emulator.errors import InputError
+from emulator.study_stats import (
+    BOOTSTRAP_METHOD,
+    DEFAULT_BOOTSTRAP,
+    BootstrapSpec,
+    Comparison,
+    PooledSample,
+    Statistic,
+    compare,
+    cv,
+    fmt_interval,
+    json_finite,
+    percentile,
+)
+
+if TYPE_CHECKING:
+    from collectors.tables import RunTables
+    from emulator.scenario.model import Scenario
+
+JOBS_JSON, JOBS_TEXT, RUNS = "jobs.json", "jobs.txt", "runs"
+ALL = "all"  # the condition with every job
+
+
+def _mean(batch: np.ndarray) -> np.ndarray:
+    return np.asarray(batch.mean(axis=1), dtype=float)
+
+
+# Metric -> (what it is, unit scale for text, format, the statistic, the units it takes, the
+# direction that is worse: +1 higher is worse, -1 lower is worse).
+METRICS: dict[str, tuple[str, float, str, Statistic, str, int]] = {
+    "busbw_mean": ("busbw mean GB/s", 1e-9, ".2f", _mean, "busbw", -1),
+    "busbw_cv": ("busbw CV", 1.0, ".3f", cv, "busbw", +1),
+    "fct_p50": ("FCT p50 us", 1e6, ".1f", percentile(50), "fct", +1),
+    "fct_p99": ("FCT p99 us", 1e6, ".1f", percentile(99), "fct", +1),
+}
+# What counts as a material effect, besides an interval beyond 1: a change of at least 5% (a
+# simulation's intervals are narrow enough to call a 0.2% change "beyond 1"), and for the CV a
+# together CV of at least 0.02 (from 0.0001 to 0.001 is a large ratio of a steady collective).
+MATERIAL_CHANGE = 0.05
+MATERIAL_CV = 0.02
+
+
+@dataclass(frozen=True)
+class JobsSettings:
+    backend: str | None  # None: the scenario's run.backend
+    tdf: float | None  # None: the scenario's run.time_dilation
+    progress: bool
+    repeats: int = 3
+
+
+# A runner takes a scenario, the results folder to write and the settings, and returns the
+# folder it wrote: run_with_pipeline in production, a fake in tests.
+Runner = Callable[["Scenario", Path, JobsSettings], Path]
+
+
+def run_with_pipeline(scenario: Scenario, out_dir: Path, settings: JobsSettings) -> Path:
+    from emulator.run import RunOptions, run_scenario
+
+    options = RunOptions(
+        out_dir=out_dir, progress=settings.progress, tdf=settings.tdf, backend=settings.backend
+    )
+    return run_scenario(scenario, options).out_dir
+
+
+def placements(scenario: Scenario) -> dict[str, tuple[int, ...]]:
+    """Every job's hosts among all the jobs (as `emulate run` places them)."""
+    from emulator.backends.engine import fabric_ranks
+    from emulator.run.workload import place, trace_prefix
+
+    with trace_prefix(scenario) as prefix:
+        return {p.name: p.hosts for p in place(scenario, prefix, fabric_ranks(scenario.fabric))}
+
+
+def conditions(scenario: Scenario) -> dict[str, Scenario]:
+    """ "all" (the scenario) and each job alone on its hosts."""
+    hosts = placements(scenario)
+    out = {ALL: scenario}
+    for name, placed in hosts.items():
+        out[name] = dataclasses.replace(
+            scenario.with_jobs({name: placed}), name=f"{scenario.name}-{name}-alone"
+        )
+    return out
+
+
+def _seeded(scenario: Scenario, seed: int) -> Scenario:
+    return dataclasses.replace(scenario, run=dataclasses.replace(scenario.run, seed=seed))
+
+
+def run_folder(out_dir: Path, condition: str, seed: int) -> Path:
+    return out_dir / RUNS / f"{condition}-seed{seed}"
+
+
+def check_study(scenario_path: Path, out_dir: Path, settings: JobsSettings) -> Scenario:
+    """Everything a run would otherwise fail on late: the file, its jobs, the backend."""
+    import os
+
+    from emulator.backends import backend_name
+    from emulator.errors import EnvironmentProblem
+    from emulator.scenario import load_scenario
+
+    if settings.repeats < 1:
+        raise InputError(f"--repeats {settings.repeats}: must be at least 1")
+    if not scenario_path.is_file():
+        raise InputError(f"{scenario_path}: no such scenario file")
+    scenario = load_scenario(scenario_path)
+    if len(scenario.workloads) < 2:
+        raise InputError(
+            f"{scenario_path}: workloads: the jobs study needs a scenario with 2 or more jobs "
+            "(`workloads:`)"
+        )
+    backend = backend_name(scenario, settings.backend)
+    if backend == "sim" and settings.tdf is not None:
+        raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
+    if backend != "sim" and os.geteuid() != 0:
+        raise EnvironmentProblem(
+            f"{scenario_path}: runs on the {backend} backend, which needs root; --backend sim "
+            "does not"
+        )
+    if (out_dir / JOBS_JSON).exists():
+        raise InputError(
+            f"{out_dir}: already holds a jobs study ({JOBS_JSON}); choose another --out"
+        )
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: exists and is not a folder; choose another --out")
+    return scenario
+
+
+@dataclass(frozen=True)
+class JobsRun:
+    condition: str
+    seed: int
+    folder: Path
+    verdict: str
+    partial: bool
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    job: str
+    collective: str
+    metric: str
+    comparison: Comparison
+    effect: str  # shown / not shown / not measurable
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.comparison
+        return json_finite(
+            {
+                "job": self.job,
+                "collective": self.collective,
+                "metric": self.metric,
+                "alone": {"value": c.alone.point, "interval": c.alone.interval},
+                "together": {"value": c.mixed.point, "interval": c.mixed.interval},
+                "together_over_alone": {"value": c.ratio, "interval": c.ratio_interval},
+                "repeats": {"alone": c.alone.repeats, "together": c.mixed.repeats},
+                "units": {"alone": c.alone.units, "together": c.mixed.units},
+                "effect_of_the_others": self.effect,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class JobsStudyResult:
+    out_dir: Path
+    scenario: Path
+    runs: tuple[JobsRun, ...]
+    rows: tuple[MetricRow, ...]
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "study": "jobs",
+            "scenario": str(self.scenario),
+            "bootstrap": BOOTSTRAP_METHOD,
+            "runs": [{**dataclasses.asdict(r), "folder": str(r.folder)} for r in self.runs],
+            "metrics": [row.to_json() for row in self.rows],
+        }
+
+
+def run_study(
+    scenario_path: Path,
+    out_dir: Path,
+    settings: JobsSettings,
+    runner: Runner = run_with_pipeline,
+    say: Callable[[str], None] = lambda line: None,
+    bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+) -> JobsStudyResult:
+    """Check, run every condition `repeats` times (interleaved), analyse, write."""
+    from collectors.results import DIR_MODE
+
+    scenario = check_study(scenario_path, out_dir, settings)
+    runs_of = conditions(scenario)
+    base = scenario.run.seed
+    for k in range(settings.repeats):
+        for name in runs_of:
+            if run_folder(out_dir, name, base + k).exists():
+                raise InputError(f"{run_folder(out_dir, name, base + k)}: exists already")
+    out_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    runs: list[JobsRun] = []
+    for k in range(settings.repeats):
+        for name, variant in runs_of.items():
+            seed = base + k
+            say(f"jobs study: running {name}, repeat {k + 1} of {settings.repeats} (seed {seed})")
+            folder = runner(_seeded(variant, seed), run_folder(out_dir, name, seed), settings)
+            runs.append(_loaded(name, seed, folder))
+    return write_study(runs, out_dir, scenario_path, bootstrap)
+
+
+def _loaded(condition: str, seed: int, folder: Path) -> JobsRun:
+    from collectors.results import read_json_object
+
+    summary = read_json_object(folder / "summary.json")
+    verdict = str((summary.get("fidelity") or {}).get("verdict", "unknown"))
+    return JobsRun(condition, seed, folder, verdict, bool(summary.get("partial")))
+
+
+def _units(tables: RunTables, job: str, collective: str) -> dict[str, np.ndarray]:
+    from collectors.summary import job_tables
+    from collectors.tables import rows
+
+    mine = job_tables(tables, job)
+    busbw = [
+        b
+        for ctype, complete, b in rows(
+            mine.collectives, ("collective_type", "complete", "busbw_bytes_per_s")
+        )
+        if ctype == collective and complete and b is not None
+    ]
+    fct = [
+        f
+        for ctype, f in rows(mine.flows, ("collective_type", "fct_s"))
+        if ctype == collective and f is not None
+    ]
+    return {"busbw": np.asarray(busbw, dtype=float), "fct": np.asarray(fct, dtype=float)}
+
+
+def _effect(c: Comparison, worse: int, metric: str) -> str:
+    """shown: the interval of together/alone lies beyond 1 on the worse side and the change is
+    material (MATERIAL_CHANGE, MATERIAL_CV)."""
+    if c.ratio_interval is None or c.ratio is None:
+        return "not measurable"
+    low, high = c.ratio_interval
+    if worse > 0:
+        beyond = low > 1.0 and c.ratio >= 1.0 + MATERIAL_CHANGE
+    else:
+        beyond = high < 1.0 and c.ratio <= 1.0 - MATERIAL_CHANGE
+    if metric == "busbw_cv":
+        beyond = beyond and (c.mixed.point or 0.0) >= MATERIAL_CV
+    return "shown" if beyond else "not shown"
+
+
+def analyse(
+    runs: Sequence[JobsRun], bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP
+) -> tuple[MetricRow, ...]:
+    from collectors.tables import read_tables
+
+    tables = {(r.condition, r.seed): read_tables(r.folder) for r in runs}
+    together = [t for (cond, _), t in tables.items() if cond == ALL]
+    jobs = [r.condition for r in runs if r.condition != ALL]
+    out: list[MetricRow] = []
+    for job in dict.fromkeys(jobs):
+        alone = [t for (cond, _), t in tables.items() if cond == job]
+        types = sorted({ctype for t in alone for ctype in _types(t, job)})
+        for ctype in types:
+            a_units = [_units(t, job, ctype) for t in alone]
+            m_units = [_units(t, job, ctype) for t in together]
+            for metric, (_, _, _, statistic, kind, worse) in METRICS.items():
+                c = compare(
+                    PooledSample.of([u[kind] for u in a_units], statistic),
+                    PooledSample.of([u[kind] for u in m_units], statistic),
+                    bootstrap,
+                )
+                out.append(MetricRow(job, ctype, metric, c, _effect(c, worse, metric)))
+        a_time = [_job_time(t, job) for t in alone]
+        m_time = [_job_time(t, job) for t in together]
+        c = compare(
+            PooledSample.of([np.array([x]) for x in a_time if x is not None], _mean),
+            PooledSample.of([np.array([x]) for x in m_time if x is not None], _mean),
+            bootstrap,
+        )
+        out.append(MetricRow(job, "job", "job_time", c, _effect(c, +1, "job_time")))
+    return tuple(out)
+
+
+def _types(tables: RunTables, job: str) -> set[str]:
+    from collectors.summary import job_tables
+    from collectors.tables import column
+
+    return set(column(job_tables(tables, job).collectives, "collective_type"))
+
+
+def _job_time(tables: RunTables, job: str) -> float | None:
+    from collectors.summary import jobs_summary
+
+    return (jobs_summary(tables).get(job) or {}).get("job_time_s")
+
+
+def render(runs: Sequence[JobsRun], rows: Sequence[MetricRow], scenario: Path) -> str:
+    from collectors.report import _render
+
+    labels = {m: (label, scale, spec) for m, (label, scale, spec, *_) in METRICS.items()}
+    labels["job_time"] = ("job time ms", 1e3, ".3f")
+    body = []
+    for row in rows:
+        label, scale, spec = labels[row.metric]
+        c = row.comparison
+
+        def scaled(e: Any, scale: float = scale, spec: str = spec) -> str:
+            interval = (
+                None if e.interval is None else (e.interval[0] * scale, e.interval[1] * scale)
+            )
+            point = None if e.point is None else e.point * scale
+            return fmt_interval(point, interval, spec)
+
+        body.append(
+            [
+                row.job,
+                row.collective,
+                label,
+                scaled(c.alone),
+                scaled(c.mixed),
+                fmt_interval(c.ratio, c.ratio_interval, ".3f"),
+                row.effect,
+            ]
+        )
+    headers = ["job", "collective", "metric", "alone", "together", "together/alone", "effect"]
+    repeats = max((r.seed for r in runs), default=0) - min((r.seed for r in runs), default=0) + 1
+    degraded = [f"{r.condition}-seed{r.seed}" for r in runs if r.verdict != "ok" or r.partial]
+    lines = [
+        f"jobs study of {scenario}: each job alone on its hosts vs all together, "
+        f"{repeats} repeat(s); 95% intervals: {BOOTSTRAP_METHOD}",
+        "",
+        _render(headers, body, left=3),
+        "",
+        "effect: what the other jobs do to this one: shown when the interval of together/alone "
+        f"lies beyond 1 on the worse side and the change is at least {MATERIAL_CHANGE:.0%} (a "
+        f"busbw CV: and at least {MATERIAL_CV} together)",
+    ]
+    if degraded:
+        lines.append(
+            f"runs whose fidelity verdict is not ok or which are partial: {', '.join(degraded)}"
+        )
+    return "\n".join(lines)
+
+
+def write_study(
+    runs: Sequence[JobsRun],
+    out_dir: Path,
+    scenario: Path,
+    bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+) -> JobsStudyResult:
+    from collectors.results import make_private, write_private
+
+    rows = analyse(runs, bootstrap)
+    text = render(runs, rows, scenario)
+    result = JobsStudyResult(out_dir, scenario, tuple(runs), rows, text)
+    write_private(out_dir / JOBS_JSON, (json.dumps(result.to_json(), indent=2) + "\n").encode())
+    write_private(out_dir / JOBS_TEXT, (text + "\n").encode())
+    make_private(out_dir)
+    return result
+
+
+def reuse_runs(folders: Mapping[str, Sequence[Path]]) -> list[JobsRun]:
+    """Finished results folders per condition (tests, re-analysis)."""
+    runs = []
+    for condition, paths in folders.items():
+        for k, folder in enumerate(paths):
+            runs.append(_loaded(condition, k, folder))
+    return runs
