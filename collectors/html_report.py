@@ -1,14 +1,14 @@
 """report.html: one self-contained page for a results folder, a study or a series of seeds.
 
 The page shows what the run, study or seeds command already wrote (summary.json, study.json,
-seeds.json) and every PNG under plots/, embedded as data: URIs, so it can be mailed or archived
-alone and read offline: no script, no external stylesheet, font or URL. Every text taken from the
-JSON is escaped (scenario names and fidelity reasons are user input). Numbers use the units of
-the terminal tables (collectors.report): busbw in GB/s, FCT in ms, job time in s.
+sensitivity.json, seeds.json) and every PNG under plots/, embedded as data: URIs, so it can be
+mailed or archived alone and read offline: no script, no external stylesheet, font or URL. Every
+text taken from the JSON is escaped (scenario names and fidelity reasons are user input). Numbers
+use the units of the terminal tables (collectors.report): busbw in GB/s, FCT in ms, job time in s.
 
 Written last by every run (emulator.run.execute, partial runs too), a series of seeds
-(emulator.seeds) and a study (emulator.study) through write_or_warn, and again by `emulate report
-DIR` (emulator.commands.report).
+(emulator.seeds) and a study (emulator.study, emulator.sensitivity) through write_or_warn, and
+a run's again by `emulate report DIR` (emulator.commands.report).
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ from collectors.results import PLOTS, SUMMARY, read_json_object, replace_file_at
 from emulator.errors import InputError
 
 REPORT_HTML = "report.html"
-# The names emulator.study and emulator.seeds write (not imported: they may import this module).
+# The names emulator.study, emulator.seeds and emulator.sensitivity write (not imported: they
+# import this module).
 STUDY_JSON, STUDY_TEXT = "study.json", "study.txt"
 SEEDS_JSON, SEEDS_TEXT = "seeds.json", "seeds.txt"
+SENSITIVITY_JSON, SENSITIVITY_TEXT = "sensitivity.json", "sensitivity.txt"
 
 # The collective table: the terminal's columns (collectors.report) and the ECN marks.
 HTML_TYPE_COLUMNS = (*TYPE_COLUMNS, ("ECN marks", "ce_marks", 1.0, "{:.0f}"))
@@ -48,6 +50,7 @@ TONES = {
     "degraded": "bad",
     "FAIL": "bad",
     "not shown": "warn",
+    "not measured": "warn",
 }
 
 STYLE = """
@@ -596,3 +599,115 @@ def render_seeds_report(out_dir: Path) -> str:
 def write_seeds_report(out_dir: Path) -> Path:
     """Write out_dir/report.html (0600); return its path."""
     return _write(out_dir / REPORT_HTML, render_seeds_report(out_dir))
+
+
+# -- the sensitivity study ----------------------------------------------------------------
+
+
+def _ratio(num: Any, den: Any) -> float | None:
+    ok = isinstance(num, int | float) and isinstance(den, int | float) and den
+    return num / den if ok else None
+
+
+def _rate_tables(rows: Mapping[str, Mapping[str, Any]], rates: Sequence[Any]) -> tuple[str, str]:
+    """sensitivity.txt's two tables (emulator.sensitivity.render_text), the same columns and
+    numbers: time per collective type and the job at each rate with its slowdown, the plan's and
+    the rate ratio; the mean instance duration per type."""
+    ref, others = rates[0], rates[1:]
+    heads = ["collective", "verdict", f"{_num(ref, '{:g}')}G ms"]
+    for rate in others:
+        heads += [f"{_num(rate, '{:g}')}G ms", "slowdown", "plan", "expected"]
+    body, means = [], []
+    for name, row in rows.items():
+        given = [p if p.get("measured") else {} for p in row.get("by_rate") or []]
+        points = (given + [{}] * len(rates))[: len(rates)]  # {}: not measured at that rate
+        cells = [name, row.get("verdict", "?"), _num(points[0].get("time_s"), "{:.3f}", 1e3)]
+        for p, rate in zip(points[1:], others, strict=True):
+            cells += [
+                _num(p.get("time_s"), "{:.3f}", 1e3),
+                _num(p.get("slowdown"), "{:.2f}x"),
+                _num(p.get("plan_slowdown"), "{:.2f}x"),
+                _num(_ratio(ref, rate), "{:.2f}x"),
+            ]
+        body.append(cells)
+        if name != "job":
+            means.append(
+                [
+                    name,
+                    " / ".join(_num(p.get("instances"), "{:.0f}") for p in points),
+                    *(_num(p.get("mean_s") or None, "{:.2f}", 1e6) for p in points),
+                    *(_num(p.get("mean_slowdown"), "{:.2f}x") for p in points[1:]),
+                ]
+            )
+    mean_heads = ["collective", "instances", *(f"{_num(r, '{:g}')}G us" for r in rates)]
+    mean_heads += [f"x at {_num(r, '{:g}')}G" for r in others]
+    return _table(heads, body, (0, 1)), _table(mean_heads, means)
+
+
+def render_sensitivity_report(out_dir: Path) -> str:
+    """The page of a sensitivity study folder, from its sensitivity.json, sensitivity.txt and
+    plot, linking each rate's run (and its page) inside the folder."""
+    doc = _load_json(out_dir / SENSITIVITY_JSON)
+    runs = doc.get("runs") or []
+    rates = [r.get("host_link_gbps") for r in runs]
+    ref = _num(doc.get("reference_gbps"), "{:g}")
+    rows = {**(doc.get("collectives") or {}), "job": doc.get("job") or {}}
+    times, means = _rate_tables(rows, rates) if rates else ("", "")
+    run_rows = [
+        [
+            _run_link(out_dir, r.get("folder")),
+            f"{_num(r.get('host_link_gbps'), '{:g}')} / {_num(r.get('fabric_link_gbps'), '{:g}')}",
+            r.get("backend") or "-",
+            _num(r.get("tdf"), "{:g}") if r.get("backend") != "sim" else "-",
+            _num(r.get("job_time_s"), "{:.3f}", 1e3),
+            _num(r.get("ideal_job_time_s"), "{:.3f}", 1e3),
+            "yes" if r.get("partial") else "no",
+            _badge(r.get("fidelity") or "?"),
+        ]
+        for r in runs
+    ]
+    run_heads = ["run", "host / fabric Gb/s", "backend", "tdf", "job ms", "plan job ms"]
+    name = doc.get("study") or "sensitivity"
+    return _page(
+        f"{name} study: report",
+        [
+            f"<h1>Study: {esc(name)}</h1>",
+            f'<p class="meta">{esc(out_dir.name)}</p>',
+            _facts(
+                [
+                    ("scenario", doc.get("scenario") or "reused runs"),
+                    ("link rates", f"{', '.join(_num(r, '{:g}') for r in rates)} Gb/s"),
+                    ("reference", f"{ref} Gb/s"),
+                ]
+            ),
+            _section(
+                "Verdicts",
+                *(
+                    _verdict(ctype, row.get("verdict", "?"), f"<p>{esc(row.get('detail', ''))}</p>")
+                    for ctype, row in rows.items()
+                ),
+                _facts(_plain_items(doc.get("tolerance") or {})),
+            ),
+            _section(
+                "Time per collective type",
+                "<p>time: the sum of a type's complete instances' durations "
+                f"({esc(doc.get('duration') or '?')}), the job's time for the job; slowdown = "
+                f"time / time at {esc(ref)} Gb/s; expected = {esc(ref)} / rate (bandwidth-bound); "
+                "plan = the congestion-free plan's own slowdown.</p>"
+                if times
+                else "",
+                times,
+            ),
+            _section("Mean instance duration", means),
+            _section("Runs", _table([*run_heads, "partial", "fidelity"], run_rows, (0, 2, 6, 7))),
+            _section("Notes", _list(doc.get("notes") or [])),
+            _plots(out_dir),
+            _text_file(out_dir / SENSITIVITY_TEXT),
+            _files(out_dir),
+        ],
+    )
+
+
+def write_sensitivity_report(out_dir: Path) -> Path:
+    """Write out_dir/report.html (0600); return its path."""
+    return _write(out_dir / REPORT_HTML, render_sensitivity_report(out_dir))

@@ -197,6 +197,7 @@ class SensitivityResult:
     plots: tuple[Path, ...]
     text: str
     tolerance: Tolerance = DEFAULT_TOLERANCE
+    report: Path | None = None  # report.html; None if it could not be written (a warning said)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -292,7 +293,10 @@ def write_study(
     scenario: Path | None,
     tolerance: Tolerance = DEFAULT_TOLERANCE,
 ) -> SensitivityResult:
-    """Analyse, then write plots/sensitivity.png, sensitivity.json and sensitivity.txt."""
+    """Analyse, then write plots/sensitivity.png, sensitivity.json, sensitivity.txt and last
+    report.html (a page that cannot be written is a warning on stderr: the study's results stand
+    without it, collectors.html_report.write_or_warn)."""
+    from collectors.html_report import write_or_warn, write_sensitivity_report
     from collectors.results import DIR_MODE, make_private, write_private
     from emulator.sensitivity_plots import write_slowdown_plot
 
@@ -318,7 +322,8 @@ def write_study(
         out_dir / SENSITIVITY_JSON, (json.dumps(result.to_json(), indent=2) + "\n").encode()
     )
     write_private(out_dir / SENSITIVITY_TEXT, (text + "\n").encode())
-    return result
+    page = write_or_warn(write_sensitivity_report, out_dir)  # after the txt: the page folds it in
+    return dataclasses.replace(result, report=page)
 
 
 def _plotted(point: Point | None) -> float | None:

@@ -1,11 +1,11 @@
 """`emulate study sensitivity SCENARIO --link-gbps 400,200,100`: one workload at several link rates.
 
 Runs the scenario once per rate (the first the reference) into OUT/runs/<rate>gbps/, or reuses
-finished runs (--reuse DIR...), then writes sensitivity.json, sensitivity.txt and
-plots/sensitivity.png and prints, per collective type, the slowdown against the reference beside
-the rate ratio and whether the type is bandwidth-bound (emulator.sensitivity). Every argument,
-the scenario and the study folder are checked before anything runs. Exit 0 whatever the
-verdicts; 2 on bad input.
+finished runs (--reuse DIR...), then writes sensitivity.json, sensitivity.txt, plots/sensitivity.png
+and report.html (collectors.html_report) and prints, per collective type, the slowdown against the
+reference beside the rate ratio and whether the type is bandwidth-bound (emulator.sensitivity).
+Every argument, the scenario and the study folder are checked before anything runs. Exit 0 whatever
+the verdicts; 2 on bad input.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         metavar="DIR",
-        help="study folder: runs/, plots/, sensitivity.json, sensitivity.txt (default "
-        "results/sensitivity-<UTC timestamp>)",
+        help="study folder: runs/, plots/, sensitivity.json, sensitivity.txt, report.html "
+        "(default results/sensitivity-<UTC timestamp>)",
     )
     parser.add_argument(
         "--reuse",
@@ -106,4 +106,6 @@ def main(args: argparse.Namespace) -> int:
                 say=lambda line: print(line, file=sys.stderr),
             )
     print(json.dumps(result.to_json(), indent=2) if args.json else result.text)
+    if result.report is not None and not args.json:
+        print(f"report: {result.report}")
     return 0

@@ -1,8 +1,8 @@
-"""report.html opened in a real browser: a simulated run's page (complete and partial), a series
-of seeds' and a study's each render in headless Chromium (Debian's chromium, which setup.sh
-installs) with every plot decoded at its own size and the verdicts and numbers of their JSON on
-the page, from a copy of the page alone in another folder with name resolution off: readable
-offline, nothing fetched.
+"""report.html opened in a real browser: a simulated run's page (complete and partial), a series of
+seeds', a study's and a sensitivity study's each render in headless Chromium (Debian's chromium,
+which setup.sh installs) with every plot decoded at its own size and the verdicts and numbers of
+their JSON on the page, from a copy of the page alone in another folder with name resolution off:
+readable offline, nothing fetched.
 
 The page has no script by design, so each test adds one to a copy: on load it writes what the
 browser made of the page (the text as shown, each image's decoded size, every resource fetched)
@@ -29,6 +29,7 @@ import pytest
 
 from collectors.html_report import write_run_report, write_study_report
 from emulator.study import analyse
+from tests.integration.test_sensitivity_sim import SCENARIO as SENSITIVITY_SCENARIO
 from tests.integration.test_sim_backend import SMALL
 from tests.unit.test_study import NOISY_AR, STEADY_A2A, STEADY_AR, TAILED_A2A, write_repeats
 
@@ -275,4 +276,44 @@ def test_a_study_s_page_renders_with_every_plot(tmp_path: Path) -> None:
     for role, repeats in folders.items():
         for folder in repeats:
             assert f'href="runs/{folder.name}/report.html"' in text, (role, folder)
+    assert_every_plot_shown(found, out)
+
+
+def test_a_sensitivity_study_s_page_renders_and_links_each_rate_s_run(tmp_path: Path) -> None:
+    # the integration test's small MoE step (tests/integration/test_sensitivity_sim.py), simulated
+    # at 400 and 100 Gb/s: a few seconds
+    scenario = tmp_path / "sensitivity_small.yaml"
+    scenario.write_text(SENSITIVITY_SCENARIO)
+    out = tmp_path / "sensitivity"
+    done = emulate(
+        "study", "sensitivity", str(scenario), "--link-gbps", "400,100", "--out", str(out),
+        "--no-progress",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    page = out / "report.html"
+    assert f"report: {page}" in done.stdout.splitlines()
+    doc = json.loads((out / "sensitivity.json").read_text())
+    found = rendered(page, tmp_path)
+
+    assert found["title"] == "sensitivity study: report"
+    lines = lines_of(found)
+    assert "Study: sensitivity" in lines
+    assert fact(found, "scenario") == str(scenario)
+    assert fact(found, "link rates") == "400, 100 Gb/s" and fact(found, "reference") == "400 Gb/s"
+    assert set(doc["collectives"]) == {"ALL_REDUCE", "ALL_TO_ALL"}
+    for name, judged in {**doc["collectives"], "job": doc["job"]}.items():
+        assert f"{name}: {judged['verdict']}" in lines and judged["detail"] in lines
+        at_400, at_100 = judged["by_rate"]
+        assert row(found, name, judged["verdict"])[2:] == [
+            f"{at_400['time_s'] * 1e3:.3f}",
+            f"{at_100['time_s'] * 1e3:.3f}",
+            f"{at_100['slowdown']:.2f}x",
+            f"{at_100['plan_slowdown']:.2f}x",
+            "4.00x",  # the rate ratio
+        ]
+    # each rate's run, linked relatively to its own page
+    text = page.read_text()
+    for rate in (400, 100):
+        assert f'href="runs/{rate}gbps/report.html"' in text
+        assert (out / "runs" / f"{rate}gbps" / "report.html").is_file()
     assert_every_plot_shown(found, out)
