@@ -48,9 +48,11 @@ from emulator.study_checks import (
     ALL_REDUCE,
     ALL_TO_ALL,
     StudyRun,
+    check_allreduce_busbw,
     check_allreduce_cv,
     check_allreduce_cv_within_groups,
     check_allreduce_line_rate,
+    check_alltoall_p99,
     check_alltoall_tail,
 )
 from emulator.study_report import checks_table, reference_table, runs_table, study_notes
@@ -316,6 +318,8 @@ def analyse(
         check_alltoall_tail(a2a_alone, mixed, thresholds, bootstrap),
         check_allreduce_line_rate(ar_alone, thresholds, bootstrap),
         check_allreduce_cv_within_groups(ar_alone, mixed, thresholds, bootstrap),
+        check_allreduce_busbw(ar_alone, mixed, thresholds, bootstrap),
+        check_alltoall_p99(a2a_alone, mixed, thresholds, bootstrap),
     )
     notes = study_notes(runs, checks)
     # The figures show the first repeat of each role. write_compare_plots takes any number of

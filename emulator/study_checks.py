@@ -1,7 +1,7 @@
 """The interference study's checks: each asks one question of the runs' units and gives a verdict.
 
-Four checks (All-Reduce busbw CV over every instance and within each process group, All-to-All
-FCT tail, All-Reduce alone against line rate), each a Check with its numbers, intervals and
+Six checks (All-Reduce busbw CV over every instance and within each process group, All-Reduce
+busbw mean, All-to-All FCT tail p99/p50 and p99, All-Reduce alone against line rate), each a Check with its numbers, intervals and
 verdict; the statistics, the bootstrap and the verdict rule are emulator.study_stats'. Each takes
 the runs as StudyRun (one run read back, with its units per collective), so the checks can be
 judged without results folders.
@@ -33,6 +33,8 @@ from emulator.study_stats import (
     estimate_alone,
     fmt_interval,
     judge,
+    judge_lower,
+    percentile,
     percentile_ratio,
     ratio_of_sums,
 )
@@ -171,6 +173,64 @@ def check_alltoall_tail(
         minimum,
         numbers,
     )
+
+
+def check_allreduce_busbw(
+    alone: Sequence[StudyRun],
+    mixed: Sequence[StudyRun],
+    thresholds: StudyThresholds,
+    spec: BootstrapSpec = DEFAULT_BOOTSTRAP,
+) -> Check:
+    """Mean busbw over every complete instance, mixed vs alone: what the interference costs the
+    All-Reduce in bandwidth (the CV says how variable it turns)."""
+    c = compare(  # in GB/s, so the tables read as the run summaries do
+        PooledSample.of([r.of(ALL_REDUCE).busbw * 1e-9 for r in alone], _mean),
+        PooledSample.of([r.of(ALL_REDUCE).busbw * 1e-9 for r in mixed], _mean),
+        spec,
+    )
+    maximum = thresholds.busbw_ratio_max
+    units = "complete All-Reduce instances"
+    verdict = judge_lower(c, "busbw mean", units, maximum, thresholds.repeats_min, spec.confidence)
+    return comparison_check(
+        "allreduce_busbw_mean",
+        "Does the All-Reduce lose bandwidth (mean busbw) when mixed with the All-to-All?",
+        "lower busbw mixed (GB/s)",
+        c,
+        verdict,
+        maximum,
+        {"instances_alone": c.alone.units, "instances_mixed": c.mixed.units},
+    )
+
+
+def check_alltoall_p99(
+    alone: Sequence[StudyRun],
+    mixed: Sequence[StudyRun],
+    thresholds: StudyThresholds,
+    spec: BootstrapSpec = DEFAULT_BOOTSTRAP,
+) -> Check:
+    """The All-to-All FCT p99 itself, mixed vs alone (the tail check divides by p50, which a
+    uniform slowdown leaves alone; this one is what a user waits for)."""
+    c = compare(  # in microseconds
+        PooledSample.of([r.of(ALL_TO_ALL).fct * 1e6 for r in alone], percentile(99)),
+        PooledSample.of([r.of(ALL_TO_ALL).fct * 1e6 for r in mixed], percentile(99)),
+        spec,
+    )
+    minimum = thresholds.tail_ratio_min
+    units = "finished All-to-All flows"
+    verdict = judge(c, "FCT p99", units, minimum, thresholds.repeats_min, spec.confidence)
+    return comparison_check(
+        "alltoall_fct_p99",
+        "Does the All-to-All FCT p99 grow when mixed with the All-Reduce?",
+        "higher p99 mixed (us)",
+        c,
+        verdict,
+        minimum,
+        {"flows_finished_alone": c.alone.units, "flows_finished_mixed": c.mixed.units},
+    )
+
+
+def _mean(batch: np.ndarray) -> np.ndarray:
+    return np.asarray(batch.mean(axis=1), dtype=float)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -372,6 +372,13 @@ class StudyThresholds:
         doc="All-to-All FCT p99/p50 mixed over the same alone at or above which the tail is shown",
         min=1.0,
     )
+    busbw_ratio_max: float = param(
+        0.9,
+        doc="All-Reduce busbw mean mixed / alone at or below which the loss of bandwidth is "
+        "shown (with the interval below 1)",
+        min=0.0,
+        max=1.0,
+    )
     line_rate_ratio_min: float = param(
         0.8,
         doc="All-Reduce alone busbw / ideal (congestion-free plan) busbw at or above which it "
@@ -486,6 +493,37 @@ def judge(
             f"change){pooled}"
         )
     return "shown", f"{ratio}: at or above {threshold:g} and the interval above 1{pooled}"
+
+
+def judge_lower(
+    c: Comparison, what: str, units: str, threshold: float, repeats_min: int, confidence: float
+) -> tuple[Verdict, str]:
+    """judge() for an effect that lowers the statistic (busbw): shown when mixed/alone is at or
+    below the threshold and its interval lies below 1."""
+    for side, e in (("alone", c.alone), ("mixed", c.mixed)):
+        if not e.measurable:
+            return "not measurable", f"fewer than 2 {units} in the {side} runs ({e.units})"
+    ratio = f"mixed/alone {what} {fmt_interval(c.ratio, c.ratio_interval)} ({confidence:.0%} CI)"
+    pooled = (
+        f"; over {c.alone.repeats} repeats alone ({c.alone.units} {units}) and "
+        f"{c.mixed.repeats} mixed ({c.mixed.units})"
+    )
+    repeats = min(c.alone.repeats, c.mixed.repeats)
+    if repeats < 2:
+        pooled += (
+            f"; with one repeat on a side the interval is from that run's {units} only and does "
+            "not include run-to-run variation"
+        )
+    if repeats < repeats_min:
+        return "not measurable", f"{ratio}{pooled}; {repeats_min} repeats a side needed to judge"
+    if c.ratio is None or c.ratio > threshold:
+        return "not shown", f"{ratio}: above {threshold:g}{pooled}"
+    if c.ratio_interval is None or c.ratio_interval[1] >= 1.0:
+        return "not shown", (
+            f"{ratio}: at or below {threshold:g}, but the interval reaches up to 1 (no "
+            f"change){pooled}"
+        )
+    return "shown", f"{ratio}: at or below {threshold:g} and the interval below 1{pooled}"
 
 
 def comparison_check(

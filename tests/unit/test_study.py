@@ -199,7 +199,13 @@ def test_interference_present_is_shown_with_its_numbers(
     assert result.notes == ()
     # study.json says the same, with a boolean per check and the intervals
     document = json.loads((tmp_path / "study.json").read_text())
-    assert [c["shown"] for c in document["checks"]] == [True, True, True, True]
+    assert [c["shown"] for c in document["checks"]] == [True] * 6
+    # the All-Reduce loses busbw mixed (GB/s, pooled means); the All-to-All p99 (us) grows
+    busbw_mean = checks["allreduce_busbw_mean"]
+    mixed_busbw = LINE_BYTES_PER_S / np.concatenate(NOISY_AR)
+    assert busbw_mean.mixed == pytest.approx(float(mixed_busbw.mean()) * 1e-9)
+    assert busbw_mean.ratio_ci[1] < 1.0
+    assert checks["alltoall_fct_p99"].mixed == pytest.approx(90.0)
     # one process group: within-group CV is the mean of each repeat's CV
     within = checks["allreduce_busbw_cv_within_groups"]
     assert within.mixed == pytest.approx((busbw_cv(NOISY_AR[0]) + busbw_cv(NOISY_AR[1])) / 2)
@@ -217,6 +223,7 @@ def test_interference_present_is_shown_with_its_numbers(
         "cv_ratio_min": 1.25,
         "cv_min": 0.02,
         "tail_ratio_min": 1.25,
+        "busbw_ratio_max": 0.9,
         "line_rate_ratio_min": 0.8,
         "repeats_min": 2,
     }
@@ -295,6 +302,8 @@ def test_no_interference_is_reported_as_not_shown(
         "alltoall_fct_tail": "not shown",
         "allreduce_alone_line_rate": "not shown",
         "allreduce_busbw_cv_within_groups": "not shown",
+        "allreduce_busbw_mean": "not shown",  # mixed runs twice as fast as the slow alone
+        "alltoall_fct_p99": "not shown",
     }
     assert document["all_shown"] is False
     assert [len(document["runs"][role]) for role in ROLES] == [2, 2, 2]
@@ -347,7 +356,7 @@ def test_one_repeat_is_not_measurable_but_has_its_interval(
         tmp_path / "lenient",
         StudyThresholds(repeats_min=1),
     )
-    assert [c.verdict for c in lenient.checks] == ["shown"] * 4
+    assert [c.verdict for c in lenient.checks] == ["shown"] * 6
     assert by_name(lenient)["allreduce_busbw_cv"].ratio_ci == pytest.approx(cv["ratio_ci"])
 
 
@@ -362,11 +371,13 @@ def test_thresholds_decide_and_notes_flag_fidelity(tmp_path: Path) -> None:
         TAILED_A2A,
         fidelity=Fidelity("degraded", ("CPU saturated in 40% of samples",)),
     )
-    strict = StudyThresholds(cv_ratio_min=1000.0, tail_ratio_min=1000.0, line_rate_ratio_min=0.95)
+    strict = StudyThresholds(
+        cv_ratio_min=1000.0, tail_ratio_min=1000.0, line_rate_ratio_min=0.95, busbw_ratio_max=0.01
+    )
     result = analyse(
         {"allreduce_only": ar, "alltoall_only": a2a, "mixed": mixed}, tmp_path / "s", strict
     )
-    assert [c.verdict for c in result.checks] == ["not shown"] * 4
+    assert [c.verdict for c in result.checks] == ["not shown"] * 6
     assert any("mixed repeat 2: fidelity degraded (CPU saturated" in n for n in result.notes)
     [tdf_note] = [n for n in result.notes if "different time dilation factors" in n]
     assert "(10, 20)" in tdf_note, tdf_note  # not 10.0, 20.0

@@ -17,9 +17,11 @@ from emulator.study_checks import (
     ALL_REDUCE,
     ALL_TO_ALL,
     StudyRun,
+    check_allreduce_busbw,
     check_allreduce_cv,
     check_allreduce_cv_within_groups,
     check_allreduce_line_rate,
+    check_alltoall_p99,
     check_alltoall_tail,
 )
 from emulator.study_stats import (
@@ -102,7 +104,43 @@ CHECKS: dict[str, tuple[Check, Callable[[str, int], list[StudyRun]]]] = {
         lambda a, m: check_alltoall_tail(a, m, THRESHOLDS),
         lambda role, n: a2a_runs(role, fcts(2.0, n, 1), fcts(2.0, n, 2)),
     ),
+    "allreduce_busbw_mean": (
+        lambda a, m: check_allreduce_busbw(a, m, THRESHOLDS),
+        lambda role, n: ar_runs(role, with_cv(0.1, n, 1), with_cv(0.1, n, 2)),
+    ),
+    "alltoall_fct_p99": (
+        lambda a, m: check_alltoall_p99(a, m, THRESHOLDS),
+        lambda role, n: a2a_runs(role, fcts(2.0, n, 1), fcts(2.0, n, 2)),
+    ),
 }
+
+
+@pytest.mark.parametrize(
+    ("factor", "verdict"), [(0.6, "shown"), (0.95, "not shown"), (1.2, "not shown")]
+)
+def test_the_busbw_mean_check_is_shown_for_a_material_loss_with_its_interval_below_1(
+    factor: float, verdict: str
+) -> None:
+    alone = ar_runs("a", *(with_cv(0.05, 80, s) for s in (1, 2, 3)))
+    mixed = ar_runs("m", *(with_cv(0.05, 80, s, mean=40e9 * factor) for s in (4, 5, 6)))
+    check = check_allreduce_busbw(alone, mixed, THRESHOLDS)
+    assert check.verdict == verdict
+    assert check.alone == pytest.approx(40.0, rel=1e-9)  # GB/s: the pooled mean
+    assert check.ratio == pytest.approx(factor, rel=1e-9)
+    assert check.ratio_ci is not None and check.ratio_ci[0] <= check.ratio <= check.ratio_ci[1]
+
+
+def test_the_p99_check_reads_microseconds_and_needs_the_threshold() -> None:
+    alone = a2a_runs("a", *(fcts(1.0, 2000, s) for s in (1, 2, 3)))
+    slow = a2a_runs("m", *(fcts(3.0, 2000, s) for s in (4, 5, 6)))
+    check = check_alltoall_p99(alone, slow, THRESHOLDS)
+    pooled = np.concatenate([fcts(1.0, 2000, s) for s in (1, 2, 3)]) * 1e6
+    assert check.alone == pytest.approx(percentile_nearest_rank(list(pooled), 99))
+    assert check.verdict == "shown" and check.ratio > 2
+    same = check_alltoall_p99(
+        alone, a2a_runs("m", *(fcts(1.0, 2000, s) for s in (4, 5, 6))), THRESHOLDS
+    )
+    assert same.verdict == "not shown"
 
 
 @pytest.mark.parametrize("name", list(CHECKS))
