@@ -76,10 +76,20 @@ def main(args: argparse.Namespace) -> int:
     used = {name: collectives_used.algorithm_for(name) for name in DEFAULT_ALGORITHMS}
     used.update(collectives_used.algorithms)
     document["algorithms"] = dict(sorted(used.items()))
+    if outcome.jobs:
+        document["jobs"] = [{k: v for k, v in j.items() if k != "hosts_text"} for j in outcome.jobs]
     if args.json:
         print(json.dumps(document, indent=1))
     else:
         print(_table(document, outcome.world_size))
+        for job in outcome.jobs:
+            end = job["ideal_end_s"]
+            start = f", starting at {job['start_us']:g} us" if job["start_us"] else ""
+            print(
+                f"job {job['job']}: {len(job['hosts'])} ranks on hosts {job['hosts_text']}"
+                f"{start}, {job['collectives']} collectives, ideal end "
+                f"{'-' if end is None else f'{end * 1e3:.4g} ms'}"
+            )
     return EXIT_OK
 
 
@@ -163,8 +173,29 @@ def _plan_with_traffic(scenario: Any, iterations: int | None) -> Any:
         planned = plan_workload(
             scenario, prefix, fabric_ranks(scenario.fabric), target_rate_bps(scenario.fabric)
         )
+    jobs = []
+    if scenario.several_jobs:
+        from emulator.scenario.jobs import format_hosts
+
+        for p in planned.placements:
+            mine = [r for r in planned.ideal.instances if r.job == p.name]
+            jobs.append(
+                {
+                    "job": p.name,
+                    "hosts": list(p.hosts),
+                    "hosts_text": format_hosts(p.hosts),
+                    "iterations": p.iterations,
+                    "start_us": round(p.start_s * 1e6, 6),
+                    "collectives": len(mine),
+                    "ideal_end_s": max((r.end_s for r in mine), default=None),
+                }
+            )
     return PlanOutcome(
-        planned.ideal, planned.world_size, describe_fabric(scenario.fabric), planned.warnings
+        planned.ideal,
+        planned.world_size,
+        describe_fabric(scenario.fabric),
+        planned.warnings,
+        jobs,
     )
 
 

@@ -59,6 +59,7 @@ class InstanceResult:
     all_issued_s: float
     start_s: float
     end_s: float
+    job: str = ""
 
     @classmethod
     def of(
@@ -85,6 +86,7 @@ class InstanceResult:
             all_issued_s=all_issued_s,
             start_s=start_s,
             end_s=end_s,
+            job=instance.job,
         )
 
     @property

@@ -21,6 +21,8 @@ class PlanOutcome:
     world_size: int
     fabric: str
     warnings: list[str] = field(default_factory=list)
+    # several jobs on one fabric: per job its hosts, passes, start and ideal time
+    jobs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def plan_trace(

@@ -263,3 +263,18 @@ def test_the_jobs_study_refuses_a_scenario_with_one_job(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="needs a scenario with 2 or more jobs"):
         run_study(one, tmp_path / "s", settings)
     assert not (tmp_path / "s").exists()
+
+
+def test_plan_prints_each_job_with_its_hosts_and_ideal_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = scenario_file(tmp_path, start_us=250)
+    assert main(["plan", str(path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    jobs = {j["job"]: j for j in document["jobs"]}
+    assert jobs["dense"]["hosts"] == [0, 1, 4, 5] and jobs["moe"]["start_us"] == 250.0
+    assert jobs["dense"]["collectives"] == 2 and jobs["moe"]["collectives"] == 6
+    # the job ends with compute after its last collective (moe_mix's post compute)
+    assert 0 < max(j["ideal_end_s"] for j in jobs.values()) <= document["ideal_job_time_s"]
+    assert main(["plan", str(path)]) == 0
+    assert "job moe: 4 ranks on hosts 2-3,6-7, starting at 250 us" in capsys.readouterr().out
