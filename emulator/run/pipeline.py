@@ -94,16 +94,27 @@ def scenario_text(scenario: Scenario) -> str:
     """The scenario as run: its file, or the file with what the caller changed (--iterations,
     the study's seed) written in, so the copy in the results folder replays the same run."""
     if scenario.source is not None and scenario.source.is_file():
+        from emulator.scenario import load_scenario
+
         text = scenario.source.read_text()
-        changes = _changed_keys(scenario)
-        if not changes:
+        written = load_scenario(scenario.source)
+        changes = _changed_keys(scenario, written)
+        jobs_changed = scenario.several_jobs and scenario.jobs != written.jobs
+        if not changes and not jobs_changed and scenario.name == written.name:
             return text
         doc = yaml.safe_load(text)
+        said = [f"{s}.{k}: {v}" for (s, k), v in changes.items()]
         for (section, key), value in changes.items():
             doc.setdefault(section, {})[key] = value
-        said = ", ".join(f"{s}.{k}: {v}" for (s, k), v in changes.items())
-        return f"# {scenario.source.name} as run ({said} set by the caller)\n" + yaml.safe_dump(
-            doc, sort_keys=False
+        if scenario.name != written.name:
+            doc["name"] = scenario.name
+            said.append(f"name: {scenario.name}")
+        if jobs_changed:
+            _write_jobs(doc, scenario, written)
+            said.append(f"workloads: {', '.join(j.name for j in scenario.jobs)}")
+        return (
+            f"# {scenario.source.name} as run ({'; '.join(said)} set by the caller)\n"
+            + yaml.safe_dump(doc, sort_keys=False)
         )
     return yaml.safe_dump(_plain(dataclasses.asdict(scenario)), sort_keys=False)
 
@@ -120,12 +131,29 @@ CALLER_KEYS = (
 )
 
 
-def _changed_keys(scenario: Scenario) -> dict[tuple[str, str], Any]:
-    """What the caller changed from the scenario's file (CALLER_KEYS, workload.iterations)."""
-    from emulator.scenario import load_scenario
+def _write_jobs(doc: dict[str, Any], scenario: Scenario, written: Scenario) -> None:
+    """The caller's jobs into the file's document (the jobs study's "alone": some of the file's
+    jobs, each pinned to its hosts; --iterations on several jobs): each job's own entry from
+    the file, with its name, hosts, passes and start as run."""
+    entries = doc.pop("workloads", None) or [doc.pop("workload", None) or {}]
+    by_name = {job.name: dict(entry) for job, entry in zip(written.jobs, entries, strict=False)}
+    doc["workloads"] = [
+        {
+            **by_name.get(job.name, {}),
+            "name": job.name,
+            "hosts": list(job.hosts) if isinstance(job.hosts, tuple) else job.hosts,
+            "iterations": job.iterations,
+            "start_us": job.start_us,
+        }
+        for job in scenario.jobs
+    ]
+    for entry in doc["workloads"]:
+        if entry["hosts"] is None:
+            del entry["hosts"]
 
-    assert scenario.source is not None
-    written = load_scenario(scenario.source)
+
+def _changed_keys(scenario: Scenario, written: Scenario) -> dict[tuple[str, str], Any]:
+    """What the caller changed from the scenario's file (CALLER_KEYS, workload.iterations)."""
     changes: dict[tuple[str, str], Any] = {}
     for section, key in CALLER_KEYS:
         value = getattr(getattr(scenario, section), key, None)

@@ -229,6 +229,13 @@ def test_the_jobs_study_runs_each_job_alone_on_its_hosts_and_all_together(tmp_pa
     assert alone["placement"] == [
         {"job": "moe", "hosts": [2, 3, 6, 7], "iterations": 1, "start_us": 100.0}
     ]
+    # each run's scenario copy replays that run: the alone run's has only its job, pinned
+    for folder, jobs in (("moe-seed1", ["moe"]), ("all-seed1", ["dense", "moe"])):
+        copy = load_scenario(study / "runs" / folder / "scenario.yaml")
+        assert [j.name for j in copy.jobs] == jobs and copy.run.seed == 1
+    copy = load_scenario(study / "runs" / "moe-seed1" / "scenario.yaml")
+    assert copy.name == "two-moe-alone" and copy.jobs[0].host_list == (2, 3, 6, 7)
+    assert copy.jobs[0].start_us == 100 and copy.jobs[0].generate.include_allreduce is False
     document = json.loads((study / JOBS_JSON).read_text())
     rows = {(m["job"], m["collective"], m["metric"]): m for m in document["metrics"]}
     assert set(rows) == {
