@@ -1,13 +1,14 @@
 """report.html: one self-contained page for a results folder, a study or a series of seeds.
 
 The page shows what the run, study or seeds command already wrote (summary.json, study.json,
-sensitivity.json, seeds.json) and every PNG under plots/, embedded as data: URIs, so it can be
+sensitivity.json, jobs.json, seeds.json) and every PNG under plots/, embedded as data: URIs, so it can be
 mailed or archived alone and read offline: no script, no external stylesheet, font or URL. Every
 text taken from the JSON is escaped (scenario names and fidelity reasons are user input). Numbers
 use the units of the terminal tables (collectors.report): busbw in GB/s, FCT in ms, job time in s.
 
 Written last by every run (emulator.run.execute, partial runs too), a series of seeds
-(emulator.seeds) and a study (emulator.study, emulator.sensitivity) through write_or_warn, and
+(emulator.seeds) and a study (emulator.study, emulator.sensitivity, emulator.jobs_study) through
+write_or_warn, and
 a run's again by `emulate report DIR` (emulator.commands.report).
 """
 
@@ -27,11 +28,12 @@ from collectors.results import PLOTS, SUMMARY, read_json_object, replace_file_at
 from emulator.errors import InputError
 
 REPORT_HTML = "report.html"
-# The names emulator.study, emulator.seeds and emulator.sensitivity write (not imported: they
-# import this module).
+# The names emulator.study, emulator.seeds, emulator.sensitivity and emulator.jobs_study write
+# (not imported: they import this module).
 STUDY_JSON, STUDY_TEXT = "study.json", "study.txt"
 SEEDS_JSON, SEEDS_TEXT = "seeds.json", "seeds.txt"
 SENSITIVITY_JSON, SENSITIVITY_TEXT = "sensitivity.json", "sensitivity.txt"
+JOBS_JSON, JOBS_TEXT = "jobs.json", "jobs.txt"
 
 # The collective table: the terminal's columns (collectors.report) and the ECN marks.
 HTML_TYPE_COLUMNS = (*TYPE_COLUMNS, ("ECN marks", "ce_marks", 1.0, "{:.0f}"))
@@ -42,6 +44,17 @@ SEED_UNITS: dict[str, tuple[str, float]] = {
     "fct_p99_s": ("us", 1e-6),
     "job_time_s": ("ms", 1e-3),
 }
+# jobs.json metric -> (label, divisor, format), as emulator.jobs_study prints them (its METRICS).
+JOBS_METRICS: dict[str, tuple[str, float, str]] = {
+    "busbw_mean": ("busbw mean GB/s", 1e9, "{:.2f}"),
+    "busbw_cv": ("busbw CV", 1.0, "{:.3f}"),
+    "fct_p50": ("FCT p50 us", 1e-6, "{:.1f}"),
+    "fct_p99": ("FCT p99 us", 1e-6, "{:.1f}"),
+    "job_time": ("job time ms", 1e-3, "{:.3f}"),
+}
+# The jobs study's effect of the other jobs on one -> CSS class: an effect shown is harm done to
+# the job (its "shown" is not the interference study's claim confirmed, hence not TONES).
+EFFECT_TONES = {"shown": "bad", "not shown": "good", "not measurable": "warn"}
 # Verdict -> CSS class; the class never comes from the JSON itself.
 TONES = {
     "ok": "good",
@@ -140,8 +153,8 @@ def _list(items: Iterable[Any]) -> str:
     return f"<ul>{''.join(lines)}</ul>" if lines else ""
 
 
-def _badge(verdict: Any) -> Html:
-    tone = TONES.get(str(verdict), "neutral")
+def _badge(verdict: Any, tones: Mapping[str, str] = TONES) -> Html:
+    tone = tones.get(str(verdict), "neutral")
     return Html(f'<span class="badge {tone}">{esc(verdict)}</span>')
 
 
@@ -284,15 +297,68 @@ def _headline(summary: Mapping[str, Any]) -> str:
     )
 
 
+BUSBW_NOTE = "<p>busbw in 10<sup>9</sup> bytes/s (as nccl-tests), FCT in the target's time.</p>"
+
+
+def _type_cells(stats: Mapping[str, Any]) -> list[str]:
+    """One collective type's cells of HTML_TYPE_COLUMNS."""
+    return [_num(stats.get(key), fmt, scale) for _, key, scale, fmt in HTML_TYPE_COLUMNS]
+
+
 def _collectives(summary: Mapping[str, Any]) -> str:
     collectives: Mapping[str, Mapping[str, Any]] = summary.get("collectives") or {}
-    rows = [
-        [ctype, *(_num(stats.get(key), fmt, scale) for _, key, scale, fmt in HTML_TYPE_COLUMNS)]
-        for ctype, stats in collectives.items()
-    ]
+    rows = [[ctype, *_type_cells(stats)] for ctype, stats in collectives.items()]
     headers = ["collective", *(h for h, *_ in HTML_TYPE_COLUMNS)]
-    note = "<p>busbw in 10<sup>9</sup> bytes/s (as nccl-tests), FCT in the target's time.</p>"
-    return _section("Collectives", _table(headers, rows), note if rows else "")
+    return _section("Collectives", _table(headers, rows), BUSBW_NOTE if rows else "")
+
+
+def _host_ranges(hosts: Any) -> str:
+    """[0, 1, 2, 3, 8, 9] -> '0-3,8-9': runs of consecutive hosts, in the placement's order."""
+    if not isinstance(hosts, Sequence) or isinstance(hosts, str):
+        return str(hosts) if hosts is not None else "-"
+    spans: list[list[Any]] = []
+    for host in hosts:
+        if spans and isinstance(host, int) and spans[-1][-1] == host - 1:
+            spans[-1][1:] = [host]
+        else:
+            spans.append([host])
+    return ",".join("-".join(map(str, span)) for span in spans)
+
+
+def _jobs(summary: Mapping[str, Any]) -> str:
+    """Several jobs on one fabric (collectors.report.job_table): where each job runs, and per job
+    and collective type the collective table's columns with the job's ranks and time; "" for one
+    job (the page of a single-job run is unchanged)."""
+    jobs: Mapping[str, Mapping[str, Any]] = summary.get("jobs") or {}
+    if len(jobs) < 2:
+        return ""
+    placed = [
+        [
+            p.get("job"),
+            _host_ranges(p.get("hosts")),
+            _num(p.get("iterations"), "{:.0f}"),
+            _num(p.get("start_us"), "{:g}"),
+        ]
+        for p in summary.get("placement") or []
+    ]
+    rows = [
+        [
+            name,
+            ctype,
+            _num(job.get("ranks"), "{:.0f}"),
+            _num(job.get("job_time_s"), "{:.3f}", 1e3),
+            *_type_cells(stats),
+        ]
+        for name, job in jobs.items()
+        for ctype, stats in (job.get("collectives") or {}).items()
+    ]
+    headers = ["job", "collective", "ranks", "job time ms", *(h for h, *_ in HTML_TYPE_COLUMNS)]
+    return _section(
+        "Jobs",
+        _table(["job", "hosts", "iterations", "start us"], placed, (0, 1)),
+        _table(headers, rows, (0, 1)),
+        BUSBW_NOTE if rows else "",
+    )
 
 
 def _reference(summary: Mapping[str, Any]) -> str:
@@ -411,6 +477,7 @@ def render_run_report(folder: Path) -> str:
             _fidelity(summary),
             _headline(summary),
             _collectives(summary),
+            _jobs(summary),
             _reference(summary),
             _expectations(summary),
             _pfc(summary),
@@ -711,3 +778,100 @@ def render_sensitivity_report(out_dir: Path) -> str:
 def write_sensitivity_report(out_dir: Path) -> Path:
     """Write out_dir/report.html (0600); return its path."""
     return _write(out_dir / REPORT_HTML, render_sensitivity_report(out_dir))
+
+
+# -- the jobs study -----------------------------------------------------------------------
+
+
+def _jobs_metric_row(m: Mapping[str, Any]) -> list[Any]:
+    """One jobs.json metric: alone, together and together/alone, each with its interval, in the
+    units of jobs.txt, and the effect of the other jobs as a badge."""
+    label, divisor, fmt = JOBS_METRICS.get(str(m.get("metric")), (m.get("metric"), 1.0, "{:.4g}"))
+    cells: list[Any] = [m.get("job"), m.get("collective"), label]
+    sides = (("alone", divisor, fmt), ("together", divisor, fmt))
+    for side, by, spec in (*sides, ("together_over_alone", 1.0, "{:.3f}")):
+        value = m.get(side) or {}
+        cells += [
+            _num(_divided(value.get("value"), by), spec),
+            _interval(_divided(value.get("interval"), by), spec),
+        ]
+    return [*cells, _badge(m.get("effect_of_the_others", "?"), EFFECT_TONES)]
+
+
+def _effect_line(text: Path) -> str:
+    """jobs.txt's footer line saying what "effect" means; "" without the file."""
+    lines = text.read_text().splitlines() if text.is_file() else []
+    return next((f"<p>{esc(line)}</p>" for line in lines if line.startswith("effect:")), "")
+
+
+def render_jobs_report(out_dir: Path) -> str:
+    """The page of a jobs study folder, from its jobs.json and jobs.txt, linking each run's."""
+    doc = _load_json(out_dir / JOBS_JSON)
+    metrics = doc.get("metrics") or []
+    runs = doc.get("runs") or []
+    jobs = list(dict.fromkeys(str(m.get("job")) for m in metrics))
+    verdicts = []
+    for job in jobs:
+        effects = [m.get("effect_of_the_others") for m in metrics if str(m.get("job")) == job]
+        shown = effects.count("shown")
+        tone = "bad" if shown else "good" if "not shown" in effects else "warn"
+        verdict = f"shown in {shown} of {len(effects)} measures"
+        verdicts.append(_verdict(f"{job}: effect of the other jobs", verdict, tone=tone))
+    heads = ["job", "collective", "metric", "alone", "95% interval", "together", "95% interval"]
+    heads += ["together/alone", "95% interval", "effect"]
+    run_rows = [
+        [
+            r.get("condition"),
+            _num(r.get("seed"), "{:.0f}"),
+            _run_link(out_dir, r.get("folder")),
+            "yes" if r.get("partial") else "no",
+            _badge(r.get("verdict") or "?"),
+        ]
+        for r in runs
+    ]
+    degraded = [
+        f"{r.get('condition')}-seed{r.get('seed')}"
+        for r in runs
+        if r.get("verdict") != "ok" or r.get("partial")
+    ]
+    return _page(
+        "jobs study: report",
+        [
+            "<h1>Study: jobs</h1>",
+            f'<p class="meta">{esc(out_dir.name)}</p>',
+            _facts(
+                [
+                    ("scenario", doc.get("scenario") or "-"),
+                    ("jobs", ", ".join(jobs) or "-"),
+                    ("repeats", len({r.get("seed") for r in runs})),
+                    ("conditions", "all jobs together, and each job alone on its hosts"),
+                ]
+            ),
+            *verdicts,
+            _section(
+                "Each job alone and together",
+                _table(heads, map(_jobs_metric_row, metrics), (0, 1, 2, 9)),
+                _effect_line(out_dir / JOBS_TEXT),
+                f"<p>95% intervals: {esc(doc.get('bootstrap') or '?')}</p>" if metrics else "",
+            ),
+            _section(
+                "Runs",
+                _table(
+                    ["condition", "seed", "folder", "partial", "fidelity"], run_rows, (0, 2, 3, 4)
+                ),
+                _list(
+                    [f"fidelity verdict not ok or partial: {', '.join(degraded)}"]
+                    if degraded
+                    else []
+                ),
+            ),
+            _plots(out_dir),
+            _text_file(out_dir / JOBS_TEXT),
+            _files(out_dir),
+        ],
+    )
+
+
+def write_jobs_report(out_dir: Path) -> Path:
+    """Write out_dir/report.html (0600); return its path."""
+    return _write(out_dir / REPORT_HTML, render_jobs_report(out_dir))

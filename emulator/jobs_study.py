@@ -195,6 +195,7 @@ class JobsStudyResult:
     runs: tuple[JobsRun, ...]
     rows: tuple[MetricRow, ...]
     text: str
+    report: Path | None = None  # report.html; None if it could not be written (a warning said)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -378,6 +379,10 @@ def write_study(
     scenario: Path,
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
 ) -> JobsStudyResult:
+    """Analyse, then write jobs.json, jobs.txt and last report.html (a page that cannot be
+    written is a warning on stderr: the study's results stand without it,
+    collectors.html_report.write_or_warn)."""
+    from collectors.html_report import write_jobs_report, write_or_warn
     from collectors.results import make_private, write_private
 
     rows = analyse(runs, bootstrap)
@@ -386,7 +391,8 @@ def write_study(
     write_private(out_dir / JOBS_JSON, (json.dumps(result.to_json(), indent=2) + "\n").encode())
     write_private(out_dir / JOBS_TEXT, (text + "\n").encode())
     make_private(out_dir)
-    return result
+    page = write_or_warn(write_jobs_report, out_dir)  # after the txt: the page folds it in
+    return dataclasses.replace(result, report=page)
 
 
 def reuse_runs(folders: Mapping[str, Sequence[Path]]) -> list[JobsRun]:

@@ -2,10 +2,10 @@
 
 Runs the scenario (`workloads:`) and each of its jobs alone on the hosts it has among the others,
 --repeats times each (seeds run.seed, run.seed + 1, ...), into OUT/runs/<condition>-seed<seed>/,
-then writes jobs.json and jobs.txt and prints, per job and collective type, busbw, busbw CV and
-FCT percentiles alone and together with 95% bootstrap intervals and what the other jobs do to it
-(emulator.jobs_study). Everything is checked before anything runs. Exit 0 whatever the effects;
-2 on bad input.
+then writes jobs.json, jobs.txt and report.html (collectors.html_report) and prints, per job and
+collective type, busbw, busbw CV and FCT percentiles alone and together with 95% bootstrap
+intervals and what the other jobs do to it (emulator.jobs_study), and the page's path. Everything
+is checked before anything runs. Exit 0 whatever the effects; 2 on bad input.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         metavar="DIR",
-        help="study folder: runs/, jobs.json, jobs.txt (default results/jobs-<UTC timestamp>)",
+        help="study folder: runs/, jobs.json, jobs.txt, report.html "
+        "(default results/jobs-<UTC timestamp>)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     parser.add_argument("--json", action="store_true", help="print jobs.json instead of tables")
@@ -71,4 +72,6 @@ def main(args: argparse.Namespace) -> int:
             say=lambda line: print(line, file=sys.stderr),
         )
     print(json.dumps(result.to_json(), indent=2) if args.json else result.text)
+    if result.report is not None and not args.json:
+        print(f"report: {result.report}")
     return 0

@@ -1,5 +1,5 @@
-"""report.html opened in a real browser: a simulated run's page (complete and partial), a series of
-seeds', a study's and a sensitivity study's each render in headless Chromium (Debian's chromium,
+"""report.html opened in a real browser: a simulated run's page (complete, partial, with two jobs),
+a series of seeds', a study's, a sensitivity study's and a jobs study's each render in headless Chromium (Debian's chromium,
 which setup.sh installs) with every plot decoded at its own size and the verdicts and numbers of
 their JSON on the page, from a copy of the page alone in another folder with name resolution off:
 readable offline, nothing fetched.
@@ -30,6 +30,7 @@ import pytest
 from collectors.html_report import write_run_report, write_study_report
 from emulator.study import analyse
 from tests.integration.test_sensitivity_sim import SCENARIO as SENSITIVITY_SCENARIO
+from tests.integration.test_several_jobs import TWO
 from tests.integration.test_sim_backend import SMALL
 from tests.unit.test_study import NOISY_AR, STEADY_A2A, STEADY_AR, TAILED_A2A, write_repeats
 
@@ -317,3 +318,100 @@ def test_a_sensitivity_study_s_page_renders_and_links_each_rate_s_run(tmp_path: 
         assert f'href="runs/{rate}gbps/report.html"' in text
         assert (out / "runs" / f"{rate}gbps" / "report.html").is_file()
     assert_every_plot_shown(found, out)
+
+
+JOB_METRICS = {  # jobs.json metric -> (label, scale, format), as jobs.txt prints them
+    "busbw_mean": ("busbw mean GB/s", 1e-9, "{:.2f}"),
+    "busbw_cv": ("busbw CV", 1.0, "{:.3f}"),
+    "fct_p50": ("FCT p50 us", 1e6, "{:.1f}"),
+    "fct_p99": ("FCT p99 us", 1e6, "{:.1f}"),
+    "job_time": ("job time ms", 1e3, "{:.3f}"),
+}
+
+
+def shown(value: Any, scale: float, fmt: str) -> list[str]:
+    """A jobs.json estimate ({value, interval}) as the page's two cells."""
+    point = "-" if value["value"] is None else fmt.format(value["value"] * scale)
+    ci = value["interval"]
+    if ci is None:
+        return [point, "-"]
+    low, high = ("-" if x is None else fmt.format(x * scale) for x in ci)
+    return [point, f"[{low}, {high}]"]
+
+
+def test_a_jobs_study_s_page_renders_and_links_each_run_s_page_with_its_jobs(
+    tmp_path: Path,
+) -> None:
+    # two jobs sharing a leaf pair (tests/integration/test_several_jobs.py), together and each
+    # alone, 2 repeats on the simulation: a few seconds
+    scenario = tmp_path / "two.yaml"
+    scenario.write_text(TWO.format(dense_steps=2, dense_passes=1, start_us=100))
+    out = tmp_path / "two-jobs"
+    done = emulate(
+        "study", "jobs", str(scenario), "--backend", "sim", "--repeats", "2", "--out", str(out),
+        "--no-progress",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    page = out / "report.html"
+    assert f"report: {page}" in done.stdout.splitlines()
+    doc = json.loads((out / "jobs.json").read_text())
+    found = rendered(page, tmp_path / "study")
+
+    assert found["title"] == "jobs study: report"
+    assert found["images"] == [] and found["fetched"] == []  # the study has no plots of its own
+    lines = lines_of(found)
+    assert "Study: jobs" in lines
+    assert fact(found, "scenario") == str(scenario) and fact(found, "repeats") == "2"
+    assert fact(found, "jobs") == "dense, moe"
+    for job in ("dense", "moe"):
+        effects = [m["effect_of_the_others"] for m in doc["metrics"] if m["job"] == job]
+        shown_in = f"shown in {effects.count('shown')} of {len(effects)} measures"
+        assert f"{job}: effect of the other jobs: {shown_in}" in lines
+    assert {(m["job"], m["collective"]) for m in doc["metrics"]} == {
+        ("dense", "ALL_REDUCE"), ("dense", "job"), ("moe", "ALL_TO_ALL"), ("moe", "job"),
+    }  # fmt: skip
+    for m in doc["metrics"]:
+        label, scale, fmt = JOB_METRICS[m["metric"]]
+        assert row(found, m["job"], m["collective"], label)[3:] == [
+            *shown(m["alone"], scale, fmt),
+            *shown(m["together"], scale, fmt),
+            *shown(m["together_over_alone"], 1.0, "{:.3f}"),
+            m["effect_of_the_others"],
+        ]
+    # every run, linked relatively to its own page, which is there
+    text = page.read_text()
+    assert len(doc["runs"]) == 6
+    for run in doc["runs"]:
+        name = f"{run['condition']}-seed{run['seed']}"
+        assert row(found, run["condition"], str(run["seed"]))[2:] == [
+            f"runs/{name}", "yes" if run["partial"] else "no", run["verdict"]
+        ]  # fmt: skip
+        assert f'href="runs/{name}/report.html"' in text
+        assert (out / "runs" / name / "report.html").is_file()
+
+    # a run of both jobs: its page has the Jobs section, every plot, the summary's numbers
+    together = out / "runs" / "all-seed0"
+    summary = json.loads((together / "summary.json").read_text())
+    run = rendered(together / "report.html", tmp_path / "together")
+    assert "Jobs" in lines_of(run)
+    assert row(run, "dense", "0-1,4-5") == ["dense", "0-1,4-5", "1", "0"]
+    assert row(run, "moe", "2-3,6-7") == ["moe", "2-3,6-7", "1", "100"]
+    for name, job in summary["jobs"].items():
+        for ctype, stats in job["collectives"].items():
+            cells = row(run, name, ctype)
+            assert cells[2:6] == [
+                str(job["ranks"]),
+                f"{job['job_time_s'] * 1e3:.3f}",
+                str(stats["instances"]),
+                f"{stats['busbw_mean_bytes_per_s'] / 1e9:.2f}",
+            ]
+            assert cells[9:11] == [
+                f"{stats['fct_p50_s'] * 1e3:.3f}",
+                f"{stats['fct_p99_s'] * 1e3:.3f}",
+            ]
+            assert cells[-1] == str(stats["ce_marks"])
+    assert_every_plot_shown(run, together)
+    # a job alone: one job, no Jobs section
+    alone = rendered(out / "runs" / "moe-seed1" / "report.html", tmp_path / "alone")
+    assert "Jobs" not in lines_of(alone)
+    assert_every_plot_shown(alone, out / "runs" / "moe-seed1")
