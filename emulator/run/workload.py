@@ -212,11 +212,7 @@ def place(scenario: Scenario, prefix: Traces, fabric_ranks: int) -> tuple[JobPla
         jobs = scenario.jobs
         if not jobs:
             return ()
-        return (
-            JobPlacement(
-                jobs[0].name, tuple(range(counts[0])), jobs[0].iterations, 0.0, "workload"
-            ),
-        )
+        return (JobPlacement(jobs[0].name, tuple(range(counts[0])), jobs[0].iterations, 0.0),)
     try:
         return tuple(place_jobs(scenario.workloads, counts, fabric_ranks))
     except ValueError as exc:

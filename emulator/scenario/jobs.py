@@ -114,7 +114,6 @@ class JobPlacement:
     hosts: tuple[int, ...]
     iterations: int
     start_s: float
-    key: str  # the scenario key that placed it, for messages (workloads[1].hosts)
 
 
 def job_names(jobs: Sequence[JobSpec]) -> list[str]:
@@ -170,5 +169,5 @@ def place_jobs(
                 f"{key}: host {outside[0]} of job {names[i]} is not on the fabric "
                 f"(hosts 0..{fabric_hosts - 1})"
             )
-        placements.append(JobPlacement(names[i], hosts, job.iterations, job.start_us * 1e-6, key))
+        placements.append(JobPlacement(names[i], hosts, job.iterations, job.start_us * 1e-6))
     return placements
