@@ -12,8 +12,10 @@ sender worker's CPU seconds from the common start on (per core = per CPU-second)
 Peer: `iperf3 -u -b 0 -l <payload>` between the same namespaces, same duration; its delivered
 packets/s (sent minus lost) and its sender CPU share (iperf3's own cpu_utilization_percent).
 Ratios are ours / iperf3's (higher is better); the issue #6 target is >= 4 on packets/s.
-Also: sender CPU seconds per Gb/s, and the pacing error at 10 Mb/s, 100 Mb/s and 1 Gb/s
-(receiver-measured rate over 1 s against the configured rate, in %).
+Also: sender CPU seconds per Gb/s, the pacing error at 10 Mb/s, 100 Mb/s and 1 Gb/s
+(receiver-measured rate over 1 s against the configured rate, in %), and what the attribution
+tag costs (the same flow with its BTH reserved bits set, as on the emulated fabric, against
+without: packets/s).
 Floor: a bare Python loop that only calls sendmsg with pre-built 64 KB GSO buffers of the same
 RoCEv2 segments (and a bare UDP_GRO reader on the other side) over the same veth: the most any
 Python sender using GSO can reach here, whatever it computes; ours is also given against it.
@@ -55,9 +57,12 @@ def emit(metric: str, value: float, unit: str, **peer: Any) -> None:
     )
 
 
-def ours(p: PairInfo, payload: int, seconds: float, latency: bool = True) -> dict[str, float]:
+def ours(
+    p: PairInfo, payload: int, seconds: float, latency: bool = True, tag: int = 0
+) -> dict[str, float]:
     """Flat-out single QP: (delivered packets/s, payload Gb/s, sender run CPU s, wall s);
-    `latency`: with the one-way latency stamps and histograms (the default) or without."""
+    `latency`: with the one-way latency stamps and histograms (the default) or without; `tag`:
+    the attribution tag its packets carry (emulator.run.attribution; 0: none)."""
     ranks = [
         RankEndpoint(0, p.sender_addr, p.sender_ns, 100e9),
         RankEndpoint(1, p.receiver_addr, p.receiver_ns, 100e9),
@@ -73,7 +78,10 @@ def ours(p: PairInfo, payload: int, seconds: float, latency: bool = True) -> dic
     size = payload * 20_000
     for _ in range(2):
         out = run_plan(
-            ranks, [EngineFlow(1, 0, 1, 0, 50500, size)], transport=transport, engine=engine
+            ranks,
+            [EngineFlow(1, 0, 1, 0, 50500, size, tag=tag)],
+            transport=transport,
+            engine=engine,
         )
         fct = out.fct_s(1)
         if fct >= 0.5 * seconds:
@@ -306,6 +314,15 @@ def main(argv: list[str]) -> int:
                 peer="the engine without engine.one_way_latency",
                 peer_value=round(plain["pps"], 1),
                 ratio=round(us["pps"] / plain["pps"], 3),
+            )
+            tagged = ours(p, payload, args.seconds, tag=1)
+            emit(
+                f"attribution_tag_cost_{payload}B (packets/s with the BTH tag / without)",
+                tagged["pps"] / us["pps"],
+                "ratio",
+                peer="the engine without attribution tags",
+                peer_value=round(us["pps"], 1),
+                ratio=round(tagged["pps"] / us["pps"], 3),
             )
             floor = bare_gso_floor(p, payload, args.seconds)
             emit(

@@ -1,19 +1,34 @@
 """Who throttled whom: each switch port's queue, traffic, ECN marks and drops by collective.
 
-A backend that can tell whose packet is whose sends PortAttribution samples (the simulator:
-exact, every frame carries its flow and collective instance): per port and sample window, each
-instance's bytes in the queue at the window's end and its bytes sent, marks and drops in the
-window, and every marked packet's flow. A queue's byte-time is what it held at the end of each
-window times the window (sample and hold at the sample interval). Two tables come of it:
+Two backends can tell whose packet is whose:
 
-- attribution.parquet: per port, sample window and collective instance, the queue bytes it held
-  at the window's end and the bytes, marks and drops of the window (rows only where it had any);
-- marks.parquet: every ECN mark, with the port, time, flow and collective it hit.
+- the simulator, exactly: every frame carries its flow and collective instance. It sends
+  PortAttribution samples: per port and sample window, each instance's bytes in the queue at the
+  window's end and its bytes sent, marks and drops in the window, and every marked packet's
+  flow. A queue's byte-time is what it held at the end of each window times the window (sample
+  and hold at the sample interval);
+- the emulated fabric, by class: the engine writes an attribution class (a collective type,
+  emulator/run/attribution.py) into the 6 reserved bits of every data packet's BTH, and each
+  switch port's eBPF marker counts per class (PortClassSample, cumulative): bytes, packets, ECN
+  marks, overflows, the phantom queue's byte-time (each packet's bytes x its time in the FIFO,
+  charged when it arrives: exact for the marker's queue, a window's share shifted by at most the
+  queueing delay) and the time above XOFF charged to the class whose arrival kept the queue
+  there. Rows are per class (collective_id -1): which instance is not on the wire, so
+  instance-level attribution (and marks.parquet's per-flow marks) stays the simulator's.
+
+Two tables come of it:
+
+- attribution.parquet: per port, sample window and collective instance (simulated) or class
+  (emulated), the queue bytes it held at the window's end (simulated) or on average over the
+  window (emulated, with the measured `queue_byte_s`), and the bytes, marks and drops of the
+  window (rows only where it had any); `source` says which;
+- marks.parquet: every ECN mark, with the port, time, flow and collective it hit (simulated).
 
 The summary's `attribution` section reads them: per congested port (the most queue byte-time),
 each collective type's share of the queue, the marks and the drops, and the top interferer; the
-CNPs each type's packets drew (the flows' CNPs, sent for marked packets of that flow); and for
-the All-to-All flows in the slowest 1%, where their packets were marked and which collective
+CNPs each type's packets drew (the flows' CNPs, sent for marked packets of that flow); the
+reconciliation of the switches' marks with the receivers' CE counts per type; and (simulated)
+for the All-to-All flows in the slowest 1%, where their packets were marked and which collective
 types held those queues in the windows of the marks.
 """
 
@@ -26,13 +41,31 @@ from typing import Any
 
 import pyarrow as pa
 
-from emulator.events import PortAttribution
+from emulator.events import PortAttribution, PortClassSample
 
 TOP_PORTS = 4  # ports the summary and the plot describe, most queue byte-time first
 SLOW_SHARE = 0.01  # the slowest 1% of All-to-All flows (at least one)
 NOT_MEASURED = (
-    "not measured on this backend: only the simulator tags every packet with its collective "
-    "(--backend sim, or --reference sim beside an emulated run)"
+    "not measured on this backend: the simulator tags every packet with its collective "
+    "(--backend sim, or --reference sim beside an emulated run), the emulated fabric counts "
+    "by collective type with its eBPF marker (run.backend: netns, marker ebpf or auto)"
+)
+SIMULATED = "simulated"
+EMULATED = "emulated"
+SOURCES = {
+    SIMULATED: "simulated: exact (every frame carries its flow and collective instance)",
+    EMULATED: (
+        "emulated: eBPF per-class counters at each switch port (the class the engine writes in "
+        "the BTH reserved bits), estimated queue share (each packet's bytes x its time in the "
+        "phantom FIFO, charged when it arrives)"
+    ),
+}
+INSTANCE_LEVEL_SIM_ONLY = (
+    "per class (collective type) only: 6 BTH bits carry a class, not an instance; which "
+    "instance held a queue, and which flow each mark hit, stay the simulator's (--reference sim)"
+)
+OTHER_NAME = (
+    "OTHER"  # the class several collective types share beyond 63 (emulator.run.attribution)
 )
 
 
@@ -44,10 +77,19 @@ class AttributionRow:
     port: str
     collective_id: int
     collective_type: str
-    queue_bytes: int  # held at the window's end
+    queue_bytes: int  # held at the window's end (simulated); its mean over the window (emulated)
     tx_bytes: int  # sent in the window
     ecn_marks: int
     drops: int
+    # emulated (per class, collective_id -1): the class's packets, measured queue byte-time
+    # (target byte-seconds), time at or above XOFF charged to it and its rises to XOFF, and the
+    # class number (emulator.run.attribution)
+    packets: int | None = None
+    queue_byte_s: float | None = None
+    pause_s: float | None = None
+    pause_events: int | None = None
+    attribution_class: int | None = None
+    source: str = SIMULATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +103,68 @@ class MarkRow:
 
 
 class AttributionTable:
-    """Turns PortAttribution samples into window rows."""
+    """Turns PortAttribution samples, and the differences between PortClassSample readings,
+    into window rows."""
 
     def __init__(self) -> None:
         self.rows: list[AttributionRow] = []
         self.marks: list[MarkRow] = []
         self.measured = False
+        # per port: the time of its last class reading and each class's counters then
+        self._last: dict[tuple[str, str], tuple[float, dict[int, tuple[Any, ...]]]] = {}
+
+    def add_classes(self, event: PortClassSample) -> None:
+        """A port's cumulative per-class counters: the first reading of a port is its baseline
+        (no row); each later one adds a row per class with something in the window since. A
+        counter that went backwards was reset (the marker re-attached): its value is the
+        window's."""
+        self.measured = True
+        key = (event.switch, event.port)
+        now = {
+            c.attribution_class: (
+                c.bytes,
+                c.packets,
+                c.ecn_marks,
+                c.drops,
+                c.queue_byte_s,
+                c.pause_s or 0.0,
+                c.pause_events or 0,
+            )
+            for c in event.by_class
+        }
+        last = self._last.get(key)
+        self._last[key] = (event.time_s, now)
+        if last is None or event.time_s <= last[0]:
+            return
+        interval = event.time_s - last[0]
+        for c in event.by_class:
+            values = now[c.attribution_class]
+            before = last[1].get(c.attribution_class)
+            if before is None or values[1] < before[1]:
+                before = (0, 0, 0, 0, 0.0, 0.0, 0)
+            d = [v - b for v, b in zip(values, before, strict=True)]
+            if not d[1] and not d[5]:
+                continue  # no packet and no time above XOFF in the window
+            self.rows.append(
+                AttributionRow(
+                    event.time_s,
+                    interval,
+                    event.switch,
+                    event.port,
+                    -1,
+                    c.name,
+                    round(d[4] / interval),
+                    int(d[0]),
+                    int(d[2]),
+                    int(d[3]),
+                    packets=int(d[1]),
+                    queue_byte_s=max(0.0, d[4]),
+                    pause_s=max(0.0, d[5]) if c.pause_s is not None else None,
+                    pause_events=int(d[6]) if c.pause_events is not None else None,
+                    attribution_class=c.attribution_class,
+                    source=EMULATED,
+                )
+            )
 
     def add(
         self,
@@ -108,16 +206,19 @@ def port_shares(attribution: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
     """Per port: queue byte-seconds, bytes, marks and drops by collective type."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     names = ("switch", "port", "collective_type", "queue_bytes", "interval_s", "tx_bytes")
-    more = ("ecn_marks", "drops")
-    for sw, port, kind, queued, interval, tx, marks, drops in _rows(attribution, names + more):
-        p = out.setdefault(
-            (sw, port),
-            {k: defaultdict(float) for k in ("queue_byte_s", "tx_bytes", "ecn_marks", "drops")},
-        )
-        p["queue_byte_s"][kind] += queued * interval
+    more = ("ecn_marks", "drops", "queue_byte_s", "pause_s")
+    counted = ("queue_byte_s", "tx_bytes", "ecn_marks", "drops", "pause_s")
+    for sw, port, kind, queued, interval, tx, marks, drops, byte_s, pause_s in _rows(
+        attribution, names + more
+    ):
+        p = out.setdefault((sw, port), {k: defaultdict(float) for k in counted})
+        # measured byte-time (emulated), or what the queue held at the window's end x the window
+        p["queue_byte_s"][kind] += byte_s if byte_s is not None else queued * interval
         p["tx_bytes"][kind] += tx
         p["ecn_marks"][kind] += marks
         p["drops"][kind] += drops
+        if pause_s:
+            p["pause_s"][kind] += pause_s
     return out
 
 
@@ -132,39 +233,98 @@ def congested_ports(attribution: pa.Table, top: int = TOP_PORTS) -> list[tuple[s
     return [k for k in ranked if sum(shares[k]["queue_byte_s"].values()) > 0][:top]
 
 
+def source_of(attribution: pa.Table) -> str:
+    """EMULATED when the rows are the eBPF marker's per-class counts, else SIMULATED (older
+    folders have no `source` column: only the simulator wrote them)."""
+    if (
+        "source" in attribution.column_names
+        and EMULATED in attribution.column("source").to_pylist()
+    ):
+        return EMULATED
+    return SIMULATED
+
+
 def attribution_summary(
     attribution: pa.Table, marks: pa.Table, flows: pa.Table, measured: bool
 ) -> dict[str, Any]:
     """The summary's `attribution` section (see the module's docstring)."""
     if not measured:
         return {"measured": False, "why": NOT_MEASURED}
+    source = source_of(attribution)
     shares = port_shares(attribution)
     ports = []
     for key in congested_ports(attribution, top=len(shares)):
         p = shares[key]
         queue = _share(p["queue_byte_s"])
-        ports.append(
-            {
-                "switch": key[0],
-                "port": key[1],
-                "queue_byte_s": sum(p["queue_byte_s"].values()),
-                "queue_share": queue,
-                "tx_share": _share(p["tx_bytes"]),
-                "ecn_marks": {k: int(v) for k, v in sorted(p["ecn_marks"].items()) if v},
-                "drops": {k: int(v) for k, v in sorted(p["drops"].items()) if v},
-                "top_interferer": max(queue, key=lambda k: queue[k]) if queue else None,
-            }
-        )
+        port: dict[str, Any] = {
+            "switch": key[0],
+            "port": key[1],
+            "queue_byte_s": sum(p["queue_byte_s"].values()),
+            "queue_share": queue,
+            "tx_share": _share(p["tx_bytes"]),
+            "ecn_marks": {k: int(v) for k, v in sorted(p["ecn_marks"].items()) if v},
+            "drops": {k: int(v) for k, v in sorted(p["drops"].items()) if v},
+            "top_interferer": max(queue, key=lambda k: queue[k]) if queue else None,
+        }
+        if p["pause_s"]:
+            port["above_xoff_s"] = {k: v for k, v in sorted(p["pause_s"].items()) if v}
+        ports.append(port)
     cnps: dict[str, int] = defaultdict(int)
     for kind, sent in _rows(flows, ("collective_type", "cnps_sent")):
         cnps[kind] += int(sent or 0)
-    return {
+    out: dict[str, Any] = {
         "measured": True,
+        "source": SOURCES[source],
         "ports": ports[:TOP_PORTS],
         "ports_with_queue": len(ports),
         "cnps_by_marked_collective": dict(sorted(cnps.items())),
-        "slowest_all_to_all": slow_flow_marks(attribution, marks, flows),
+        "marks_reconciled": reconcile_marks(attribution, flows),
     }
+    if source == EMULATED:
+        out["granularity"] = INSTANCE_LEVEL_SIM_ONLY
+    else:
+        out["slowest_all_to_all"] = slow_flow_marks(attribution, marks, flows)
+    return out
+
+
+def reconcile_marks(attribution: pa.Table, flows: pa.Table) -> dict[str, Any]:
+    """Per collective type (class): the ECN marks the switches counted (every hop: a packet
+    marked at two ports counts twice) against the CE-marked packets its flows' receivers
+    counted (once per packet). The receivers can only count fewer or as many; more is a
+    discrepancy (a packet the switches did not see marked, or counted under another class).
+    Marks on untagged packets (ACKs, CNPs, other traffic) have no receiver count."""
+    switch: dict[str, int] = defaultdict(int)
+    for kind, marks in _rows(attribution, ("collective_type", "ecn_marks")):
+        switch[kind] += int(marks)
+    receiver: dict[str, int] = defaultdict(int)
+    for kind, ce in _rows(flows, ("collective_type", "ce_marks")):
+        receiver[class_of_type(kind, switch)] += int(ce or 0)
+    by_type = {}
+    discrepancies = []
+    for kind in sorted(set(switch) | set(receiver)):
+        s, r = switch.get(kind, 0), receiver.get(kind, 0)
+        by_type[kind] = {"switch_marks": s, "receiver_ce": r, "marked_again_or_lost": s - r}
+        if r > s:
+            discrepancies.append(
+                f"{kind}: its receivers counted {r} CE-marked packets, the switches marked {s}"
+            )
+    return {
+        "by_type": by_type,
+        "switch_marks": sum(switch.values()),
+        "receiver_ce": sum(receiver.values()),
+        "holds": not discrepancies,
+        "discrepancies": discrepancies,
+    }
+
+
+def class_of_type(kind: str, classes: Iterable[str]) -> str:
+    """The class a flow of collective type `kind` was counted under at the switches: its own
+    type, or OTHER when the run had more types than classes (emulator.run.attribution keys
+    classes by collective type; this is its inverse over the names the rows carry)."""
+    names = set(classes)
+    if kind in names or OTHER_NAME not in names:
+        return kind
+    return OTHER_NAME
 
 
 def slow_flow_marks(
@@ -211,12 +371,18 @@ def slow_flow_marks(
 
 
 __all__ = [
+    "EMULATED",
     "NOT_MEASURED",
+    "SIMULATED",
+    "SOURCES",
     "AttributionRow",
     "AttributionTable",
     "MarkRow",
     "attribution_summary",
+    "class_of_type",
     "congested_ports",
     "port_shares",
+    "reconcile_marks",
     "slow_flow_marks",
+    "source_of",
 ]

@@ -30,6 +30,7 @@ from emulator.events import (
     FlowStarted,
     NicSample,
     PortAttribution,
+    PortClassSample,
     PortSample,
     RateSample,
     RunEvent,
@@ -201,6 +202,9 @@ class RunRecorder:
 
         self.attribution.add(event, type_of, instance_of)
 
+    def _class_sample(self, event: PortClassSample) -> None:
+        self.attribution.add_classes(event)
+
     def _cpu(self, event: CpuSample) -> None:
         self.cpu_rows.append(CpuRow(event.time_s, event.busy_ratio))
         self.live.cpu_busy_ratio = event.busy_ratio
@@ -217,6 +221,7 @@ def _handlers() -> dict[type, Callable[[RunRecorder, Any], None]]:
         NicSample: RunRecorder._nic,
         PortSample: RunRecorder._port,
         PortAttribution: RunRecorder._attribution,
+        PortClassSample: RunRecorder._class_sample,
         CpuSample: RunRecorder._cpu,
     }
 

@@ -144,6 +144,37 @@ class PortAttribution:
     marked_flows: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class ClassCounts:
+    """One attribution class's cumulative counters at one switch port (PortClassSample)."""
+
+    attribution_class: int  # 0..63 (0: untagged)
+    name: str  # what the class is (a collective type; UNTAGGED, OTHER)
+    bytes: int
+    packets: int
+    ecn_marks: int
+    drops: int  # the marker's phantom-queue overflows
+    queue_byte_s: float  # bytes x target seconds its packets held the queue (see below)
+    pause_s: float | None = None  # target seconds at or above XOFF charged to it
+    pause_events: int | None = None  # rises to XOFF its packets made
+
+
+@dataclass(frozen=True, slots=True)
+class PortClassSample:
+    """What a backend that counts by attribution class measured at one switch egress port (the
+    emulated fabric: its eBPF marker reads the class the engine writes into each data packet's
+    BTH reserved bits, emulator/run/attribution.py), cumulative since the port's marker was
+    attached, per class with anything counted. The classes sum to the port's counters. The
+    queue byte-time is each packet's time in the phantom FIFO times its bytes, charged when it
+    arrives (fabrics/ecn/phantom_marker.c): exact for the marker's queue, shifted in time by at
+    most the queueing delay. Class-level only: which instance is not on the wire."""
+
+    time_s: float
+    switch: str
+    port: str
+    by_class: tuple[ClassCounts, ...]
+
+
 RunEvent = (
     FlowStarted
     | FlowProgress
@@ -154,5 +185,6 @@ RunEvent = (
     | NicSample
     | PortSample
     | PortAttribution
+    | PortClassSample
     | CpuSample
 )

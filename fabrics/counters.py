@@ -2,7 +2,8 @@
 
 Bytes, packets, drops and the real queue backlog come from the port's root HTB qdisc (`tc -s -j`,
 one process per namespace); ECN marks and the current and peak phantom queue come from the
-marker (eBPF maps read through bpf(2), or RED's `marked`).
+marker (eBPF maps read through bpf(2), or RED's `marked`), with the eBPF marker's counters per
+attribution class (the BTH tag the engine sets, emulator/run/attribution.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from fabrics.ecn.ebpf import ClassCounters
 from fabrics.iproute import run, tc
 from fabrics.netns import LiveFabric
 from fabrics.queues import LEAF_HANDLE, ROOT_HANDLE
@@ -34,6 +36,10 @@ class PortCounters:
     # port's XOFF threshold, and how many times it crossed it (None: the marker cannot tell).
     pause_s: float | None = None
     pause_events: int | None = None
+    # the marker's counters per attribution class (fabrics/ecn/phantom_marker.c; None: the
+    # marker cannot tell), and the port's link rate (their byte-time's drain rate)
+    by_class: tuple[ClassCounters, ...] | None = None
+    rate_bps: float = 0.0
 
 
 def _qdisc_stats(netns: str) -> dict[str, dict[str, Any]]:
@@ -79,5 +85,7 @@ def read_port_counters(
             loss_drops=marks.loss_drops if marks else 0,
             pause_s=getattr(marks, "pause_s", None) if marks else None,
             pause_events=getattr(marks, "pause_events", None) if marks else None,
+            by_class=marks.by_class if marks else None,
+            rate_bps=port.rate_bps,
         )
     return out

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -44,6 +44,7 @@ from emulator.run.options import RunOptions
 from emulator.run.progress import ProgressLine, ProgressState
 from emulator.run.workload import Driver, PlannedWorkload
 from emulator.scenario.model import Scenario
+from emulator.schedule.driver import FlowLike
 
 
 @dataclass
@@ -71,6 +72,11 @@ class ReplayJob:
     latency_source: Callable[[Callable[[], dict[int, LatencyHistogram]]], None] = lambda _source: (
         None
     )
+    # attribution (emulator.run.attribution): each flow's class, for a session whose switches
+    # count by it (the emulated fabric's eBPF marker), and the classes (key -> class), which
+    # grow as the run meets collective types its plan did not have
+    tag_of: Callable[[FlowLike], int] | None = None
+    attribution_classes: dict[Hashable, int] = field(default_factory=dict)
 
 
 @dataclass

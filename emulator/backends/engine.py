@@ -28,6 +28,7 @@ from emulator.backends.base import (
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem, ScenarioError
+from emulator.run.attribution import class_names, classes_json
 from emulator.run.interrupts import signals_deferred
 from emulator.run.link_events import LinkEventRunner, flows_crossing
 from emulator.run.link_events import resolve as resolve_link_events
@@ -97,6 +98,12 @@ class EngineSession(Session):
         """Reads the switch ports' counters (None: the fabric's switches are not ours to read)."""
         return None
 
+    def counts_classes(self) -> bool:
+        """The fabric's switches count by attribution class (the BTH tag the engine then
+        writes, emulator.run.attribution): only ours, with the eBPF marker. Elsewhere the
+        reserved bits stay 0, as IBA transmits them."""
+        return False
+
     # -- Session -------------------------------------------------------------------------
     def metadata(self) -> dict[str, Any]:
         return dict(self.live.metadata())
@@ -118,6 +125,7 @@ class EngineSession(Session):
             run_timeout_s=scenario.run.deadline_s
             or max(120.0, 20 * planned.ideal.job_time_s * tdf + 60.0),
         )
+        classes = job.attribution_classes if self.counts_classes() else None
         sampler = Sampler(
             job.on_samples,
             NicSampler(self.nic_counters),
@@ -126,6 +134,7 @@ class EngineSession(Session):
             tdf,
             job.progress,
             lambda: job.state(sampler.throughput_bps),
+            class_names=None if classes is None else lambda: class_names(classes),
         )
 
         def started(start_wall_s: float) -> None:
@@ -147,6 +156,7 @@ class EngineSession(Session):
             on_start=started,
             driver=job.driver,
             profiles=planned.profiles,
+            tag_of=job.tag_of if classes is not None else None,
         )
         job.latency_source(coordinator.latency_by_class)
         error: BaseException | None = None
@@ -180,6 +190,8 @@ class EngineSession(Session):
             # NIC readings whose time was uncertain (the sampler lost the CPU while reading)
             "nic_readings_left_out": sampler.nic.skipped,
         }
+        if classes is not None:
+            extra["attribution_classes"] = classes_json(classes)
         if self.pfc:
             extra["pfc_frames_sent"] = {str(rank): n for rank, n in pfc_sent.items()}
             errors = [e for g in self.pfc for e in g.errors]
@@ -260,6 +272,9 @@ class NetnsSession(EngineSession):
 
         world = self.context.planned.world_size
         return {r: NetlinkCounters(HOST_IFNAME, self.live.rank_netns(r)) for r in range(world)}
+
+    def counts_classes(self) -> bool:
+        return bool(self.marker_name == "ebpf")
 
     def _pfc_ifname(self, rank: int) -> str:
         from fabrics.topology import HOST_IFNAME

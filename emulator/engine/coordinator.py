@@ -137,9 +137,12 @@ class Coordinator:
         driver: FlowDriver | None = None,
         on_start: Callable[[float], None] | None = None,
         profiles: Sequence[QpProfile] = (),
+        tag_of: Callable[[FlowLike], int] | None = None,
     ) -> None:
         """Run `flows` (a static plan), or the flows `driver` hands out as the run goes.
         `profiles[i]` says how the QPs of flows with profile i send (0: the transport's way).
+        `tag_of` gives each flow the driver hands out its attribution tag (the BTH reserved
+        bits its data packets carry, emulator.run.attribution); None: untagged.
 
         on_start is told the common start instant (a time.perf_counter reading) before the
         workers are released: target time is (perf_counter - start) / TDF from then on."""
@@ -153,6 +156,7 @@ class Coordinator:
             self._check_profile(f)
         self.on_ready = on_ready
         self.driver = driver
+        self.tag_of = tag_of
         self.known_ranks = {r.rank for r in ranks}
         self.ranks = list(ranks)
         self.flows = {f.id: f for f in flows}
@@ -318,7 +322,12 @@ class Coordinator:
                 heapq.heappush(delays, (now + action.delay_s, action.token))
                 continue
             # the driver releases a flow once its dependencies completed: none left to wait for
-            flow = dataclasses.replace(from_schedule_flow(action), deps=(), start_delay_s=0.0)
+            flow = dataclasses.replace(
+                from_schedule_flow(action),
+                deps=(),
+                start_delay_s=0.0,
+                tag=self.tag_of(action) if self.tag_of is not None else 0,
+            )
             self._check_profile(flow)
             for rank in (flow.src, flow.dst):
                 if rank not in self.known_ranks:

@@ -131,7 +131,7 @@ class FlowStarts:
         qp = conn.qp
         if qp.idle:
             conn.snapshot = (qp.packets_sent, qp.packets_retransmitted, conn.cnps_received)
-        qp.post_send(now=now, message_id=flow.id, size_bytes=flow.bytes)
+        qp.post_send(now=now, message_id=flow.id, size_bytes=flow.bytes, tag=flow.tag)
         conn.ordinals[flow.id] = conn.next_ordinal
         conn.next_ordinal += 1
         self.active[qpn] = conn

@@ -62,6 +62,7 @@ class EngineFlow:
     deps: tuple[int, ...] = ()
     start_delay_s: float = 0.0
     profile: int = 0  # index into the run's QpProfile table
+    tag: int = 0  # attribution tag its packets carry (emulator.transport.packets; 0: none)
 
     @property
     def connection_key(self) -> tuple[int, int, int, int]:

@@ -101,7 +101,9 @@ class EventReports:
 
     def _on_message_received(self, ev: MessageReceived) -> None:
         rx = self.recv_conns[ev.qpn]
-        snap = (rx.qp.ce_packets, rx.cnps_sent)
+        # CE as the message completed (the read may hold the next message's marks already);
+        # CNPs by their own events, handled in order before this one
+        snap = (ev.ce_packets, rx.cnps_sent)
         old = rx.snapshot
         rx.snapshot = snap
         self.out.append(

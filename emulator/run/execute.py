@@ -99,6 +99,8 @@ def run_planned(
             progress,
             replay.progress,
             latency_source,
+            tag_of=replay.tag_of,
+            attribution_classes=replay.classes,
         )
     )
     partial = report.error is not None or not replay.job.finished

@@ -8,10 +8,12 @@ from collections import Counter
 from collectors.recorder import RunRecorder
 from collectors.records import instance_metas
 from emulator.events import CollectiveMemberStarted, NicSample, RunEvent
+from emulator.run.attribution import attribution_class, seed_classes
 from emulator.run.interrupts import Interrupts
 from emulator.run.progress import ProgressState
 from emulator.run.workload import Driver, PlannedWorkload
 from emulator.scenario.model import Scenario
+from emulator.schedule.driver import FlowLike
 from emulator.schedule.plan import CollectiveInstance
 
 
@@ -34,12 +36,17 @@ class Replay:
         self.stragglers = {int(r) for r in scenario.compute.stragglers}
         # collective instances with a straggler among their members, by type
         self.affected: Counter[str] = Counter()
+        # attribution classes (emulator.run.attribution): one per collective type of the plan,
+        # and each instance's, for the tag its flows' packets carry on the emulated fabric
+        self.classes = seed_classes(planned.collectives_by_type)
+        self.class_of_instance: dict[int, int] = {}
         planned.numbering.restart()  # a replay numbers its instances from the first
         self.job: Driver = planned.schedule(scenario, self._on_instance, self._on_member_issued)
 
     def _on_instance(self, inst: CollectiveInstance) -> None:
         if self.stragglers.intersection(inst.members):
             self.affected[inst.collective] += 1
+        self.class_of_instance[inst.id] = attribution_class(inst, self.classes)
         iteration = self.planned.numbering.number(inst)
         self.iteration_of[inst.id] = iteration
         ideal = self.planned.ideal_time(inst)
@@ -51,6 +58,10 @@ class Replay:
     def _on_member_issued(self, collective_id: int, rank: int, time_s: float) -> None:
         # the rendezvous (last member in) is where busbw is timed from, as the ideal model does
         self.recorder.on_events([CollectiveMemberStarted(collective_id, rank, time_s)])
+
+    def tag_of(self, flow: FlowLike) -> int:
+        """The attribution class a flow's packets carry (its instance's; 0: none known)."""
+        return self.class_of_instance.get(flow.instance, 0)
 
     def on_events(self, batch: list[RunEvent]) -> None:
         self.interrupts.check()

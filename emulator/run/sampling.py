@@ -1,5 +1,6 @@
-"""The run's sampler thread: NIC counters in every rank's namespace, the fabric's switch ports,
-the machine's CPU, and the progress line, every `metrics.sample_interval_s` of wall time.
+"""The run's sampler thread: NIC counters in every rank's namespace, the fabric's switch ports
+(with their eBPF markers' per-attribution-class counters), the machine's CPU, and the progress
+line, every `metrics.sample_interval_s` of wall time.
 
 Samples are stamped with target time (wall time since the engine's common start / TDF) and fed
 to the recorder, which is thread-safe per batch. Port counters come from `tc -s` in each switch
@@ -18,7 +19,7 @@ from typing import Any
 from collectors.cpu import CpuSampler
 from collectors.nic import NicSampler
 from collectors.samples import port_samples
-from emulator.events import RunEvent
+from emulator.events import ClassCounts, PortClassSample, RunEvent
 from emulator.run.progress import ProgressLine, ProgressState
 
 PORT_INTERVAL_MIN_S = 1.0
@@ -36,8 +37,12 @@ class Sampler:
         tdf: float,
         progress: ProgressLine,
         state: Callable[[], ProgressState],
+        class_names: Callable[[], dict[int, str]] | None = None,
     ) -> None:
+        """`class_names`: the attribution classes' names (emulator.run.attribution), when the
+        ports count by class: their per-class counters are sampled with the rest."""
         self.on_samples = on_samples  # the recorder's on_events: thread-safe per batch
+        self.class_names = class_names
         self.nic = nic
         self.read_ports = read_ports
         self.interval_s = interval_s
@@ -120,5 +125,41 @@ class Sampler:
             force_ports or wall - self._last_ports >= PORT_INTERVAL_MIN_S
         ):
             self._last_ports = wall
-            events.extend(port_samples(self.read_ports(), now_s, tdf=self.tdf))
+            counters = self.read_ports()
+            events.extend(port_samples(counters, now_s, tdf=self.tdf))
+            if self.class_names is not None:
+                events.extend(class_samples(counters, now_s, self.tdf, self.class_names()))
         self.on_samples(events)
+
+
+def class_samples(
+    counters: list[Any], time_s: float, tdf: float, names: dict[int, str]
+) -> list[PortClassSample]:
+    """PortClassSample events from the ports' per-class counters (fabrics.counters'
+    `by_class`, wall time and the port's wall rate): byte-time and time above XOFF in target
+    seconds (divided by the TDF). Classes with no packet are left out, but a port with per-class
+    counters sends its sample even with none (the baseline its first window counts from); a port
+    without them (another marker) sends none."""
+    out = []
+    for c in counters:
+        by_class = getattr(c, "by_class", None)
+        if by_class is None or not c.rate_bps:
+            continue
+        pauses = c.pause_s is not None
+        counts = tuple(
+            ClassCounts(
+                i,
+                names.get(i, f"class {i}"),
+                k.bytes,
+                k.packets,
+                k.marks,
+                k.overflows,
+                k.queue_byte_s(c.rate_bps) / tdf,
+                k.pause_ns / 1e9 / tdf if pauses else None,
+                k.pause_events if pauses else None,
+            )
+            for i, k in enumerate(by_class)
+            if k.packets
+        )
+        out.append(PortClassSample(time_s, c.node, c.dev, counts))
+    return out

@@ -6,6 +6,8 @@ the full ones and of the last, and per segment only what varies on the wire (the
 whether AckReq is set). The PSNs are consecutive (24-bit, wrapping). A burst whose segments
 need more than that (a RETH, real payload bytes, or equal-size segments with different payload
 sizes) also carries its packets as descriptors: the wire builder then takes the general path.
+`tag` is the attribution tag of every segment (emulator.transport.packets.ATTRIBUTION_TAG_AT),
+or `tags` one per segment when the burst spans messages with different tags.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class Burst:
     ack_req_at: list[int]  # indexes of the segments that carry AckReq, ascending
     retransmitted: int = 0  # how many of the segments are sent again (go-back-N)
     packets: list[DataPacket] | None = None  # set when the compact form does not say it all
+    tag: int = 0  # the attribution tag of every segment (0: untagged)
+    tags: bytes | None = None  # one per segment instead, when they differ
 
     @property
     def last_segment_bytes(self) -> int:

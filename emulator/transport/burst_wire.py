@@ -1,7 +1,8 @@
 """RoCEv2 bytes of a whole Burst in one buffer (one UDP GSO send), with every segment's ICRC.
 
-Within a burst the segments differ only in the BTH opcode byte, the PSN word (AckReq + PSN) and
-the IP identification the kernel gives each segment (0, 1, 2, ... for a GSO buffer from an
+Within a burst the segments differ only in the BTH opcode byte, the PSN word (AckReq + PSN), the
+attribution tag (the BTH's reserved bits, masked to ones in the ICRC: free) and the IP
+identification the kernel gives each segment (0, 1, 2, ... for a GSO buffer from an
 unconnected socket with DF set; 0 for a datagram sent alone): the payload is zeros and the
 rest of the header is the flow's. CRC-32 is affine over GF(2): for equal-length inputs
 crc(a ^ b) = crc(a) ^ crc(b) ^ crc(0), so the ICRC of a segment is the ICRC of a template with
@@ -31,6 +32,8 @@ import numpy.typing as npt
 from emulator.transport.burst import Burst
 from emulator.transport.packets import (
     AETH_BYTES,
+    ATTRIBUTION_TAG_AT,
+    ATTRIBUTION_TAG_SHIFT,
     BTH_BYTES,
     DATA_OPCODES,
     ICRC_BYTES,
@@ -260,7 +263,8 @@ class BurstWriter:
         if burst.wire_bytes > len(self.buf):
             raise ValueError(f"a {burst.wire_bytes}-byte burst does not fit the buffer")
         if burst.packets is not None or count > self.max_segments:
-            return self._write_packets(burst.to_packets(), gso, stamp)
+            tags = burst.tags if burst.tags is not None else bytes((burst.tag,)) * count
+            return self._write_packets(burst.to_packets(), gso, stamp, tags)
         full = count if burst.last_payload_bytes == burst.payload_bytes else count - 1
         buf = self.buf
         if full:
@@ -280,7 +284,13 @@ class BurstWriter:
             same_op = opcodes.count(first_op, 0, full) == full
             opcode_field, qp_field, psn_field, icrc_field, index = layout.parts[full]
             by_index = shape.by_index[:full]
-            qp_field[...] = shape.dest_qp  # the layout is shared: every flow writes its QP
+            # the layout is shared: every flow writes its QP, with the attribution tag in the
+            # byte above it (masked to ones in the ICRC: nothing to fold into it)
+            if burst.tags is None:
+                qp_field[...] = shape.dest_qp | burst.tag << ATTRIBUTION_TAG_SHIFT
+            else:
+                tag_words = np.frombuffer(burst.tags, np.uint8, full).astype(np.uint32)
+                qp_field[...] = tag_words << ATTRIBUTION_TAG_SHIFT | shape.dest_qp
             words = index + np.uint32(psn)
             low = psn & 0xFFFF
             if low + full <= 0x10000:
@@ -331,17 +341,21 @@ class BurstWriter:
             burst.last_payload_bytes,
         )
         end = write_packet(buf, at, packet)
+        buf[at + ATTRIBUTION_TAG_AT] = burst.tag if burst.tags is None else burst.tags[last]
         if stamp and packet.payload_bytes >= STAMP_BYTES:
             buf[at + BTH_BYTES : at + BTH_BYTES + STAMP_BYTES] = stamp
         self.icrc.seal(last if gso else 0, buf, at, end)
         return end
 
-    def _write_packets(self, packets: Sequence[DataPacket], gso: bool, stamp: bytes) -> int:
+    def _write_packets(
+        self, packets: Sequence[DataPacket], gso: bool, stamp: bytes, tags: bytes
+    ) -> int:
         buf = self.buf
         self.buffer.template = None
         at = 0
         for i, packet in enumerate(packets):
             end = write_packet(buf, at, packet)
+            buf[at + ATTRIBUTION_TAG_AT] = tags[i]
             if (
                 stamp
                 and packet.payload is None
@@ -380,6 +394,9 @@ class DataRun:
 _RUN_OPCODES = frozenset(int(op) for op in DATA_OPCODES - RETH_OPCODES)
 _RUN_FORMATS: dict[tuple[int, int], struct.Struct] = {}
 _NO_ACK_REQ_ABOVE = (1 << 31) - 1
+# FECN, BECN and the destination QP must agree within a run; the 6 reserved bits between them
+# (the attribution tag) are ignored on receipt, as reserved bits are
+_RUN_SAME_BITS = 0xC0000000 | QPN_MASK
 
 
 def _run_format(segment: int, count: int) -> struct.Struct:
@@ -396,9 +413,9 @@ def read_data_run(
     data: bytes | bytearray | memoryview, nbytes: int, segment_bytes: int
 ) -> DataRun | None:
     """The datagrams of data[:nbytes], cut every segment_bytes (0: one datagram), as a DataRun
-    when they are data packets without RETH of one QP (same FECN/BECN too), with consecutive
-    PSNs (not wrapping within the run) and valid pad counts; None otherwise. The ICRC is not
-    checked (as in decode)."""
+    when they are data packets without RETH of one QP (same FECN/BECN too; the reserved bits,
+    where the attribution tag is, may differ), with consecutive PSNs (not wrapping within the
+    run) and valid pad counts; None otherwise. The ICRC is not checked (as in decode)."""
     if 0 < segment_bytes < nbytes:
         count = -(-nbytes // segment_bytes)
         segment = segment_bytes
@@ -413,8 +430,11 @@ def read_data_run(
     if not _RUN_OPCODES.issuperset(opcodes):
         return None
     qp_words = values[3::5]
-    if qp_words.count(qp_words[0]) != count:
-        return None
+    first_word = qp_words[0]
+    if qp_words.count(first_word) != count and any(
+        (w ^ first_word) & _RUN_SAME_BITS for w in qp_words
+    ):
+        return None  # another QP (or FECN/BECN) within the read; attribution tags may differ
     flags = values[1::5]
     first_flags = flags[0]
     last_flags = flags[-1]

@@ -35,12 +35,15 @@ class FlowCompleted:
 
 @dataclass(frozen=True, slots=True)
 class MessageReceived:
-    """The last packet of a message was accepted in order (receiver side)."""
+    """The last packet of a message was accepted in order (receiver side). `ce_packets`: the
+    QP's CE-marked data packets so far, as the message completed (a caller that handles events
+    after a whole read would otherwise count the next message's marks into this one)."""
 
     qpn: int
     message_index: int
     size_bytes: int
     now_s: float
+    ce_packets: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,16 @@ UDP_HEADER_BYTES = 8
 # its IP packet (IEEE 802.3).
 ETHERNET_OVERHEAD_BYTES = 14 + 4 + 8 + 12
 
+# The attribution tag: the 6 reserved bits of the BTH byte after the P_Key (FECN, BECN, then
+# Resv6a), where the engine writes the attribution class of every data packet it sends on the
+# emulated fabric, for the switches' eBPF marker to count by (fabrics/ecn/phantom_marker.c). The
+# ICRC treats that whole byte as variant (replaced by ones: IBA vol. 1 section 7.8.1, "Resv8a"
+# of the BTH, which annex A17 keeps for RoCEv2), so the tag changes no ICRC; receivers ignore
+# reserved bits (decode and read_data_run here do). 0 is untagged (ACKs, NAKs, CNPs, a run
+# without attribution); 1..63 are classes (emulator/run/attribution.py).
+ATTRIBUTION_TAG_AT = 4  # offset in the BTH
+ATTRIBUTION_TAG_MASK = 0x3F
+ATTRIBUTION_TAG_SHIFT = 24  # in the BTH's FECN/BECN/Resv6a + destination QP word
 PSN_MODULUS = 1 << 24
 PSN_MASK = PSN_MODULUS - 1
 QPN_MASK = (1 << 24) - 1

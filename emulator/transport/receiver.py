@@ -138,7 +138,9 @@ class ReceiveQueuePair:
         self.delivered_bytes += n
         if packet.opcode in LAST_OPCODES:
             self.events.append(
-                MessageReceived(self.qpn, self._message_index, self._message_offset, now)
+                MessageReceived(
+                    self.qpn, self._message_index, self._message_offset, now, self.ce_packets
+                )
             )
             self._message_index += 1
             self._message_offset = 0
@@ -185,7 +187,7 @@ class ReceiveQueuePair:
             offset += payload_bytes * (i + 1 - start)
             if i == count - 1:
                 offset += last_payload_bytes - payload_bytes
-            self.events.append(MessageReceived(self.qpn, index, offset, now))
+            self.events.append(MessageReceived(self.qpn, index, offset, now, self.ce_packets))
             index += 1
             offset = 0
             start = i + 1

@@ -37,6 +37,7 @@ from emulator.transport.events import (
     TransportEvent,
 )
 from emulator.transport.packets import (
+    ATTRIBUTION_TAG_MASK,
     BTH_BYTES,
     ETHERNET_OVERHEAD_BYTES,
     ICRC_BYTES,
@@ -70,6 +71,7 @@ class _Message:
     packets: int  # how many packets it is cut into (a 0-byte message is one)
     first_seq: int = -1  # sequence number of its first packet, once that left
     sent: int = 0  # packets handed out for the first time
+    tag: int = 0  # attribution tag of its packets (emulator.transport.packets.ATTRIBUTION_TAG_AT)
 
 
 class SendQueuePair:
@@ -149,13 +151,22 @@ class SendQueuePair:
 
     # -- posting and transmitting ------------------------------------------------------
     def post_send(
-        self, *, now: float, message_id: int, size_bytes: int, payload: bytes | None = None
+        self,
+        *,
+        now: float,
+        message_id: int,
+        size_bytes: int,
+        payload: bytes | None = None,
+        tag: int = 0,
     ) -> None:
-        """Queue a message of `size_bytes` (content `payload`, or zeros)."""
+        """Queue a message of `size_bytes` (content `payload`, or zeros); `tag` is the
+        attribution tag its packets carry in poll_burst's bursts (0..63, 0: untagged)."""
         if payload is not None and len(payload) != size_bytes:
             raise ValueError("payload length differs from size_bytes")
+        if not 0 <= tag <= ATTRIBUTION_TAG_MASK:
+            raise ValueError(f"attribution tag {tag} is not in 0..{ATTRIBUTION_TAG_MASK}")
         packets = max(1, -(-size_bytes // self._mtu))
-        self._msgs.append(_Message(message_id, size_bytes, now, payload, packets))
+        self._msgs.append(_Message(message_id, size_bytes, now, payload, packets, tag=tag))
         self.events.append(FlowStarted(self.qpn, message_id, size_bytes, now))
 
     @property
@@ -371,6 +382,8 @@ class SendQueuePair:
         resent = 0
         compact = True  # the Burst's compact form describes every segment
         runs: list[tuple[_Message, int, int]] = []  # (message, first index, packets)
+        tag = m.tag  # of every segment so far (mixed: some run's message had another)
+        mixed = False
         last_payload = payload
         size_last = segment
         changed_s: float | None = None
@@ -428,6 +441,8 @@ class SendQueuePair:
             ):
                 compact = False
             runs.append((m, k, n))
+            if m.tag != tag:
+                mixed = True
             count += n
             last_payload = n_payload
             size_last = size
@@ -442,6 +457,9 @@ class SendQueuePair:
         self._backlogged = self._has_work()
         if changed_s is not None:
             self._rate_changed(changed_s)
+        tags = None
+        if mixed:  # a burst across messages with different tags: one per segment
+            tags = b"".join(bytes((rm.tag,)) * rn for rm, _, rn in runs)
         packets = None
         if not compact:
             acks = set(ack_at)
@@ -462,6 +480,8 @@ class SendQueuePair:
             ack_at,
             resent,
             packets,
+            tag,
+            tags,
         )
 
     # -- feedback ------------------------------------------------------------------------

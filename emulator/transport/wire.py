@@ -142,7 +142,11 @@ class IcrcContext:
         mv = memoryview(udp_payload)
         crc = self.prefix_crc(ip_id, len(mv))
         crc = zlib.crc32(mv[:4], crc)
-        crc = zlib.crc32(_MASKED_BTH_BYTE, crc)  # FECN, BECN and 6 reserved bits as ones
+        # FECN, BECN and the 6 reserved bits as ones: IBA vol. 1 section 7.8.1 makes the BTH's
+        # "Resv8a" byte a variant field, and annex A17 (RoCEv2) keeps it so (Linux rxe_icrc.c:
+        # bth->qpn |= ~BTH_QPN_MASK; scapy BTH.compute_icrc: fecn, becn, resv6 = 1). The
+        # attribution tag lives there (packets.ATTRIBUTION_TAG_AT): it never changes an ICRC.
+        crc = zlib.crc32(_MASKED_BTH_BYTE, crc)
         return zlib.crc32(mv[5:-ICRC_BYTES], crc)
 
     def seal(self, ip_id: int, buf: bytearray | memoryview, start: int, end: int) -> None:

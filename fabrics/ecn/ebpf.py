@@ -8,6 +8,7 @@ phantom_marker.c.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -28,8 +29,12 @@ PROG_NAME = "phantom_marker"
 # struct marker_params: u64 drain_bytes_per_ns_q24, kmin, kmax, buffer; u32 pmax_u32, enabled,
 # loss_u32, mark_ect; u64 xoff_bytes, overhead_bytes
 PARAMS = struct.Struct("=QQQQIIIIQQ")
-# struct marker_state: spin lock u32, pad u32, then 12 x u64 (see phantom_marker.c)
-STATE = struct.Struct("=II12Q")
+# struct marker_state: spin lock u32, pad u32, 12 x u64, last_class u32, pad u32, then the
+# per-class counters (see phantom_marker.c)
+ATTR_CLASSES = 64
+CLASS = struct.Struct("=7Q")  # struct class_counters
+STATE_HEAD = struct.Struct("=II12QII")
+STATE = struct.Struct(f"={STATE_HEAD.format[1:]}{ATTR_CLASSES * 7}Q")
 KEY0 = struct.pack("=I", 0)
 
 
@@ -65,9 +70,30 @@ class MarkerParams:
 
 
 @dataclass(frozen=True)
+class ClassCounters:
+    """One attribution class's counters at one port since attach (phantom_marker.c, struct
+    class_counters): its bytes (skb->len), packets, ECN marks, overflows, the queue byte-time its
+    packets held (`byte_time_q6`: sum of len x (queue found + len / 2) / 64, wire bytes), and the
+    time at or above XOFF charged to it and the rises to XOFF it made."""
+
+    bytes: int = 0
+    packets: int = 0
+    marks: int = 0
+    overflows: int = 0
+    byte_time_q6: int = 0
+    pause_ns: int = 0
+    pause_events: int = 0
+
+    def queue_byte_s(self, rate_bps: float) -> float:
+        """Bytes x seconds of the phantom queue this class's packets held (drain rate rate_bps)."""
+        return self.byte_time_q6 * 64 * 8 / rate_bps
+
+
+@dataclass(frozen=True)
 class MarkerState:
     """Counters of one port's marker since attach (queue values are the phantom queue's).
-    `queue_bytes` is the queue as the last packet left it; `queue_bytes_at` drains it to now."""
+    `queue_bytes` is the queue as the last packet left it; `queue_bytes_at` drains it to now.
+    `classes[c]`: attribution class c's share of the counters (they sum to the port's)."""
 
     last_ns: int
     queue_bytes: int
@@ -81,11 +107,18 @@ class MarkerState:
     pause_ns: int = 0  # at or above XOFF, up to the last packet (pause_ns_at adds the rest)
     pause_events: int = 0
     above_xoff: int = 0
+    last_class: int = 0
+    classes: tuple[ClassCounters, ...] = ()
 
     @classmethod
     def unpack(cls, raw: bytes) -> MarkerState:
-        _, _, *fields = STATE.unpack(raw)
-        return cls(*fields)
+        _, _, *fields, last_class, _ = STATE_HEAD.unpack_from(raw)
+        classes = tuple(
+            ClassCounters(*CLASS.unpack_from(raw, STATE_HEAD.size + i * CLASS.size))
+            for i in range(ATTR_CLASSES)
+        )
+        counters = cls(*fields)
+        return dataclasses.replace(counters, last_class=last_class, classes=classes)
 
     def queue_bytes_at(self, now_ns: int, rate_bps: float) -> int:
         """The phantom queue drained to `now_ns` (bpf_ktime_get_ns is CLOCK_MONOTONIC, which
@@ -101,6 +134,19 @@ class MarkerState:
         to_xoff_ns = (self.queue_bytes - xoff_bytes) * 8e9 / rate_bps
         return self.pause_ns + int(min(max(0, now_ns - self.last_ns), to_xoff_ns))
 
+    def classes_at(
+        self, now_ns: int, rate_bps: float, xoff_bytes: int
+    ) -> tuple[ClassCounters, ...]:
+        """The per-class counters with the time above XOFF since the last packet (what
+        pause_ns_at adds) charged to that packet's class, as the program will."""
+        tail = self.pause_ns_at(now_ns, rate_bps, xoff_bytes) - self.pause_ns if xoff_bytes else 0
+        if not tail or not self.classes:
+            return self.classes
+        out = list(self.classes)
+        last = out[self.last_class]
+        out[self.last_class] = dataclasses.replace(last, pause_ns=last.pause_ns + tail)
+        return tuple(out)
+
 
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -114,14 +160,15 @@ def _multiarch_include() -> list[str]:
     return [f"-I{path}"] if path and path.is_dir() else []
 
 
-def compiled_object(*, trace: bool = False) -> Path:
+def compiled_object(*, trace: bool = False, classes: bool = True) -> Path:
     """The marker object, compiled with clang at first use and cached by source hash.
 
     `trace` builds the test variant that records every packet in its `trace` map
-    (phantom_marker.c, PHANTOM_TRACE); runs never use it."""
+    (phantom_marker.c, PHANTOM_TRACE); `classes=False` the variant that counts no attribution
+    classes (PHANTOM_NO_CLASSES: bench/marker_cost.py's peer); runs never use either."""
     source = SOURCE.read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:16]
-    variant = "-trace" if trace else ""
+    variant = ("-trace" if trace else "") + ("" if classes else "-noclasses")
     target = cache_dir() / f"phantom_marker{variant}-{digest}.o"
     if target.exists():
         return target
@@ -138,6 +185,7 @@ def compiled_object(*, trace: bool = False) -> Path:
         "bpf",
         *_multiarch_include(),
         *(["-DPHANTOM_TRACE"] if trace else []),
+        *([] if classes else ["-DPHANTOM_NO_CLASSES"]),
         "-c",
         str(SOURCE),
         "-o",

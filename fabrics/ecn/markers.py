@@ -36,6 +36,9 @@ class MarkCounters:
     # queue spent at or above the port's XOFF threshold, and how many times it rose to it.
     pause_s: float | None = None
     pause_events: int | None = None
+    # per attribution class (the eBPF marker; None: this marker cannot tell), summing to the
+    # port's counters (fabrics/ecn/phantom_marker.c)
+    by_class: tuple[ebpf.ClassCounters, ...] | None = None
 
 
 class Marker(ABC):
@@ -128,8 +131,9 @@ class RedMarker(Marker):
 class EbpfMarker(Marker):
     name = "ebpf"
 
-    def __init__(self, *, trace: bool = False) -> None:
-        self.obj = ebpf.compiled_object(trace=trace)
+    def __init__(self, *, trace: bool = False, classes: bool = True) -> None:
+        """`trace`, `classes=False`: the test and bench variants (ebpf.compiled_object)."""
+        self.obj = ebpf.compiled_object(trace=trace, classes=classes)
         self.maps: dict[tuple[str, str], ebpf.PortMaps] = {}
 
     def leaf_qdisc(self, port: EgressPort) -> tuple[str, ...]:
@@ -207,6 +211,7 @@ class EbpfMarker(Marker):
             if counts_pauses
             else None,
             pause_events=s.pause_events if counts_pauses else None,
+            by_class=s.classes_at(now_ns, port.rate_bps, port.xoff_bytes),
         )
 
 

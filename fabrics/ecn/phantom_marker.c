@@ -17,15 +17,36 @@
  * nothing and leaves `last_ns` where it is: the queue never moves backwards in time (an unsigned
  * `now - last_ns` used to wrap there, drain the whole queue and under-mark under incast).
  *
+ * Attribution (emulator/run/attribution.py): the engine writes a class (1..63) into the 6
+ * reserved bits of every RoCEv2 data packet's BTH byte 4 (FECN, BECN, Resv6a; the ICRC masks that
+ * byte). The program reads it (IPv4, UDP destination port 4791; anything else is class 0) and
+ * keeps, per class, under the same lock and in the same `state` value as the port's counters (one
+ * locked read gives both, and the classes sum to the port's totals): bytes, packets, marks,
+ * overflows, the queue's byte-time and the time above XOFF:
+ * - byte-time: the phantom queue is one FIFO draining at the link rate C, so a packet of `len`
+ *   wire bytes that finds `q` queued leaves byte by byte, its byte b at (q + b) / C after it
+ *   arrived: it holds len x q / C + len^2 / (2 C) byte-ns of the queue. Summed per class
+ *   (numerator only, in units of 64 bytes^2, rounded) this splits the queue's integral of bytes
+ *   over time exactly into the classes' shares, charged when the packet arrives (a window's share
+ *   counts residence that may run past the window's end, by at most the queueing delay);
+ * - above XOFF: each interval between two arrivals that the queue spends at or above XOFF is
+ *   charged to the class of the packet that opened it (whose arrival left the queue there), and a
+ *   rise to XOFF to the class of the packet that made it: whose arrivals kept the queue above
+ *   XOFF, not who a PFC pause would stop (it stops every class on the upstream link).
+ * Cost: the header reads (direct packet access; bpf_skb_load_bytes when the UDP header or BTH is
+ * not in the linear data) and a few adds in one 56-byte entry; bench/marker_cost.py measures it
+ * against the same program built with -DPHANTOM_NO_CLASSES.
+ *
  * Built with -DPHANTOM_TRACE (tests only), it also records every packet's arrival time, CPU,
- * lock order, queue and decision in the `trace` map, for the contention test to rebuild the
- * queue from the arrivals and check the marks against the Python law.
+ * lock order, queue, decision and class in the `trace` map, for the contention test to rebuild
+ * the queue from the arrivals and check the marks against the Python law.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
 #include <linux/ip.h>
 #include <linux/pkt_cls.h>
+#include <linux/udp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
@@ -40,6 +61,21 @@ struct marker_params {
 	__u32 mark_ect;               /* 0: loss only, never mark */
 	__u64 xoff_bytes;             /* PFC XOFF: time at or above it is counted (0: not counted) */
 	__u64 overhead_bytes;         /* wire bytes per frame beyond skb->len (FCS, preamble, gap) */
+};
+
+#define ATTR_CLASSES 64          /* the 6 reserved bits of the BTH byte after the P_Key */
+#define ATTR_TAG_MASK 0x3F
+#define ATTR_TAG_AT 4            /* that byte's offset in the BTH */
+#define ROCEV2_UDP_PORT 4791
+
+struct class_counters {
+	__u64 bytes;                  /* skb->len, as `bytes` */
+	__u64 packets;
+	__u64 marks;
+	__u64 overflows;
+	__u64 byte_time_q6;           /* sum of len x (queue found + len / 2) / 64, rounded (see top) */
+	__u64 pause_ns;               /* time at or above XOFF charged to this class (see top) */
+	__u64 pause_events;
 };
 
 struct marker_state {
@@ -59,6 +95,9 @@ struct marker_state {
 	__u64 pause_ns;
 	__u64 pause_events;
 	__u64 above_xoff;             /* 1 while the queue the last packet left was at or above XOFF */
+	__u32 last_class;             /* the last packet's class: the interval after it is charged to it */
+	__u32 pad2;
+	struct class_counters classes[ATTR_CLASSES];
 };
 
 struct {
@@ -87,7 +126,7 @@ struct trace_entry {
 	__u64 seq;         /* the port's packet count under the lock: the lock order */
 	__u32 len;
 	__u32 queue_bytes; /* the drained queue this packet found (the marking decision's input) */
-	__u32 flags;       /* TRACE_MARK | TRACE_ECT | TRACE_OVERFLOW */
+	__u32 flags;       /* TRACE_MARK | TRACE_ECT | TRACE_OVERFLOW, and the class << 8 */
 	__u32 cpu;
 };
 
@@ -129,8 +168,48 @@ static __always_inline void trace_packet(__u64 now, __u64 seq, __u32 len, __u32 
 }
 #endif
 
+/* The per-class counters' updates (none in the bench's peer variant, PHANTOM_NO_CLASSES). */
+#ifdef PHANTOM_NO_CLASSES
+#define CLASS_ADD(field, value) ((void)(value))
+#else
+#define CLASS_ADD(field, value) (c->field += (value))
+#endif
+
 /* Elapsed time is clamped so elapsed x rate fits in 64 bits up to 400 Gb/s (2^34 ns is 17 s). */
 #define MAX_ELAPSED_NS (1ULL << 34)
+
+/* The attribution class of an IPv4 packet: the BTH tag of a RoCEv2 (UDP port 4791) packet, 0 for
+ * anything else or a packet too short to hold it. Helpers are allowed here (before the lock). */
+static __always_inline __u32 attribution_class(struct __sk_buff *skb, void *data, void *data_end,
+					       struct iphdr *ip)
+{
+#ifdef PHANTOM_NO_CLASSES
+	return 0;
+#else
+	if (ip->protocol != IPPROTO_UDP || (ip->frag_off & bpf_htons(0x1FFF)))
+		return 0;
+	__u32 ihl = (ip->ihl & 0xF) * 4;
+	if (ihl < sizeof(*ip))
+		return 0;
+	__u32 udp_off = ETH_HLEN + ihl;
+	__u32 tag_off = udp_off + sizeof(struct udphdr) + ATTR_TAG_AT;
+	void *udp = data + udp_off;
+	if (udp + sizeof(struct udphdr) + ATTR_TAG_AT + 1 <= data_end) {
+		if (((struct udphdr *)udp)->dest != bpf_htons(ROCEV2_UDP_PORT))
+			return 0;
+		return *((__u8 *)udp + sizeof(struct udphdr) + ATTR_TAG_AT) & ATTR_TAG_MASK;
+	}
+	/* The UDP header or the BTH is beyond the linear data: copy the two fields out. */
+	__be16 dport = 0;
+	__u8 tag = 0;
+	if (bpf_skb_load_bytes(skb, udp_off + __builtin_offsetof(struct udphdr, dest), &dport, 2) < 0 ||
+	    dport != bpf_htons(ROCEV2_UDP_PORT))
+		return 0;
+	if (bpf_skb_load_bytes(skb, tag_off, &tag, 1) < 0)
+		return 0;
+	return tag & ATTR_TAG_MASK;
+#endif
+}
 
 SEC("tc")
 int phantom_marker(struct __sk_buff *skb)
@@ -147,10 +226,12 @@ int phantom_marker(struct __sk_buff *skb)
 	struct iphdr *ip = data + sizeof(*eth);
 	int ect = 0;
 	int ipv4 = 0;
+	__u32 cls = 0;
 	if ((void *)(ip + 1) <= data_end && eth->h_proto == bpf_htons(ETH_P_IP)) {
 		__u8 ecn = ip->tos & 3;
 		ect = ecn == 1 || ecn == 2;
 		ipv4 = 1;
+		cls = attribution_class(skb, data, data_end, ip) & ATTR_TAG_MASK;
 	}
 
 	/* Helpers cannot be called under the spin lock: take time and randomness first. */
@@ -163,9 +244,16 @@ int phantom_marker(struct __sk_buff *skb)
 	int mark = 0;
 
 	bpf_spin_lock(&s->lock);
+#ifndef PHANTOM_NO_CLASSES
+	struct class_counters *c = &s->classes[cls & ATTR_TAG_MASK];
+#else
+	(void)cls;
+#endif
 	s->bytes += skb->len;
 	s->packets++;
 	s->ect_packets += ect;
+	CLASS_ADD(bytes, skb->len);
+	CLASS_ADD(packets, 1);
 	if (!p->enabled) {
 		/* Not configured yet (params are written right after attach): count only. */
 		bpf_spin_unlock(&s->lock);
@@ -194,7 +282,11 @@ int phantom_marker(struct __sk_buff *skb)
 		/* The queue drained linearly since the last packet: above XOFF until it reached it. */
 		__u64 to_xoff_ns = s->queue_bytes > p->xoff_bytes
 			? ((s->queue_bytes - p->xoff_bytes) << 24) / p->drain_bytes_per_ns_q24 : 0;
-		s->pause_ns += elapsed < to_xoff_ns ? elapsed : to_xoff_ns;
+		__u64 paused = elapsed < to_xoff_ns ? elapsed : to_xoff_ns;
+		s->pause_ns += paused;
+#ifndef PHANTOM_NO_CLASSES
+		s->classes[s->last_class & ATTR_TAG_MASK].pause_ns += paused;
+#endif
 	}
 	int overflow = 0;
 	if (ect && p->mark_ect) {
@@ -209,27 +301,37 @@ int phantom_marker(struct __sk_buff *skb)
 	}
 	if (q + len > p->buffer_bytes) {
 		s->overflows++;
+		CLASS_ADD(overflows, 1);
 		overflow = 1;
 	} else {
 		q += len;
+		/* its byte-time in the queue x C (see the top), in units of 64 bytes^2, rounded */
+		CLASS_ADD(byte_time_q6, (len * q_seen + ((len * len) >> 1) + 32) >> 6);
 	}
 	s->queue_bytes = q;
 	if (p->xoff_bytes && q >= p->xoff_bytes) {
-		s->pause_events += q_seen < p->xoff_bytes; /* it rose to XOFF with this packet */
+		__u64 rose = q_seen < p->xoff_bytes; /* it rose to XOFF with this packet */
+		s->pause_events += rose;
+		CLASS_ADD(pause_events, rose);
 		s->above_xoff = 1;
 	} else {
 		s->above_xoff = 0;
 	}
+#ifndef PHANTOM_NO_CLASSES
+	s->last_class = cls;
+#endif
 	if (q > s->peak_queue_bytes)
 		s->peak_queue_bytes = q;
 	s->marks += mark;
+	CLASS_ADD(marks, mark);
 #ifdef PHANTOM_TRACE
 	__u64 seq = s->packets;
 #endif
 	bpf_spin_unlock(&s->lock);
 #ifdef PHANTOM_TRACE
 	trace_packet(now, seq, len, q_seen > 0xFFFFFFFF ? 0xFFFFFFFF : q_seen,
-		     (mark ? TRACE_MARK : 0) | (ect ? TRACE_ECT : 0) | (overflow ? TRACE_OVERFLOW : 0));
+		     (mark ? TRACE_MARK : 0) | (ect ? TRACE_ECT : 0) | (overflow ? TRACE_OVERFLOW : 0) |
+			     cls << 8);
 #else
 	(void)q_seen;
 	(void)overflow;

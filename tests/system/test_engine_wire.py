@@ -20,7 +20,14 @@ from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.testbed import Capture, PairInfo, read_pcap_ipv4
 from emulator.transport.burst_wire import SEND_STAMP as STAMP
-from emulator.transport.packets import BTH_BYTES, ICRC_BYTES, AckPacket, DataPacket, Opcode
+from emulator.transport.packets import (
+    ATTRIBUTION_TAG_AT,
+    BTH_BYTES,
+    ICRC_BYTES,
+    AckPacket,
+    DataPacket,
+    Opcode,
+)
 from emulator.transport.params import TransportParams
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
 from emulator.transport.wire import decode, parse_ipv4_packet
@@ -48,13 +55,15 @@ def test_message_arrives_whole_as_valid_rocev2(
     veth_pair: PairInfo, tmp_path, offload: str, message_bytes: int, latency: bool
 ) -> None:
     """64 MiB with GSO/GRO; a smaller message through the fallback (one packet per call); and
-    with one-way latency on, every data packet carrying its send stamp under a valid ICRC."""
+    with one-way latency on, every data packet carrying its send stamp under a valid ICRC, and
+    an attribution tag in its BTH reserved bits (emulator.run.attribution)."""
     p = veth_pair
     ranks = [
         RankEndpoint(0, p.sender_addr, p.sender_ns, line_rate_bps=1e9),
         RankEndpoint(1, p.receiver_addr, p.receiver_ns, line_rate_bps=1e9),
     ]
-    flow = EngineFlow(id=7, src=0, dst=1, qp=0, udp_sport=SPORT, bytes=message_bytes)
+    tag = 5 if latency else 0
+    flow = EngineFlow(id=7, src=0, dst=1, qp=0, udp_sport=SPORT, bytes=message_bytes, tag=tag)
     transport = TransportParams(
         congestion_control="none", path_mtu_bytes=MTU_BYTES, retransmit_timeout_s=0.05
     )
@@ -94,6 +103,7 @@ def test_message_arrives_whole_as_valid_rocev2(
             acks += 1
             continue
         assert d.icrc_ok, f"bad ICRC on the wire (IP id {d.ip_id})"
+        assert d.udp_payload[ATTRIBUTION_TAG_AT] == tag  # FECN, BECN 0 and the tag
         assert d.ecn == 2  # ECT(0)
         assert d.address.sport == SPORT and d.address.dport == 4791
         packet = decode(d.udp_payload)
@@ -131,4 +141,5 @@ def test_message_arrives_whole_as_valid_rocev2(
     for wire in sample:
         parsed = IP(wire)
         assert parsed[UDP].dport == 4791 and BTH in parsed
+        assert parsed[BTH].resv6 == tag
         assert _scapy_icrc_ok(wire)

@@ -22,8 +22,9 @@ the law by more than the tolerance, so that the old program would have failed th
 count of inversions was too coarse: 28 to 309 from try to try, and one inversion in an off phase
 changes nothing while one at the top of the ramp empties a full queue.)
 
-The same trace checks the PFC-equivalent counters (time at or above XOFF and rises to it) against
-the rebuilt queue.
+The same trace checks the PFC-equivalent counters (time at or above XOFF and rises to it) and the
+attribution byte-time (each packet's bytes x its time in the FIFO, summed: the queue's integral
+over time) against the rebuilt queue.
 """
 
 from __future__ import annotations
@@ -182,6 +183,7 @@ class Rebuilt:
     pause_ns: float
     pause_events: int
     max_queue_bytes: float
+    byte_ns: float  # the queue's integral over time (bytes x ns), its drain after the last too
 
 
 LAW = EcnMarker(  # probability() only: the draws are the BPF program's
@@ -195,13 +197,15 @@ def rebuild(arrivals: list[Arrival]) -> Rebuilt:
     """The phantom queue from the arrivals alone, in time order, and the Python law on it."""
     q = 0.0
     t_last: int | None = None
-    expected = variance = pause_ns = peak = 0.0
+    expected = variance = pause_ns = peak = byte_ns = 0.0
     in_ramp = events = 0
     for a in sorted(arrivals, key=lambda a: (a.now_ns, a.seq)):
         if t_last is not None:
             elapsed = a.now_ns - t_last
             if q > XOFF_BYTES:
                 pause_ns += min(elapsed, (q - XOFF_BYTES) / BYTES_PER_NS)
+            busy = min(elapsed, q / BYTES_PER_NS)  # it drains linearly until empty
+            byte_ns += q * busy - BYTES_PER_NS * busy * busy / 2
             q = max(0.0, q - elapsed * BYTES_PER_NS)
         t_last = a.now_ns
         if a.flags & TRACE_ECT:
@@ -214,7 +218,8 @@ def rebuild(arrivals: list[Arrival]) -> Rebuilt:
             q += a.length
         events += before < XOFF_BYTES <= q
         peak = max(peak, q)
-    return Rebuilt(expected, math.sqrt(variance), in_ramp, pause_ns, events, peak)
+    byte_ns += q * q / BYTES_PER_NS / 2
+    return Rebuilt(expected, math.sqrt(variance), in_ramp, pause_ns, events, peak, byte_ns)
 
 
 def lock_order_marks(arrivals: list[Arrival], *, wrap: bool) -> float:
@@ -307,6 +312,16 @@ def _one_try(p: PairInfo) -> bool:
     assert state.pause_ns == pytest.approx(r.pause_ns, rel=0.05), line
     # rises: a queue hovering at XOFF flickers across it differently in lock and in time order
     assert abs(state.pause_events - r.pause_events) <= max(2, 0.1 * r.pause_events), line
+    # attribution: these frames are not RoCEv2, all class 0, whose byte-time (each packet's
+    # bytes x its time in the FIFO, charged at arrival) is the rebuilt queue's integral
+    assert state.classes[0].packets == state.packets and state.classes[0].marks == state.marks
+    assert (state.classes[0].pause_ns, state.classes[0].pause_events) == (
+        state.pause_ns,
+        state.pause_events,
+    )
+    byte_ns = sum(c.byte_time_q6 for c in state.classes) * 64 / BYTES_PER_NS
+    print(f"queue integral: counted {byte_ns:.4g} byte-ns, rebuilt {r.byte_ns:.4g}", flush=True)
+    assert byte_ns == pytest.approx(r.byte_ns, rel=0.01), line
     # the race was exercised if, on these arrivals, the old program would have failed the check
     return r.expected_marks - old > tolerance
 

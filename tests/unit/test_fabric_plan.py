@@ -106,8 +106,9 @@ def test_red_marker_parameters() -> None:
 
 
 def test_marker_map_layouts_match_the_c_structs() -> None:
-    # 4 x u64 + 4 x u32 + 2 x u64; lock+pad + 12 x u64
-    assert PARAMS.size == 64 and STATE.size == 104
+    # 4 x u64 + 4 x u32 + 2 x u64; lock+pad + 12 x u64 + last class+pad + 64 x 7 x u64
+    assert PARAMS.size == 64 and STATE.size == 104 + 8 + 64 * 56
+    no_classes = bytes(8) + bytes(64 * 56)  # last_class, pad and the per-class counters
     raw = MarkerParams(8e9, 100, 400, 0.5, 1000, xoff_bytes=700, overhead_bytes=24).pack()
     drain, kmin, kmax, buf, pmax, enabled, loss, mark_ect, xoff, overhead = PARAMS.unpack(raw)
     assert drain == 1 << 24  # 8 Gb/s is 1 byte per ns
@@ -119,7 +120,7 @@ def test_marker_map_layouts_match_the_c_structs() -> None:
     )
     assert lossy[6:] == (1 << 30, 0, 0, 0)  # a quarter of 2^32; no marking; no XOFF or overhead
     s = MarkerState.unpack(
-        struct.pack("=II12Q", 0, 0, 1_000, 5_000, 9_000, 1, 2, 3, 4, 5, 6, 700, 2, 1)
+        struct.pack("=II12Q", 0, 0, 1_000, 5_000, 9_000, 1, 2, 3, 4, 5, 6, 700, 2, 1) + no_classes
     )
     assert (s.queue_bytes, s.peak_queue_bytes, s.marks, s.overflows) == (5_000, 9_000, 4, 5)
     assert (s.loss_drops, s.pause_ns, s.pause_events, s.above_xoff) == (6, 700, 2, 1)
@@ -129,7 +130,7 @@ def test_marker_map_layouts_match_the_c_structs() -> None:
     assert s.pause_ns_at(1_000 + 600, 8e9, 4_000) == 700 + 600
     assert s.pause_ns_at(10**9, 8e9, 4_000) == 700 + 1_000
     below = MarkerState.unpack(
-        struct.pack("=II12Q", 0, 0, 1_000, 3_000, 9_000, *[0] * 6, 700, 2, 0)
+        struct.pack("=II12Q", 0, 0, 1_000, 3_000, 9_000, *[0] * 6, 700, 2, 0) + no_classes
     )
     assert below.pause_ns_at(10**9, 8e9, 4_000) == 700
 
