@@ -4,9 +4,10 @@ Two backends can tell whose packet is whose:
 
 - the simulator, exactly: every frame carries its flow and collective instance. It sends
   PortAttribution samples: per port and sample window, each instance's bytes in the queue at the
-  window's end and its bytes sent, marks and drops in the window, and every marked packet's
-  flow. A queue's byte-time is what it held at the end of each window times the window (sample
-  and hold at the sample interval);
+  window's end and its bytes sent, marks and drops in the window, every marked packet's flow,
+  and how long PFC paused the port in the window, charged to the instances by their share of
+  what it held (pause_s). A queue's byte-time is what it held at the end of each window times
+  the window (sample and hold at the sample interval; so is the pause's share);
 - the emulated fabric, by class: the engine writes an attribution class (a collective type,
   emulator/run/attribution.py) into the 6 reserved bits of every data packet's BTH, and each
   switch port's eBPF marker counts per class (PortClassSample, cumulative): bytes, packets, ECN
@@ -83,13 +84,15 @@ class AttributionRow:
     drops: int
     # emulated (per class, collective_id -1): the class's packets, measured queue byte-time
     # (target byte-seconds), time at or above XOFF charged to it and its rises to XOFF, and the
-    # class number (emulator.run.attribution)
+    # class number (emulator.run.attribution); simulated: pause_s is the port's PFC-paused time
+    # in the window times the instance's share of the queue held
     packets: int | None = None
     queue_byte_s: float | None = None
     pause_s: float | None = None
     pause_events: int | None = None
     attribution_class: int | None = None
     source: str = SIMULATED
+    job: str = ""  # the instance's job (several jobs on one fabric; emulated: the class's job)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +103,7 @@ class MarkRow:
     flow_id: int
     collective_id: int
     collective_type: str
+    job: str = ""
 
 
 class AttributionTable:
@@ -145,6 +149,8 @@ class AttributionTable:
             d = [v - b for v, b in zip(values, before, strict=True)]
             if not d[1] and not d[5]:
                 continue  # no packet and no time above XOFF in the window
+            # with several jobs a class is one job's type, named job/TYPE
+            job, _, ctype = c.name.rpartition("/")
             self.rows.append(
                 AttributionRow(
                     event.time_s,
@@ -152,7 +158,7 @@ class AttributionTable:
                     event.switch,
                     event.port,
                     -1,
-                    c.name,
+                    ctype,
                     round(d[4] / interval),
                     int(d[0]),
                     int(d[2]),
@@ -163,6 +169,7 @@ class AttributionTable:
                     pause_events=int(d[6]) if c.pause_events is not None else None,
                     attribution_class=c.attribution_class,
                     source=EMULATED,
+                    job=job,
                 )
             )
 
@@ -171,9 +178,14 @@ class AttributionTable:
         event: PortAttribution,
         type_of: Callable[[int], str],
         instance_of: Callable[[int], int],
+        job_of: Callable[[int], str] = lambda instance: "",
     ) -> None:
         self.measured = True
+        # PFC held the port's queue for paused_s of the window: charged to the instances by
+        # their share of what it holds at the window's end (sample and hold, as queue_bytes)
+        held = sum(queued for _, queued, *_ in event.by_instance)
         for instance, queued, tx, marks, drops in event.by_instance:
+            paused = event.paused_s * queued / held if held and event.paused_s > 0 else None
             self.rows.append(
                 AttributionRow(
                     event.time_s,
@@ -186,13 +198,21 @@ class AttributionTable:
                     tx,
                     marks,
                     drops,
+                    pause_s=paused,
+                    job=job_of(instance),
                 )
             )
         for flow_id in event.marked_flows:
             instance = instance_of(flow_id)
             self.marks.append(
                 MarkRow(
-                    event.time_s, event.switch, event.port, flow_id, instance, type_of(instance)
+                    event.time_s,
+                    event.switch,
+                    event.port,
+                    flow_id,
+                    instance,
+                    type_of(instance),
+                    job_of(instance),
                 )
             )
 
@@ -219,6 +239,24 @@ def port_shares(attribution: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
         p["drops"][kind] += drops
         if pause_s:
             p["pause_s"][kind] += pause_s
+    return out
+
+
+def job_queue_shares(attribution: pa.Table) -> dict[tuple[str, str], dict[str, float]]:
+    """Per port, queue byte-seconds by job, when the rows name two or more jobs (several jobs
+    on one fabric; emulated, a class is then one job's collective type)."""
+    if "job" not in attribution.column_names:
+        return {}
+    if len({j for j in attribution.column("job").to_pylist() if j}) < 2:
+        return {}
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for sw, port, job, queued, interval, byte_s in _rows(
+        attribution, ("switch", "port", "job", "queue_bytes", "interval_s", "queue_byte_s")
+    ):
+        if job:
+            held = byte_s if byte_s is not None else queued * interval
+            by_job = out.setdefault((sw, port), defaultdict(float))
+            by_job[job] += held
     return out
 
 
@@ -252,6 +290,7 @@ def attribution_summary(
         return {"measured": False, "why": NOT_MEASURED}
     source = source_of(attribution)
     shares = port_shares(attribution)
+    jobs = job_queue_shares(attribution)
     ports = []
     for key in congested_ports(attribution, top=len(shares)):
         p = shares[key]
@@ -267,7 +306,15 @@ def attribution_summary(
             "top_interferer": max(queue, key=lambda k: queue[k]) if queue else None,
         }
         if p["pause_s"]:
-            port["above_xoff_s"] = {k: v for k, v in sorted(p["pause_s"].items()) if v}
+            # emulated: the time above XOFF each class's arrivals kept the queue there;
+            # simulated: the time PFC paused the port, shared by what it held
+            name = "above_xoff_s" if source == EMULATED else "paused_s"
+            port[name] = {k: v for k, v in sorted(p["pause_s"].items()) if v}
+        by_job = jobs.get(key)
+        if by_job:
+            share = _share(by_job)
+            port["queue_share_by_job"] = share
+            port["top_interfering_job"] = max(share, key=lambda k: share[k]) if share else None
         ports.append(port)
     cnps: dict[str, int] = defaultdict(int)
     for kind, sent in _rows(flows, ("collective_type", "cnps_sent")):

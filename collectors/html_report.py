@@ -361,6 +361,80 @@ def _jobs(summary: Mapping[str, Any]) -> str:
     )
 
 
+def _shares(shares: Any) -> str:
+    """{'ALL_REDUCE': 0.72, 'ALL_TO_ALL': 0.28} -> 'ALL_REDUCE 72%, ALL_TO_ALL 28%'."""
+    if not isinstance(shares, Mapping) or not shares:
+        return "-"
+    ranked = sorted(shares.items(), key=lambda kv: -float(kv[1] or 0))
+    return ", ".join(f"{k} {float(v or 0):.0%}" for k, v in ranked)
+
+
+def _attribution(summary: Mapping[str, Any]) -> str:
+    """Who throttled whom (collectors.attribution): the most congested ports with each
+    collective's (and job's) share of the queue and the top interferer, CNPs by the marked
+    collective and the marks reconciled with the receivers; why not, where not measured."""
+    section = summary.get("attribution")
+    if not isinstance(section, Mapping):
+        return ""
+    if not section.get("measured"):
+        return _section("Attribution", f"<p>{esc(section.get('why') or 'not measured')}</p>")
+    ports = section.get("ports") or []
+    by_job = any("queue_share_by_job" in p for p in ports)
+    headers = ["port", "queue byte-time B·s", "queue share", "top interferer", "ECN marks"]
+    if by_job:
+        headers += ["queue share by job", "top job"]
+    rows = []
+    for p in ports:
+        marks = p.get("ecn_marks") or {}
+        row = [
+            f"{p.get('switch')}:{p.get('port')}",
+            _num(p.get("queue_byte_s"), "{:.4g}"),
+            _shares(p.get("queue_share")),
+            p.get("top_interferer") or "-",
+            ", ".join(f"{k} {v}" for k, v in marks.items()) or "0",
+        ]
+        if by_job:
+            row += [_shares(p.get("queue_share_by_job")), p.get("top_interfering_job") or "-"]
+        rows.append(row)
+    reconciled = section.get("marks_reconciled") or {}
+    facts = [
+        ("source", section.get("source")),
+        ("ports with a queue", section.get("ports_with_queue")),
+        (
+            "CNPs by the marked collective",
+            ", ".join(
+                f"{k} {v}" for k, v in (section.get("cnps_by_marked_collective") or {}).items()
+            )
+            or "0",
+        ),
+    ]
+    if reconciled:
+        facts.append(
+            (
+                "switch marks / receiver CE",
+                f"{reconciled.get('switch_marks')} / {reconciled.get('receiver_ce')} "
+                f"({'reconciled' if reconciled.get('holds') else 'discrepancy'})",
+            )
+        )
+    if section.get("granularity"):
+        facts.append(("granularity", section.get("granularity")))
+    slow = section.get("slowest_all_to_all") or []
+    slow_line = ""
+    if slow:
+        marked = sum(1 for f in slow if f.get("marked_at"))
+        slow_line = (
+            f"<p>Slowest 1% of All-to-All flows: {len(slow)}, of which {marked} had a packet "
+            "marked (summary.json names the ports and what held them).</p>"
+        )
+    return _section(
+        "Attribution: who throttled whom",
+        _facts(facts),
+        _table(headers, rows, (0, 2, 3, 4, 5, 6)),
+        _list(reconciled.get("discrepancies") or []),
+        slow_line,
+    )
+
+
 def _reference(summary: Mapping[str, Any]) -> str:
     ref = summary.get("reference")
     if not isinstance(ref, Mapping):
@@ -478,6 +552,7 @@ def render_run_report(folder: Path) -> str:
             _headline(summary),
             _collectives(summary),
             _jobs(summary),
+            _attribution(summary),
             _reference(summary),
             _expectations(summary),
             _pfc(summary),

@@ -200,7 +200,11 @@ class RunRecorder:
             meta = flows.get(flow_id)
             return meta.collective_id if meta is not None else -1
 
-        self.attribution.add(event, type_of, instance_of)
+        def job_of(instance: int) -> str:
+            meta = collectives.get(instance)
+            return meta.job if meta is not None else ""
+
+        self.attribution.add(event, type_of, instance_of, job_of)
 
     def _class_sample(self, event: PortClassSample) -> None:
         self.attribution.add_classes(event)

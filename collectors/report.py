@@ -140,6 +140,9 @@ def summary_table(summary: Mapping[str, Any]) -> str:
     jobs: Mapping[str, Mapping[str, Any]] = summary.get("jobs") or {}
     if len(jobs) > 1:
         lines += ["", job_table(jobs)]
+    attribution = attribution_lines(summary.get("attribution") or {})
+    if attribution:
+        lines += ["", *attribution]
     latency = latency_lines((summary.get("engine") or {}).get("latency_by_class") or {})
     if latency:
         lines += ["", *latency]
@@ -163,6 +166,39 @@ def job_table(jobs: Mapping[str, Mapping[str, Any]]) -> str:
     ]
     headers = ["job", "collective", "ranks", "job time ms", *(h for h, *_ in TYPE_COLUMNS)]
     return _render(headers, body, left=2)
+
+
+def attribution_lines(section: Mapping[str, Any]) -> list[str]:
+    """Who throttled whom, in a few lines: each congested port's queue shares and top
+    interferer (and job, with several), CNPs by the marked collective, the marks reconciled."""
+    if not section.get("measured") or not section.get("ports"):
+        return []
+
+    def shares(values: Mapping[str, float]) -> str:
+        ranked = sorted(values.items(), key=lambda kv: -kv[1])
+        return ", ".join(f"{k} {v:.0%}" for k, v in ranked)
+
+    lines = [f"attribution ({section.get('source')}): queue share at the most congested ports"]
+    for p in section["ports"]:
+        by_job = p.get("queue_share_by_job")
+        jobs = f"; by job {shares(by_job)}" if by_job else ""
+        lines.append(
+            f"  {p['switch']}:{p['port']}: {shares(p.get('queue_share') or {})} "
+            f"(top interferer {p.get('top_interferer')}){jobs}"
+        )
+    cnps = section.get("cnps_by_marked_collective") or {}
+    if cnps:
+        lines.append(
+            "  CNPs by the marked collective: " + ", ".join(f"{k} {v}" for k, v in cnps.items())
+        )
+    reconciled = section.get("marks_reconciled") or {}
+    if reconciled:
+        state = "reconciled" if reconciled.get("holds") else "DISCREPANCY"
+        lines.append(
+            f"  switch ECN marks {reconciled.get('switch_marks')}, receiver CE "
+            f"{reconciled.get('receiver_ce')}: {state}"
+        )
+    return lines
 
 
 def latency_lines(by_class: Mapping[str, Mapping[str, Any]]) -> list[str]:

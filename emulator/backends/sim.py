@@ -139,6 +139,7 @@ class SimSession(Session):
         for _, _, port in self._switch_ports:
             port.attribution = {}
         self._attributed_s = 0.0  # simulated time of the last attribution sample
+        self._paused_at: dict[Any, float] = {}  # each port's paused time at that sample
 
     # -- Session --------------------------------------------------------------------------
     def metadata(self) -> dict[str, Any]:
@@ -289,8 +290,11 @@ class SimSession(Session):
         interval_s, self._attributed_s = t - self._attributed_s, t
         for node, dev, port in self._switch_ports:
             held, marked = port.take_attribution()
+            paused_until = port.paused_s_until(t)
+            paused_s = paused_until - self._paused_at.get(port, 0.0)
+            self._paused_at[port] = paused_until
             if held or marked:
-                out.append(PortAttribution(t, interval_s, node, dev, held, marked))
+                out.append(PortAttribution(t, interval_s, node, dev, held, marked, paused_s))
         return out
 
     def _downlink(self, host: str) -> Any:

@@ -6,9 +6,9 @@ and each switch port's eBPF marker keeps its counters per class (fabrics/ecn/pha
 bytes, packets, ECN marks, overflows, the queue's byte-time and the time above XOFF. Six bits
 give 64 values: 0 is untagged (ACKs, NAKs, CNPs, anything not RoCEv2), 1..63 are classes.
 
-A class is a collective type today (ALL_REDUCE, ALL_TO_ALL, ...; a traffic pattern's messages
-are SEND_RECV): `attribution_class` is the one place that says so, keyed by the instance, so a
-run of several jobs can key by (job, type) there. Instance-level attribution (which instance
+A class is a collective type (ALL_REDUCE, ALL_TO_ALL, ...; a traffic pattern's messages are
+SEND_RECV), or with several jobs on the fabric a (job, collective type), named `job/TYPE`, so the
+switches count each job apart: `attribution_class` is the one place that says so. Instance-level attribution (which instance
 held the queue) needs more than 6 bits: it stays the simulator's. More keys than 63: the 63rd
 and every later one share class 63, named OTHER, and the results say so.
 
@@ -36,10 +36,17 @@ FIELD = (
 )
 
 
-def attribution_class(instance: CollectiveInstance, classes: dict[Hashable, int]) -> int:
-    """The class of the instance's packets: its key's class in `classes`, or the next free
-    one (added to `classes`); from the 63rd key on, OTHER. The key is the collective type."""
-    key: Hashable = instance.collective
+def class_key(instance: CollectiveInstance, by_job: bool) -> Hashable:
+    """What a class stands for: the collective type, or (job, type) with several jobs."""
+    return (instance.job, instance.collective) if by_job and instance.job else instance.collective
+
+
+def attribution_class(
+    instance: CollectiveInstance, classes: dict[Hashable, int], by_job: bool = False
+) -> int:
+    """The class of the instance's packets: its key's class in `classes` (class_key), or the
+    next free one (added to `classes`); from the 63rd key on, OTHER."""
+    key = class_key(instance, by_job)
     found = classes.get(key)
     if found is None:
         found = classes[key] = min(len(classes) + 1, OTHER)
@@ -75,9 +82,10 @@ def classes_json(classes: Mapping[Hashable, int]) -> dict[str, Any]:
     OTHER (with a warning) when there were more than 63."""
     names = class_names(classes)
     shared = sorted(_key_name(k) for k, c in classes.items() if names[c] == OTHER_NAME)
+    by_job = any(isinstance(k, tuple) for k in classes)
     out: dict[str, Any] = {
         "field": FIELD,
-        "key": "collective type",
+        "key": "job/collective type" if by_job else "collective type",
         "classes": {str(c): name for c, name in names.items()},
     }
     if shared:
@@ -96,6 +104,7 @@ __all__ = [
     "UNTAGGED",
     "UNTAGGED_NAME",
     "attribution_class",
+    "class_key",
     "class_names",
     "classes_json",
     "seed_classes",

@@ -4,6 +4,7 @@ feeds, and their bookkeeping (iterations, stragglers, progress). Backend-neutral
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Hashable, Iterable
 
 from collectors.recorder import RunRecorder
 from collectors.records import instance_metas
@@ -36,9 +37,17 @@ class Replay:
         self.stragglers = {int(r) for r in scenario.compute.stragglers}
         # collective instances with a straggler among their members, by type
         self.affected: Counter[str] = Counter()
-        # attribution classes (emulator.run.attribution): one per collective type of the plan,
-        # and each instance's, for the tag its flows' packets carry on the emulated fabric
-        self.classes = seed_classes(planned.collectives_by_type)
+        # attribution classes (emulator.run.attribution): one per collective type of the plan
+        # (with several jobs: per job and type), and each instance's, for the tag its flows'
+        # packets carry on the emulated fabric
+        self.classes_by_job = len(planned.placements) > 1
+        if self.classes_by_job:
+            keys: Iterable[Hashable] = {
+                (r.job, r.collective) if r.job else r.collective for r in planned.ideal.instances
+            }
+        else:
+            keys = planned.collectives_by_type
+        self.classes = seed_classes(keys)
         self.class_of_instance: dict[int, int] = {}
         planned.numbering.restart()  # a replay numbers its instances from the first
         self.job: Driver = planned.schedule(scenario, self._on_instance, self._on_member_issued)
@@ -46,7 +55,7 @@ class Replay:
     def _on_instance(self, inst: CollectiveInstance) -> None:
         if self.stragglers.intersection(inst.members):
             self.affected[inst.collective] += 1
-        self.class_of_instance[inst.id] = attribution_class(inst, self.classes)
+        self.class_of_instance[inst.id] = attribution_class(inst, self.classes, self.classes_by_job)
         iteration = self.planned.numbering.number(inst)
         self.iteration_of[inst.id] = iteration
         ideal = self.planned.ideal_time(inst)

@@ -186,7 +186,21 @@ def test_a_run_keeps_every_job_apart_in_tables_and_summary(
         ("moe", "ALL_TO_ALL"),
     }
     assert qps and all(r["src_rank"] in hosts[r["job"]] for r in qps)
+    # the simulator's attribution and marks name each instance's job too
+    attribution = pq.read_table(out / "attribution.parquet").to_pylist()
+    assert {r["job"] for r in attribution} == {"dense", "moe"}
+    job_of = {r["collective_id"]: r["job"] for r in colls}
+    assert all(r["job"] == job_of[r["collective_id"]] for r in attribution)
+    marks = pq.read_table(out / "marks.parquet").to_pylist()
+    assert all(r["job"] == job_of[r["collective_id"]] for r in marks)
     summary = json.loads((out / "summary.json").read_text())
+    ports = summary["attribution"]["ports"]
+    shared = [p for p in ports if "queue_share_by_job" in p]
+    assert shared, ports
+    for port in shared:
+        assert set(port["queue_share_by_job"]) <= {"dense", "moe"}
+        assert sum(port["queue_share_by_job"].values()) == pytest.approx(1.0)
+        assert port["top_interfering_job"] in port["queue_share_by_job"]
     assert summary["placement"] == [
         {"job": "dense", "hosts": [0, 1, 4, 5], "iterations": 1, "start_us": 0.0},
         {"job": "moe", "hosts": [2, 3, 6, 7], "iterations": 1, "start_us": 0.0},

@@ -1,6 +1,7 @@
 """Several jobs on the emulated fabric: two 2-rank jobs on a namespace Clos, one starting later
 and one host left idle, deliver every planned byte between their own hosts, and the results keep
-them apart (job column in the tables, per-job summary); nothing is left on the machine."""
+them apart (job column in the tables, per-job summary, a switch counter class per job);
+nothing is left on the machine."""
 
 from __future__ import annotations
 
@@ -75,6 +76,16 @@ def test_two_jobs_run_on_their_own_hosts_and_stay_apart(fabric_env: str, tmp_pat
     # the run's origin)
     first = {job: min(f["start_s"] for f in flows if f["job"] == job) for job in hosts}
     assert first["a2a"] - first["ar"] >= 200e-6 * 0.9
+    # the switches count each job apart: a class per (job, collective type)
+    classes = result.summary["attribution_classes"]
+    assert classes["key"] == "job/collective type"
+    assert set(classes["classes"].values()) == {"UNTAGGED", "a2a/ALL_TO_ALL", "ar/ALL_REDUCE"}
+    rows = pq.read_table(result.out_dir / "attribution.parquet").to_pylist()
+    assert {(r["job"], r["collective_type"]) for r in rows if r["job"]} == {
+        ("ar", "ALL_REDUCE"),
+        ("a2a", "ALL_TO_ALL"),
+    }
+    assert result.summary["attribution"]["marks_reconciled"]["holds"]
     jobs = result.summary["jobs"]
     assert set(jobs) == {"ar", "a2a"} and jobs["ar"]["ranks"] == 2
     assert jobs["ar"]["collectives"]["ALL_REDUCE"]["instances_complete"] == 2

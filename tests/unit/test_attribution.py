@@ -282,3 +282,58 @@ def test_the_simulator_rows_say_exact_and_reconcile_too() -> None:
     assert s["source"].startswith("simulated: exact")
     assert "granularity" not in s and s["slowest_all_to_all"]
     assert s["marks_reconciled"]["switch_marks"] == 3 and s["marks_reconciled"]["holds"]
+
+
+def test_job_classes_split_into_job_and_type_and_ports_name_the_top_job() -> None:
+    table = AttributionTable()
+    counts = (
+        _counts(1, "dense/ALL_REDUCE", 0, 0, 0, 0, 0.0),
+        _counts(2, "moe/ALL_TO_ALL", 0, 0, 0, 0, 0.0),
+    )
+    table.add_classes(PortClassSample(0.0, "s0", "s0-l0", counts))
+    later = (
+        _counts(1, "dense/ALL_REDUCE", 3000, 30, 2, 0, 0.003),
+        _counts(2, "moe/ALL_TO_ALL", 1000, 10, 1, 0, 0.001),
+    )
+    table.add_classes(PortClassSample(1e-3, "s0", "s0-l0", later))
+    assert [(r.job, r.collective_type) for r in table.rows] == [
+        ("dense", "ALL_REDUCE"),
+        ("moe", "ALL_TO_ALL"),
+    ]
+    tables = RunTables.from_rows(attribution=table.rows, attribution_measured=True)
+    summary = attribution_summary(tables.attribution, tables.marks, tables.flows, True)
+    (port,) = summary["ports"]
+    assert port["queue_share_by_job"] == pytest.approx({"dense": 0.75, "moe": 0.25})
+    assert port["top_interfering_job"] == "dense" and port["top_interferer"] == "ALL_REDUCE"
+    # one job (or none named): no per-job shares
+    one = [dataclasses.replace(r, job="dense") for r in table.rows]
+    tables = RunTables.from_rows(attribution=one, attribution_measured=True)
+    (port,) = attribution_summary(tables.attribution, tables.marks, tables.flows, True)["ports"]
+    assert "queue_share_by_job" not in port
+
+
+def test_a_pfc_pause_is_charged_to_the_instances_by_their_share_of_the_queue() -> None:
+    table = AttributionTable()
+    # the port was paused 2 ms of the 10 ms window, holding AR 3000 B and A2A 1000 B
+    held = ((1, 3000, 0, 0, 0), (2, 1000, 0, 0, 0))
+    table.add(
+        PortAttribution(0.01, 0.01, "l0", "l0-s0", held, (), 0.002),
+        TYPES.__getitem__,
+        FLOW_INSTANCE.__getitem__,
+    )
+    # not paused: no pause share
+    table.add(
+        PortAttribution(0.02, 0.01, "l0", "l0-s0", held),
+        TYPES.__getitem__,
+        FLOW_INSTANCE.__getitem__,
+    )
+    assert [r.pause_s for r in table.rows] == [
+        pytest.approx(0.0015),
+        pytest.approx(0.0005),
+        None,
+        None,
+    ]
+    tables = RunTables.from_rows(attribution=table.rows, attribution_measured=True)
+    (port,) = attribution_summary(tables.attribution, tables.marks, tables.flows, True)["ports"]
+    assert port["paused_s"] == pytest.approx({"ALL_REDUCE": 0.0015, "ALL_TO_ALL": 0.0005})
+    assert "above_xoff_s" not in port  # the emulated fabric's measure, not this one

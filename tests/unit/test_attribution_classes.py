@@ -129,3 +129,22 @@ def test_class_samples_convert_to_target_time_and_name_the_classes() -> None:
         # an idle port still sends its (empty) sample: the baseline its first window counts from
         PortClassSample(0.5, "l0", "l0-h0", ()),
     ]
+
+
+def test_with_several_jobs_a_class_is_one_job_s_type_named_job_slash_type() -> None:
+    import dataclasses
+
+    dense = dataclasses.replace(_instance("ALL_REDUCE"), job="dense")
+    moe = dataclasses.replace(_instance("ALL_TO_ALL"), job="moe")
+    other_ar = dataclasses.replace(_instance("ALL_REDUCE"), job="moe")
+    classes = seed_classes([("dense", "ALL_REDUCE"), ("moe", "ALL_TO_ALL")])
+    assert attribution_class(dense, classes, by_job=True) == 1
+    assert attribution_class(moe, classes, by_job=True) == 2
+    assert attribution_class(other_ar, classes, by_job=True) == 3  # the same type, another job
+    # a traffic pattern's message has no job: its type alone
+    assert attribution_class(_instance("SEND_RECV"), classes, by_job=True) == 4
+    assert class_names(classes)[3] == "moe/ALL_REDUCE"
+    assert classes_json(classes)["key"] == "job/collective type"
+    # without by_job the same instances share their type's class
+    by_type = seed_classes(["ALL_REDUCE"])
+    assert attribution_class(dense, by_type) == attribution_class(other_ar, by_type) == 1
