@@ -37,7 +37,7 @@ from emulator.run.progress import ProgressLine
 from emulator.run.replay import Replay
 from emulator.run.tdf import TdfChoice
 from emulator.run.tester import TesterResults
-from emulator.run.verdict import burst_reason
+from emulator.run.verdict import burst_reason, slowest_link_bps
 from emulator.run.workload import PlannedWorkload, traffic_of
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
@@ -116,7 +116,13 @@ def run_planned(
     reasons, unknown = list(report.reasons), list(report.unknown)
     if partial:
         reasons.append("the run did not finish (partial results): what it measured is a part")
-    if (short := burst_reason(column(tables.flows, "bytes"), fabric_metadata)) is not None:
+    short = burst_reason(
+        column(tables.flows, "bytes"),
+        fabric_metadata,
+        column(tables.flows, "fct_s"),
+        slowest_link_bps(scenario.fabric),
+    )
+    if short is not None:
         reasons.append(short)
     if replay.unpaired:
         reasons.append(

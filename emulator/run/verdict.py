@@ -27,20 +27,58 @@ BURST_SHARE_LIMIT = 0.05  # a flow may pass at most this share of its bytes abov
 PACING_DEFICIT_LIMIT = 0.05
 
 
-def burst_reason(flow_bytes: list[int], fabric: dict[str, Any]) -> str | None:
-    """Flows short next to the links' shaper bursts finish faster than the emulated rate allows."""
+def burst_reason(
+    flow_bytes: list[int],
+    fabric: dict[str, Any],
+    fct_s: list[float] | None = None,
+    rate_bps: float | None = None,
+) -> str | None:
+    """Flows short next to the links' shaper bursts finish faster than the emulated rate allows.
+
+    After an idle spell an HTB class passes its burst at the veth's speed, at every shaped hop
+    of a path: a flow gains at most hops x burst bytes, i.e. saves at most hops x burst /
+    (link rate) of target time (the burst is in wall bytes, the rate dilated alike). Judged
+    against the median measured FCT (`fct_s`, finished flows) at the slowest link rate
+    (`rate_bps`, target): a flow sharing its ports with others takes far longer than its bytes
+    at line rate, and the burst's share of it is that much smaller. Without FCTs, against the
+    median flow's bytes (as if alone at line rate: the upper bound)."""
     burst = fabric.get("shaper_burst_bytes", 0) * fabric.get("shaped_hops_max", 0)
     if not flow_bytes or not burst:
         return None
+    hops = (
+        f"{fabric['shaper_burst_bytes']} bytes per hop after idle, up to "
+        f"{fabric['shaped_hops_max']} hops"
+    )
+    fcts = sorted(f for f in (fct_s or []) if f and f > 0)
+    if fcts and rate_bps:
+        median_fct = fcts[len(fcts) // 2]
+        saved_s = burst * 8 / rate_bps
+        if saved_s <= BURST_SHARE_LIMIT * median_fct:
+            return None
+        return (
+            f"the median flow's FCT ({median_fct * 1e6:.3g} us) is short next to what the shaped "
+            f"links' burst tolerance can save ({hops}: {saved_s * 1e6:.3g} us at "
+            f"{rate_bps / 1e9:g} Gb/s): it can read up to {saved_s / median_fct:.0%} short and "
+            "busbw high; use larger messages or a higher TDF"
+        )
     median = sorted(flow_bytes)[len(flow_bytes) // 2]
     if burst <= BURST_SHARE_LIMIT * median:
         return None
     return (
         f"the median flow ({median} bytes) is short next to the shaped links' burst tolerance "
-        f"({fabric['shaper_burst_bytes']} bytes per hop after idle, up to "
-        f"{fabric['shaped_hops_max']} hops): its FCT can read up to {burst / median:.0%} short "
-        "and busbw high; use larger messages or a higher TDF"
+        f"({hops}): its FCT can read up to {burst / median:.0%} short and busbw high; use "
+        "larger messages or a higher TDF"
     )
+
+
+def slowest_link_bps(fabric: Any) -> float | None:
+    """The slowest link rate of a Clos (target bits per second); None for a DUT (its ports run
+    unshaped at the device's rates)."""
+    host = getattr(fabric, "host_link_gbps", None)
+    if host is None:
+        return None
+    up = getattr(fabric, "fabric_link_gbps", None)
+    return min(host, up if up else host) * 1e9
 
 
 def timing_limits_s(dcqcn: DcqcnParams) -> tuple[float, float]:

@@ -218,6 +218,25 @@ def test_burst_reason_flags_flows_short_next_to_the_shaper_bursts() -> None:
     assert burst_reason([1_000], {"backend": "dut"}) is None  # a real switch has no HTB burst
 
 
+def test_burst_reason_judges_the_time_a_burst_saves_against_the_measured_fct() -> None:
+    from emulator.run.verdict import burst_reason, slowest_link_bps
+    from fabrics.spec import ClosSpec
+
+    fabric = {"shaper_burst_bytes": 18_028, "shaped_hops_max": 4}
+    flows = [262_144] * 9
+    # 4 x 18028 bytes at 400 Gb/s save at most 1.44 us: 28% of a 256 KiB flow alone at line
+    # rate (5.2 us), but 1.9% of the 75 us it takes beside 13 others (an All-to-All)
+    assert burst_reason(flows, fabric) is not None  # no FCTs: the bytes' bound
+    assert burst_reason(flows, fabric, [75e-6] * 9, 400e9) is None
+    alone = burst_reason(flows, fabric, [5.3e-6] * 9, 400e9)
+    assert alone is not None and "1.44 us" in alone and "27%" in alone
+    # the unfinished (None) are left out; the slowest link rate counts
+    assert burst_reason(flows, fabric, [None, 75e-6, 75e-6], 400e9) is None  # type: ignore[list-item]
+    spec = ClosSpec(host_link_gbps=400, fabric_link_gbps=100)
+    assert slowest_link_bps(spec) == 100e9
+    assert slowest_link_bps(object()) is None
+
+
 def test_signals_during_teardown_wait_until_it_is_over() -> None:
     import os
     import signal
