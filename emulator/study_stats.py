@@ -451,21 +451,11 @@ def fmt_interval(value: float | None, interval: Interval | None, spec: str = ".3
     return f"{one(value)} [{one(interval[0])}, {one(interval[1])}]"
 
 
-def judge(
-    c: Comparison,
-    what: str,
-    units: str,
-    threshold: float,
-    repeats_min: int,
-    confidence: float,
-    steady_below: float | None = None,
-) -> tuple[Verdict, str]:
-    """The verdict on a mixed/alone comparison, and why.
-
-    not measurable: fewer than 2 units on a side, or fewer than repeats_min repeats with data
-    (the interval is still given, and with one repeat said to leave out run-to-run variation);
-    not shown: the mixed statistic below steady_below, the ratio below the threshold, or its
-    interval reaching down to 1 (no change); shown otherwise."""
+def _measurable(
+    c: Comparison, what: str, units: str, repeats_min: int, confidence: float
+) -> tuple[str, str]:
+    """("not measurable", why) when a side has fewer than 2 units or fewer than repeats_min
+    repeats; else the ratio's text and the pooled units' text, for the judge to finish."""
     for side, e in (("alone", c.alone), ("mixed", c.mixed)):
         if not e.measurable:
             return "not measurable", f"fewer than 2 {units} in the {side} runs ({e.units})"
@@ -482,6 +472,27 @@ def judge(
         )
     if repeats < repeats_min:
         return "not measurable", f"{ratio}{pooled}; {repeats_min} repeats a side needed to judge"
+    return ratio, pooled
+
+
+def judge(
+    c: Comparison,
+    what: str,
+    units: str,
+    threshold: float,
+    repeats_min: int,
+    confidence: float,
+    steady_below: float | None = None,
+) -> tuple[Verdict, str]:
+    """The verdict on a mixed/alone comparison, and why.
+
+    not measurable: fewer than 2 units on a side, or fewer than repeats_min repeats with data
+    (the interval is still given, and with one repeat said to leave out run-to-run variation);
+    not shown: the mixed statistic below steady_below, the ratio below the threshold, or its
+    interval reaching down to 1 (no change); shown otherwise."""
+    ratio, pooled = _measurable(c, what, units, repeats_min, confidence)
+    if ratio == "not measurable":
+        return "not measurable", pooled
     assert c.mixed.point is not None  # measurable
     if steady_below is not None and c.mixed.point < steady_below:
         return "not shown", f"mixed {what} {c.mixed.point:.4f} is below {steady_below:g}: steady"
@@ -500,22 +511,9 @@ def judge_lower(
 ) -> tuple[Verdict, str]:
     """judge() for an effect that lowers the statistic (busbw): shown when mixed/alone is at or
     below the threshold and its interval lies below 1."""
-    for side, e in (("alone", c.alone), ("mixed", c.mixed)):
-        if not e.measurable:
-            return "not measurable", f"fewer than 2 {units} in the {side} runs ({e.units})"
-    ratio = f"mixed/alone {what} {fmt_interval(c.ratio, c.ratio_interval)} ({confidence:.0%} CI)"
-    pooled = (
-        f"; over {c.alone.repeats} repeats alone ({c.alone.units} {units}) and "
-        f"{c.mixed.repeats} mixed ({c.mixed.units})"
-    )
-    repeats = min(c.alone.repeats, c.mixed.repeats)
-    if repeats < 2:
-        pooled += (
-            f"; with one repeat on a side the interval is from that run's {units} only and does "
-            "not include run-to-run variation"
-        )
-    if repeats < repeats_min:
-        return "not measurable", f"{ratio}{pooled}; {repeats_min} repeats a side needed to judge"
+    ratio, pooled = _measurable(c, what, units, repeats_min, confidence)
+    if ratio == "not measurable":
+        return "not measurable", pooled
     if c.ratio is None or c.ratio > threshold:
         return "not shown", f"{ratio}: above {threshold:g}{pooled}"
     if c.ratio_interval is None or c.ratio_interval[1] >= 1.0:
