@@ -121,11 +121,8 @@ def run_folder(out_dir: Path, condition: str, seed: int) -> Path:
 
 def check_study(scenario_path: Path, out_dir: Path, settings: JobsSettings) -> Scenario:
     """Everything a run would otherwise fail on late: the file, its jobs, the backend."""
-    import os
-
-    from emulator.backends import backend_name
-    from emulator.errors import EnvironmentProblem
     from emulator.scenario import load_scenario
+    from emulator.study import check_backend
 
     if settings.repeats < 1:
         raise InputError(f"--repeats {settings.repeats}: must be at least 1")
@@ -137,14 +134,7 @@ def check_study(scenario_path: Path, out_dir: Path, settings: JobsSettings) -> S
             f"{scenario_path}: workloads: the jobs study needs a scenario with 2 or more jobs "
             "(`workloads:`)"
         )
-    backend = backend_name(scenario, settings.backend)
-    if backend == "sim" and settings.tdf is not None:
-        raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
-    if backend != "sim" and os.geteuid() != 0:
-        raise EnvironmentProblem(
-            f"{scenario_path}: runs on the {backend} backend, which needs root; --backend sim "
-            "does not"
-        )
+    check_backend(scenario, scenario_path, settings.backend, settings.tdf)
     if (out_dir / JOBS_JSON).exists():
         raise InputError(
             f"{out_dir}: already holds a jobs study ({JOBS_JSON}); choose another --out"

@@ -250,24 +250,14 @@ def check_study(
     scenario_path: Path, rates_gbps: Sequence[float], out_dir: Path, settings: RunSettings
 ) -> list[Scenario]:
     """The scenario at each rate, after every check a run would otherwise fail late on."""
-    import os
-
-    from emulator.backends import backend_name
-    from emulator.errors import EnvironmentProblem
     from emulator.scenario import load_scenario
+    from emulator.study import check_backend
 
     if not scenario_path.is_file():
         raise InputError(f"{scenario_path}: no such scenario file")
     scenario = load_scenario(scenario_path)
     scenarios = [at_rate(scenario, rate, scenario_path) for rate in rates_gbps]
-    backend = backend_name(scenarios[0], settings.backend)
-    if backend == "sim" and settings.tdf is not None:
-        raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
-    if backend != "sim" and os.geteuid() != 0:
-        raise EnvironmentProblem(
-            f"{scenario_path}: runs on the {backend} backend, which needs root; --backend sim "
-            "does not"
-        )
+    check_backend(scenarios[0], scenario_path, settings.backend, settings.tdf)
     prepare_out_dir(out_dir, rates_gbps)
     return scenarios
 

@@ -174,6 +174,26 @@ def default_out_dir(now: datetime | None = None, study: str = "interference") ->
     return default_results_dir(Path("results"), study, now or datetime.now(UTC))
 
 
+def check_backend(
+    scenario: Any, where: Path, backend_override: str | None, tdf: float | None
+) -> str:
+    """The backend a study's runs of `scenario` take, refused before anything runs when --tdf
+    is given to a simulation or the emulated fabric is asked for without root."""
+    import os
+
+    from emulator.backends import backend_name
+    from emulator.errors import EnvironmentProblem
+
+    backend = backend_name(scenario, backend_override)
+    if backend == "sim" and tdf is not None:
+        raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
+    if backend != "sim" and os.geteuid() != 0:
+        raise EnvironmentProblem(
+            f"{where}: runs on the {backend} backend, which needs root; --backend sim does not"
+        )
+    return backend
+
+
 def prepare_out_dir(out_dir: Path) -> None:
     """Create the study folder; refuse one that already holds a study."""
     from collectors.results import DIR_MODE
