@@ -20,6 +20,8 @@ HELP = "Each job of a several-jobs scenario alone, then all together: what each 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from emulator.commands.sensitivity import add_backend_arguments
+
     parser.add_argument("scenario", metavar="SCENARIO", help="a scenario with `workloads:`")
     parser.add_argument(
         "--repeats",
@@ -28,20 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="runs of each condition, repeat k with run.seed + k (default 3)",
     )
-    parser.add_argument(
-        "--backend",
-        choices=("netns", "sim"),
-        default=None,
-        help="what runs each condition (default: the scenario's run.backend): netns, the "
-        "emulated Clos (root); sim, the packet-level simulation (no --tdf)",
-    )
-    parser.add_argument(
-        "--tdf",
-        type=float,
-        metavar="X",
-        help="time dilation factor of every emulated run (default: the scenario's "
-        "run.time_dilation)",
-    )
+    add_backend_arguments(parser, "each condition")
     parser.add_argument(
         "--out",
         metavar="DIR",

@@ -29,20 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="host link rates in Gb/s, the first the reference (e.g. 400,200,100); the fabric "
         "links are scaled by the same ratio, so the oversubscription stays",
     )
-    parser.add_argument(
-        "--backend",
-        choices=("netns", "sim"),
-        default=None,
-        help="what runs each rate (default: the scenario's run.backend): netns, the emulated "
-        "Clos (root); sim, the packet-level simulation (no --tdf)",
-    )
-    parser.add_argument(
-        "--tdf",
-        type=float,
-        metavar="X",
-        help="time dilation factor of every emulated run (default: the scenario's "
-        "run.time_dilation)",
-    )
+    add_backend_arguments(parser, "each rate")
     parser.add_argument(
         "--out",
         metavar="DIR",
@@ -59,6 +46,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     parser.add_argument(
         "--json", action="store_true", help="print sensitivity.json instead of tables"
+    )
+
+
+def add_backend_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """--backend and --tdf of a study whose runs are `what` (each rate, each condition)."""
+    parser.add_argument(
+        "--backend",
+        choices=("netns", "sim"),
+        default=None,
+        help=f"what runs {what} (default: the scenario's run.backend): netns, the emulated "
+        "Clos (root); sim, the packet-level simulation (no --tdf)",
+    )
+    parser.add_argument(
+        "--tdf",
+        type=float,
+        metavar="X",
+        help="time dilation factor of every emulated run (default: the scenario's "
+        "run.time_dilation)",
     )
 
 
