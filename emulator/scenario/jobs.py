@@ -17,6 +17,7 @@ from emulator.config import param
 from emulator.scenario.workload_spec import WorkloadSpec
 
 _RANGE = re.compile(r"^(\d+)(?:\s*-\s*(\d+))?$")
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 MAX_HOST = 1_000_000  # far above any fabric; bounds a typo like 0-99999999 before it is expanded
 
 
@@ -45,11 +46,6 @@ class JobSpec(WorkloadSpec):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.name and not re.fullmatch(r"[A-Za-z0-9_.-]+", self.name):
-            raise ValueError(
-                f"name: {self.name!r} may hold only letters, digits, '_', '.' and '-' "
-                "(it names the job in tables and folders)"
-            )
         if self.hosts is not None:
             parse_hosts(self.hosts)  # a placement that does not parse is refused at load time
 
@@ -124,6 +120,11 @@ def check_jobs(jobs: Sequence[JobSpec]) -> None:
     """Names unique, no host given to two jobs (ValueError naming the key)."""
     names = job_names(jobs)
     for i, name in enumerate(names):
+        if not _NAME.fullmatch(name):
+            raise ValueError(
+                f"workloads[{i}].name: {name!r} may hold only letters, digits, '_', '.' and '-' "
+                "(it names the job in tables, folders and switch counter classes)"
+            )
         if name in names[:i]:
             raise ValueError(
                 f"workloads[{i}].name: {name!r} is also workloads[{names.index(name)}]"

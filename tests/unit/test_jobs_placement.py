@@ -129,7 +129,10 @@ def test_a_placement_that_does_not_parse_names_its_key_and_line(tmp_path: Path) 
             "  - {name: a, generate: {kind: allreduce, ranks: 2}}\n",
             r"workloads\[1\]\.name: 'a' is also workloads\[0\]",
         ),
-        ("  - {name: 'a b', generate: {kind: allreduce, ranks: 4}}\n", r"name: 'a b' may hold"),
+        (
+            "  - {name: 'a b', generate: {kind: allreduce, ranks: 4}}\n",
+            r"workloads\[0\]\.name: 'a b' may hold",
+        ),
         ("  - {name: a, hosts: '0-3'}\n", r"workloads\[0\]\.trace: a workload needs"),
         ("  - {name: a, generate: {kind: allreduce}, start_us: -1}\n", r"start_us: -1 us must"),
     ],
@@ -186,3 +189,7 @@ def test_one_workload_is_a_job_named_after_the_scenario_and_with_jobs_pins_hosts
     )
     assert [j.name for j in two.jobs] == ["job0", "x"]
     assert [j.iterations for j in two.with_iterations(3).jobs] == [3, 3]
+    # a one-workload scenario's name is free text: its job takes it as it is
+    spaced = tmp_path / "spaced.yaml"
+    spaced.write_text(f"name: my mix\nworkload: {{generate: {{kind: allreduce}}}}\n{FABRIC}")
+    assert [j.name for j in load_scenario(spaced).jobs] == ["my mix"]
