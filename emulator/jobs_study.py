@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -133,6 +133,11 @@ def check_study(scenario_path: Path, out_dir: Path, settings: JobsSettings) -> S
         raise InputError(
             f"{scenario_path}: workloads: the jobs study needs a scenario with 2 or more jobs "
             "(`workloads:`)"
+        )
+    if ALL in {job.name for job in scenario.jobs}:
+        raise InputError(
+            f"{scenario_path}: workloads: a job named {ALL!r} would share its runs' folders with "
+            "the study's all-jobs condition; rename it"
         )
     check_backend(scenario, scenario_path, settings.backend, settings.tdf)
     if (out_dir / JOBS_JSON).exists():
@@ -383,12 +388,3 @@ def write_study(
     make_private(out_dir)
     page = write_or_warn(write_jobs_report, out_dir)  # after the txt: the page folds it in
     return dataclasses.replace(result, report=page)
-
-
-def reuse_runs(folders: Mapping[str, Sequence[Path]]) -> list[JobsRun]:
-    """Finished results folders per condition (tests, re-analysis)."""
-    runs = []
-    for condition, paths in folders.items():
-        for k, folder in enumerate(paths):
-            runs.append(_loaded(condition, k, folder))
-    return runs

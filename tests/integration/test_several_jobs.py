@@ -299,3 +299,12 @@ def test_plan_prints_each_job_with_its_hosts_and_ideal_end(
     assert 0 < max(j["ideal_end_s"] for j in jobs.values()) <= document["ideal_job_time_s"]
     assert main(["plan", str(path)]) == 0
     assert "job moe: 4 ranks on hosts 2-3,6-7, starting at 250 us" in capsys.readouterr().out
+
+
+def test_the_jobs_study_refuses_a_job_named_all(tmp_path: Path) -> None:
+    path = scenario_file(tmp_path)
+    path.write_text(path.read_text().replace("name: moe", "name: all"))
+    settings = JobsSettings(backend=None, tdf=None, progress=False)
+    with pytest.raises(InputError, match="a job named 'all' would share"):
+        run_study(path, tmp_path / "s", settings)
+    assert not (tmp_path / "s").exists()
