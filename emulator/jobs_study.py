@@ -39,6 +39,7 @@ from emulator.study_stats import (
     cv,
     fmt_interval,
     json_finite,
+    mean,
     percentile,
 )
 
@@ -50,14 +51,10 @@ JOBS_JSON, JOBS_TEXT, RUNS = "jobs.json", "jobs.txt", "runs"
 ALL = "all"  # the condition with every job
 
 
-def _mean(batch: np.ndarray) -> np.ndarray:
-    return np.asarray(batch.mean(axis=1), dtype=float)
-
-
 # Metric -> (what it is, unit scale for text, format, the statistic, the units it takes, the
 # direction that is worse: +1 higher is worse, -1 lower is worse).
 METRICS: dict[str, tuple[str, float, str, Statistic, str, int]] = {
-    "busbw_mean": ("busbw mean GB/s", 1e-9, ".2f", _mean, "busbw", -1),
+    "busbw_mean": ("busbw mean GB/s", 1e-9, ".2f", mean, "busbw", -1),
     "busbw_cv": ("busbw CV", 1.0, ".3f", cv, "busbw", +1),
     "fct_p50": ("FCT p50 us", 1e6, ".1f", percentile(50), "fct", +1),
     "fct_p99": ("FCT p99 us", 1e6, ".1f", percentile(99), "fct", +1),
@@ -299,8 +296,8 @@ def analyse(
         a_time = [_job_time(t, job) for t in alone]
         m_time = [_job_time(t, job) for t in together]
         c = compare(
-            PooledSample.of([np.array([x]) for x in a_time if x is not None], _mean),
-            PooledSample.of([np.array([x]) for x in m_time if x is not None], _mean),
+            PooledSample.of([np.array([x]) for x in a_time if x is not None], mean),
+            PooledSample.of([np.array([x]) for x in m_time if x is not None], mean),
             bootstrap,
         )
         out.append(MetricRow(job, "job", "job_time", c, _effect(c, +1, "job_time")))

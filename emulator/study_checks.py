@@ -34,6 +34,7 @@ from emulator.study_stats import (
     fmt_interval,
     judge,
     judge_lower,
+    mean,
     percentile,
     percentile_ratio,
     ratio_of_sums,
@@ -184,8 +185,8 @@ def check_allreduce_busbw(
     """Mean busbw over every complete instance, mixed vs alone: what the interference costs the
     All-Reduce in bandwidth (the CV says how variable it turns)."""
     c = compare(  # in GB/s, so the tables read as the run summaries do
-        PooledSample.of([r.of(ALL_REDUCE).busbw * 1e-9 for r in alone], _mean),
-        PooledSample.of([r.of(ALL_REDUCE).busbw * 1e-9 for r in mixed], _mean),
+        PooledSample.of([r.of(ALL_REDUCE).busbw * 1e-9 for r in alone], mean),
+        PooledSample.of([r.of(ALL_REDUCE).busbw * 1e-9 for r in mixed], mean),
         spec,
     )
     maximum = thresholds.busbw_ratio_max
@@ -227,10 +228,6 @@ def check_alltoall_p99(
         minimum,
         {"flows_finished_alone": c.alone.units, "flows_finished_mixed": c.mixed.units},
     )
-
-
-def _mean(batch: np.ndarray) -> np.ndarray:
-    return np.asarray(batch.mean(axis=1), dtype=float)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -72,6 +72,11 @@ class BootstrapSpec:
 DEFAULT_BOOTSTRAP = BootstrapSpec()
 
 
+def mean(batch: np.ndarray) -> np.ndarray:
+    """The mean of each row (a busbw mean, a job's time over repeats)."""
+    return np.asarray(batch.mean(axis=1), dtype=float)
+
+
 def cv(batch: np.ndarray) -> np.ndarray:
     """Population CV (ddof 0) of each row; NaN for a zero mean."""
     mean = batch.mean(axis=1)
