@@ -30,6 +30,7 @@ from fabrics.iproute import Cmd, in_netns, ip, run_batch, run_grouped
 from fabrics.ownership import Ledger
 from fabrics.queues import EgressPort, egress_ports, htb_commands, netem_delay
 from fabrics.topology import HOST_IFNAME, Cable, Route, Topology, routes_without
+from fabrics.vxlan import FabricPart, check_underlays, make_tunnels, tunnel_devices
 
 NETNS_DIR = Path("/run/netns")  # where `ip netns add` names its namespaces
 
@@ -65,17 +66,26 @@ class LiveFabric:
     rate_scale: float
     delay_scale: float
     timings_s: dict[str, float] = field(default_factory=dict)
+    # The nodes this server hosts when the fabric spans several (fabrics/vxlan.py); None: all.
+    part: FabricPart | None = None
 
     @property
     def marker_name(self) -> str:
         return self.marker.name
 
     def netns_of(self, node: str) -> str:
+        if node not in self.netns and node in self.topology.node_by_name:
+            raise ScenarioError(f"node {node} is on another server (not in this fabric part)")
         return self.netns[node]
+
+    @property
+    def local_ranks(self) -> tuple[int, ...]:
+        """The ranks whose host is on this server (every rank without a part)."""
+        return tuple(r for r, h in enumerate(self.topology.hosts) if h in self.netns)
 
     def host_netns(self) -> tuple[str, ...]:
         """Namespace of each rank, in rank order."""
-        return tuple(self.netns[h] for h in self.topology.hosts)
+        return tuple(self.netns_of(h) for h in self.topology.hosts)
 
     # The engine-facing rank API, shared with fabrics.dut.LiveDut.
     @property
@@ -83,7 +93,7 @@ class LiveFabric:
         return len(self.topology.hosts)
 
     def rank_netns(self, rank: int) -> str | None:
-        return self.netns[self.topology.hosts[rank]]
+        return self.netns_of(self.topology.hosts[rank])
 
     def rank_address(self, rank: int) -> str:
         return str(self.topology.host_address(self.topology.hosts[rank]))
@@ -105,6 +115,7 @@ class LiveFabric:
             raise ScenarioError(f"interface {ifname} is not rank {rank}'s NIC {HOST_IFNAME}")
 
     def metadata(self) -> dict[str, Any]:
+        part = {"part": self.part.metadata()} if self.part is not None else {}
         return {
             "backend": "netns",
             "marker": self.marker.name,
@@ -118,11 +129,19 @@ class LiveFabric:
             "shaped_hops_max": 2 * len({n.role for n in self.topology.nodes} - {"host"}),
             # the eBPF phantom queue and tc RED both judge a packet before the port's queue
             "ecn_mark_point": "arrival",
+            **part,
         }
+
+    def _whole_fabric_only(self, what: str) -> None:
+        if self.part is not None:
+            raise ScenarioError(
+                f"{what}: link events are not supported yet on a fabric split over several servers"
+            )
 
     def set_cable(self, cable: Cable, up: bool) -> None:
         """Take a cable down at both ends (the switches at its ends stop using it at once, as
         their kernels drop next hops over a dead interface), or bring it back up."""
+        self._whole_fabric_only(f"cable {cable.a.ifname} {'up' if up else 'down'}")
         state = "up" if up else "down"
         for end in (cable.a, cable.b):
             run_batch([ip("link", "set", "dev", end.ifname, state, netns=self.netns[end.node])])
@@ -132,6 +151,7 @@ class LiveFabric:
     def reroute(self, down: Iterable[Cable]) -> None:
         """Install on every switch the routes of the fabric without `down` (what a converged
         control plane would), replacing what is there; a prefix left without a path is removed."""
+        self._whole_fabric_only("reroute")
         routes = routes_without(self.topology, down)
         for node in self.topology.routers:
             ns = self.netns[node]
@@ -170,8 +190,9 @@ def neighbour_commands(index: int, cable: Cable, netns: dict[str, str]) -> list[
     through the port's shaped data queue (ip-sysctl.rst, neigh/default/base_reachable_time_ms);
     a probe stuck behind a congested queue for its 3 x 1 s can fail the entry, and packets
     then wait in the neighbour's queue and leave behind later ones (reordered) or are dropped
-    unseen by the port's counters. A static L2 keeps the shaped queues for data alone."""
-    ends = ((cable.a, cable.b, 1), (cable.b, cable.a, 0))
+    unseen by the port's counters. A static L2 keeps the shaped queues for data alone.
+    Only the ends whose node is in `netns` (a fabric part's: the local end of a tunnelled cable)."""
+    ends = [e for e in ((cable.a, cable.b, 1), (cable.b, cable.a, 0)) if e[0].node in netns]
     return [
         ip(
             "neigh",
@@ -208,14 +229,20 @@ def bring_up(
     marker: str = "auto",
     prefix: str = DEFAULT_PREFIX,
     progress: Progress | None = None,
+    part: FabricPart | None = None,
 ) -> LiveFabric:
-    """Create the fabric; on any error (or Ctrl-C) release what was made and re-raise."""
+    """Create the fabric (with `part`: only the nodes this server hosts, its cables to other
+    servers as VXLAN tunnels, fabrics/vxlan.py); on any error (or Ctrl-C) release what was made
+    and re-raise."""
     if rate_scale <= 0 or delay_scale <= 0:
         raise ValueError("rate_scale and delay_scale must be positive")
+    if part is not None:
+        part.check(topology)
+        check_underlays(part.tunnels.values(), topology.mtu_bytes)
     say = progress or (lambda _msg: None)
     ledger = Ledger.claim("clos")
     try:
-        return _bring_up(topology, ledger, rate_scale, delay_scale, marker, prefix, say)
+        return _bring_up(topology, ledger, rate_scale, delay_scale, marker, prefix, say, part)
     except BaseException as exc:
         # Release what was made; if that fails too, the state file keeps the rest for
         # `emulate clean` and the original error is still the one reported.
@@ -234,10 +261,12 @@ def _bring_up(
     marker_name: str,
     prefix: str,
     say: Progress,
+    part: FabricPart | None = None,
 ) -> LiveFabric:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    netns = {n.name: f"{prefix}{n.name}" for n in topo.nodes}
+    local = part.nodes if part is not None else {n.name for n in topo.nodes}
+    netns = {n.name: f"{prefix}{n.name}" for n in topo.nodes if n.name in local}
 
     # Never record (and so later delete) a namespace this fabric did not create.
     taken = sorted(ns for ns in netns.values() if (NETNS_DIR / ns).exists())
@@ -281,7 +310,7 @@ def _bring_up(
 
     ledger.record({"kind": "netns", "name": ns} for ns in netns.values())
     run_batch([ip("netns", "add", ns) for ns in netns.values()])
-    for node in topo.nodes:
+    for node in (n for n in topo.nodes if n.name in local):
         with in_netns(netns[node.name]):
             sysctls = (
                 COMMON_SYSCTLS if node.role == "host" else {**COMMON_SYSCTLS, **ROUTER_SYSCTLS}
@@ -295,9 +324,9 @@ def _bring_up(
     say(f"{len(netns)} namespaces")
 
     mtu = str(topo.mtu_bytes)
-    ledger.record(
-        {"kind": "veth", "netns": netns[c.a.node], "name": c.a.ifname} for c in topo.cables
-    )
+    # Cables with both ends here are veth pairs; with one, a tunnel end (fabrics/vxlan.py).
+    veths = [(i, c) for i, c in enumerate(topo.cables) if c.a.node in local and c.b.node in local]
+    ledger.record({"kind": "veth", "netns": netns[c.a.node], "name": c.a.ifname} for _, c in veths)
     run_grouped(
         ip(
             "link",
@@ -321,10 +350,12 @@ def _bring_up(
             netns[c.b.node],
             netns=netns[c.a.node],
         )
-        for i, c in enumerate(topo.cables)
+        for i, c in veths
     )
+    if part is not None:
+        make_tunnels(tunnel_devices(topo, part, netns, cable_mac), ledger.record)
     config: list[Cmd] = []
-    for node in topo.nodes:
+    for node in (n for n in topo.nodes if n.name in local):
         ns = netns[node.name]
         config.append(ip("link", "set", "lo", "up", netns=ns))
         for port in topo.ports[node.name]:
@@ -344,6 +375,10 @@ def _bring_up(
     # sender no TSO (drivers/net/veth.c, veth_skb_is_eligible_for_gro). Switch ports still
     # never merge forwarded UDP (rx-udp-gro-forwarding and rx-gro-list off), so the marker and
     # HTB see single packets (DESIGN.md); a host's GRO only merges for a UDP_GRO socket.
+    # A VXLAN tunnel end takes the same flags (all are software features since Linux 5.12). It
+    # needs none of them for NAPI: it always receives through the underlay NIC's NAPI and then
+    # its own per-CPU gro_cells (vxlan_rcv), so one flow stays on one CPU and in order; its GRO
+    # runs there, and forwarded UDP is merged only with the two forwarding flags, off here.
     run_grouped(
         Cmd(
             "ethtool",
@@ -364,11 +399,14 @@ def _bring_up(
             netns[node],
         )
         for (node, dev) in topo.links
+        if node in local
     )
     timings["links_s"] = time.perf_counter() - t0 - timings["namespaces_s"]
-    say(f"{len(topo.cables)} links, addresses and routes")
+    tunnels = len(part.tunnels) if part is not None else 0
+    vxlan = f" ({tunnels} VXLAN tunnels)" if part is not None else ""
+    say(f"{len(veths) + tunnels} links{vxlan}, addresses and routes")
 
-    ports = egress_ports(topo, netns, rate_scale, delay_scale)
+    ports = egress_ports(topo, netns, rate_scale, delay_scale, nodes=local)
     qdiscs: list[Cmd] = []
     records: list[dict[str, Any]] = []
     for egress in ports:
@@ -392,7 +430,7 @@ def _bring_up(
     say(
         f"{len(ports)} egress queues (HTB{', ' + marker.name + ' marker' if marker.name != 'none' else ''})"
     )
-    return LiveFabric(topo, netns, ports, marker, ledger, rate_scale, delay_scale, timings)
+    return LiveFabric(topo, netns, ports, marker, ledger, rate_scale, delay_scale, timings, part)
 
 
 def _write_sysctl(key: str, value: str, netns: str) -> None:

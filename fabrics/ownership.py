@@ -150,6 +150,8 @@ def describe(r: Resource) -> str:
         return f"address {r['cidr']} on {r['dev']}{where}"
     if r["kind"] == "route":
         return f"route {r['prefix']}{where}"
+    if r["kind"] == "vxlan":
+        return f"VXLAN device {r['name']}{where}"
     if r["kind"] == "moved_link":
         return f"interface {r['name']} moved into {r['netns']}"
     return f"{r['kind']} {r.get('name')}{where}"
@@ -161,7 +163,7 @@ def describe(r: Resource) -> str:
 def _release_cmd(r: Resource) -> Cmd:
     ns = r.get("netns")
     kind = r["kind"]
-    if kind == "veth":
+    if kind in ("veth", "vxlan"):
         return ip("link", "del", "dev", r["name"], netns=ns)
     if kind == "bpf_prog":
         # Deleting the egress filter drops the last reference to the program.
@@ -189,7 +191,7 @@ def _exists(r: Resource, live_netns: set[str]) -> bool:
         return _loaded_tags().get(int(r["id"])) == r.get("tag")
     if kind == "mtu":
         return False  # the interface is gone, or it failed for a reason already reported
-    if kind in ("veth", "moved_link"):
+    if kind in ("veth", "vxlan", "moved_link"):
         return bool(run(ip("-o", "link", "show", "dev", r["name"], netns=ns), check=False))
     if kind == "qdisc":
         out = run(tc("qdisc", "show", "dev", r["dev"], netns=ns), check=False)

@@ -7,6 +7,7 @@ program (eBPF); link delay, when asked, is a netem leaf.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
 
 from emulator.transport.packets import ETHERNET_OVERHEAD_BYTES
@@ -167,11 +168,18 @@ def netem_delay(port: EgressPort) -> tuple[str, ...]:
 
 
 def egress_ports(
-    topology: Topology, netns: dict[str, str], rate_scale: float, delay_scale: float
+    topology: Topology,
+    netns: dict[str, str],
+    rate_scale: float,
+    delay_scale: float,
+    nodes: Container[str] | None = None,
 ) -> tuple[EgressPort, ...]:
-    """Every interface's egress queue: host NICs shape only; switch ports also mark."""
+    """Every interface's egress queue (of `nodes` only, when given: a fabric part's): host NICs
+    shape only; switch ports also mark."""
     out: list[EgressPort] = []
     for (node, dev), link in topology.links.items():
+        if nodes is not None and node not in nodes:
+            continue
         role = topology.node_by_name[node].role
         delay_s = topology.link_delay_s * delay_scale
         gbps = link.rate_bps / 1e9

@@ -16,18 +16,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import heapq
-import multiprocessing
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver
+from emulator.engine.launch import Launcher, LocalLauncher, WorkerProcess
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import (
     DEFAULT_PROFILE,
@@ -39,11 +37,10 @@ from emulator.engine.plan import (
     check_plan,
     from_schedule_flow,
 )
-from emulator.engine.worker import WorkerSpec, worker_main
+from emulator.engine.worker import WorkerSpec
 from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
 from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
 from emulator.latency import LatencyHistogram, merged
-from emulator.signals import signals_deferred
 from emulator.transport.params import TransportParams
 
 START_MARGIN_S = 0.05  # between "go" and the common start: every worker gets the message first
@@ -88,9 +85,10 @@ class QpCounters:
 @dataclass
 class _WorkerHandle:
     index: int
-    process: BaseProcess
+    process: WorkerProcess
     pipe: Connection
     ranks: tuple[int, ...]
+    where: str = ""  # "" on this machine, else the server (emulator.engine.launch)
     info: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     ready: bool = False
@@ -100,18 +98,6 @@ class _WorkerHandle:
 def _ranks_text(ranks: Sequence[int]) -> str:
     shown = ", ".join(map(str, list(ranks)[:8]))
     return f"ranks [{shown}{', ...' if len(ranks) > 8 else ''}] ({len(ranks)})"
-
-
-def shard_ranks(ranks: Sequence[RankEndpoint], workers: int) -> list[tuple[RankEndpoint, ...]]:
-    """Round-robin NICs over at most `workers` shards (0: one per core), none empty: a rank
-    with its own NIC is one unit, ranks sharing a NIC go together (they share its arbiter)."""
-    groups: dict[object, list[RankEndpoint]] = {}
-    for r in sorted(ranks, key=lambda r: r.rank):
-        groups.setdefault(("nic", r.nic) if r.nic is not None else ("rank", r.rank), []).append(r)
-    units = list(groups.values())
-    n = workers or (os.cpu_count() or 1)
-    n = max(1, min(n, len(units)))
-    return [tuple(r for unit in units[i::n] for r in unit) for i in range(n)]
 
 
 def assign_connections(flows: Sequence[EngineFlow]) -> dict[tuple[int, int, int, int], int]:
@@ -138,6 +124,7 @@ class Coordinator:
         on_start: Callable[[float], None] | None = None,
         profiles: Sequence[QpProfile] = (),
         tag_of: Callable[[FlowLike], int] | None = None,
+        launcher: Launcher | None = None,
     ) -> None:
         """Run `flows` (a static plan), or the flows `driver` hands out as the run goes.
         `profiles[i]` says how the QPs of flows with profile i send (0: the transport's way).
@@ -145,7 +132,9 @@ class Coordinator:
         bits its data packets carry, emulator.run.attribution); None: untagged.
 
         on_start is told the common start instant (a time.perf_counter reading) before the
-        workers are released: target time is (perf_counter - start) / TDF from then on."""
+        workers are released: target time is (perf_counter - start) / TDF from then on.
+        `launcher` starts the workers (default: child processes of this one; emulator.cluster:
+        on the servers of a Ray cluster)."""
         self.on_start = on_start
         if driver is not None and flows:
             raise PlanError("give the engine either a static plan or a driver, not both")
@@ -164,7 +153,8 @@ class Coordinator:
         self.engine = engine or EngineParams()
         self.on_events = on_events
         self.connections = assign_connections(flows)
-        self.shards = shard_ranks(self.ranks, self.engine.workers)
+        self.launcher: Launcher = launcher or LocalLauncher(self.engine.start_method)
+        self.shards = self.launcher.shards(self.ranks, self.engine.workers)
         self.owner = {r.rank: i for i, shard in enumerate(self.shards) for r in shard}
         self.needers: dict[int, set[int]] = {}
         for f in flows:
@@ -195,8 +185,8 @@ class Coordinator:
             self._start_wall = start
             if self.on_start is not None:
                 self.on_start(start)
-            for w in self.workers:
-                w.pipe.send(("go", start))
+            for w in self.workers:  # the instant in each worker's own clock
+                w.pipe.send(("go", start + self.launcher.clock_offset_s(w.index)))
             if self.driver is None:
                 self._main_loop(start)
             else:
@@ -219,7 +209,6 @@ class Coordinator:
 
     # -- start ----------------------------------------------------------------------------
     def _spawn(self) -> None:
-        ctx: Any = multiprocessing.get_context(self.engine.start_method)
         addresses = {r.rank: r.address for r in self.ranks}
         for i, shard in enumerate(self.shards):
             members = {r.rank for r in shard}
@@ -235,16 +224,10 @@ class Coordinator:
                 profiles=self.profiles,
                 relay=frozenset(f.id for f in flows if f.id in self.needers),
             )
-            parent, child = ctx.Pipe(duplex=True)
-            process = ctx.Process(
-                target=worker_main, args=(spec, child), name=f"engine-worker-{i}", daemon=True
+            process, pipe = self.launcher.launch(spec)
+            self.workers.append(
+                _WorkerHandle(i, process, pipe, tuple(sorted(members)), self.launcher.where(i))
             )
-            # a Ctrl-C in the middle of start() cut the child's bootstrap data short and it
-            # printed a traceback: the signal waits until the child has what it needs
-            with signals_deferred():
-                process.start()
-            child.close()
-            self.workers.append(_WorkerHandle(i, process, parent, tuple(sorted(members))))
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.engine.start_timeout_s
@@ -252,8 +235,10 @@ class Coordinator:
             left = deadline - time.monotonic()
             if left <= 0:
                 late = [w.index for w in self.workers if not w.ready]
+                where = sorted({w.where for w in self.workers if not w.ready and w.where})
                 raise EngineFailure(
-                    f"engine workers {late} did not open their sockets within "
+                    f"engine workers {late}{' on ' + ', '.join(where) if where else ''} did not "
+                    "open their sockets within "
                     f"{self.engine.start_timeout_s:g} s (engine.start_timeout_s)"
                 )
             self._poll(min(left, 0.1))
@@ -279,8 +264,9 @@ class Coordinator:
         self._completions.clear()
         now = 0.0
         actions = list(driver.poll(now))
+        trigger: tuple[float, int] | None = None
         while True:
-            self._dispatch(actions, delays, now)
+            self._dispatch(actions, delays, now, trigger)
             running = len(self.flows) - len(self._done_ids)
             if driver.finished and running == 0 and len(self.finished) == len(self.flows):
                 return
@@ -307,6 +293,12 @@ class Coordinator:
             now = clock.now()
             for fid, t in sorted(self._completions, key=lambda c: c[1]):
                 driver.flow_done(fid, t)
+            # flows released now were waiting for these completions (unless a delay also
+            # ended: then what released them is ambiguous): the dependency latency's start
+            trigger = None
+            if self._completions and not (delays and delays[0][0] <= now):
+                t, fid = max((t, fid) for fid, t in self._completions)
+                trigger = (t, self.owner[self.flows[fid].src])
             self._completions.clear()
             while delays and delays[0][0] <= now:
                 due, token = heapq.heappop(delays)
@@ -314,8 +306,16 @@ class Coordinator:
             actions = list(driver.poll(now))
 
     def _dispatch(
-        self, actions: list[FlowLike | DelayLike], delays: list[tuple[float, int]], now: float
+        self,
+        actions: list[FlowLike | DelayLike],
+        delays: list[tuple[float, int]],
+        now: float,
+        trigger: tuple[float, int] | None = None,
     ) -> None:
+        """Send the released flows to their workers. `trigger`: the completion that released
+        them (target time, the worker that reported it); the receiving worker measures from it
+        the dependency latency (completion at one sender -> dependent flow at another), by
+        same_server / cross_server."""
         by_worker: dict[int, list[EngineFlow]] = {}
         for action in actions:
             if isinstance(action, DelayLike):
@@ -337,9 +337,15 @@ class Coordinator:
             self.flows[flow.id] = flow
             self.connections.setdefault(flow.connection_key, len(self.connections))
             by_worker.setdefault(self.owner[flow.src], []).append(flow)
+        launcher = self.launcher
         for index, flows in by_worker.items():
             conns = {f.connection_key: self.connections[f.connection_key] for f in flows}
-            self.workers[index].pipe.send(("flows", flows, conns))
+            if trigger is None:
+                self.workers[index].pipe.send(("flows", flows, conns))
+                continue
+            same = launcher.server_of(trigger[1]) == launcher.server_of(index)
+            label = "same_server" if same else "cross_server"
+            self.workers[index].pipe.send(("flows", flows, conns, trigger[0], label))
 
     def _poll(self, timeout_s: float) -> None:
         handles: dict[Any, _WorkerHandle] = {}
@@ -354,9 +360,12 @@ class Coordinator:
             elif not w.gone:
                 self._drain(w)
                 w.process.join(0.1)
+                where = f" on {w.where}" if w.where else ""
+                why = getattr(w.process, "reason", None)  # what a remote launcher knows
                 raise EngineFailure(
-                    f"engine worker {w.index} (pid {w.process.pid}, {_ranks_text(w.ranks)}) "
-                    f"exited unexpectedly with code {w.process.exitcode}"
+                    f"engine worker {w.index}{where} (pid {w.process.pid}, "
+                    f"{_ranks_text(w.ranks)}) exited unexpectedly with code "
+                    f"{w.process.exitcode}" + (f": {why}" if why else "")
                 )
 
     def _drain(self, w: _WorkerHandle) -> None:
@@ -497,6 +506,28 @@ class Coordinator:
                 per_class.setdefault(int(dscp), []).append(LatencyHistogram.from_wire(wire))
         return {dscp: merged(hs) for dscp, hs in per_class.items()}
 
+    def dependency_latency(self) -> dict[str, dict[str, float | int | None]]:
+        """Per same_server / cross_server: how many released flows, and the wall p50/p99/max
+        (ms) of their dependency latency with the target time it stands for (us)."""
+        by_label: dict[str, list[LatencyHistogram]] = {}
+        for w in self.workers:
+            for label, wire in w.stats.get("dep_latency", {}).items():
+                by_label.setdefault(label, []).append(LatencyHistogram.from_wire(wire))
+        out: dict[str, dict[str, float | int | None]] = {}
+        tdf = self.engine.tdf
+        for label, hs in sorted(by_label.items()):
+            h = merged(hs)
+            p50, p99 = h.percentile_s(50.0), h.percentile_s(99.0)
+            out[label] = {
+                "count": h.count,
+                "wall_p50_ms": None if p50 is None else round(p50 * 1e3, 3),
+                "wall_p99_ms": None if p99 is None else round(p99 * 1e3, 3),
+                "wall_max_ms": round(h.max_s * 1e3, 3),
+                "target_p50_us": None if p50 is None else round(p50 / tdf * 1e6, 4),
+                "target_p99_us": None if p99 is None else round(p99 / tdf * 1e6, 4),
+            }
+        return out
+
     def metadata(self) -> dict[str, Any]:
         """The run's metadata so far (also after a run that failed or was interrupted)."""
         return self._metadata(time.perf_counter() - self._created_wall)
@@ -551,6 +582,9 @@ class Coordinator:
             "worker_gc_pauses": [w.stats.get("gc_pauses") for w in self.workers],
             "wall_s": wall_s,
             "replay_wall_s": round(run_wall_s, 3),  # from the common start to the end
+            # from a flow's completion at its sender to the arrival of the flows it released
+            # at their senders' worker, through this coordinator (wall and target time)
+            "dependency_latency": self.dependency_latency(),
             # one-way latency of data packets per traffic class (DSCP), target timescale
             "latency_by_class": {
                 str(dscp): h.summary_us().to_json()

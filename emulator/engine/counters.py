@@ -31,6 +31,7 @@ class Counters:
     counters: Counter[str]
     classes: dict[int, list[int]]
     latency_classes: dict[int, LatencyHistogram]
+    dep_latency: dict[str, LatencyHistogram]
     _target_s_per_ns: float
     _nic_sent: dict[int, tuple[int, int]]
     started: bool
@@ -86,6 +87,7 @@ class Counters:
             "gc_pauses": self.gc_pauses.to_json(),  # wall seconds
             "pacing": self._pacing(),
             "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
+            "dep_latency": {label: h.to_wire() for label, h in self.dep_latency.items()},
         }
 
     def _pacing(self) -> dict[str, float]:

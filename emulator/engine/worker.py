@@ -113,6 +113,8 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         self.gso_buf = BurstBuffer(RECV_BUFFER_BYTES, stamps=self.latency)
         # one-way latency per traffic class as received (DSCP), target seconds
         self.latency_classes: dict[int, LatencyHistogram] = {}
+        # wall seconds from a completion elsewhere to the flows it released arriving here
+        self.dep_latency: dict[str, LatencyHistogram] = {}
         self._target_s_per_ns = 1e-9 / p.tdf
         self.gso_view = memoryview(self.gso_buf.data)
         self._gso_cmsgs: dict[tuple[int, int], list[tuple[int, int, bytes]]] = {}
@@ -214,6 +216,8 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
                 self._pump(self.clock.now())
             elif kind == "flows":
                 # flows handed out at run time: the coordinator waits for each completion
+                if len(msg) > 3:  # released by a completion at target time msg[3]
+                    self._dependency_arrived(msg[3], msg[4])
                 self.relay.update(f.id for f in msg[1])
                 self._add_flows(msg[1], msg[2])
                 if self.started:
@@ -221,6 +225,13 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
             elif kind == "stop":
                 self._stop()
                 return
+
+    def _dependency_arrived(self, completed_s: float, label: str) -> None:
+        """How long (wall) the completion that released these flows took to reach this worker."""
+        h = self.dep_latency.get(label)
+        if h is None:
+            h = self.dep_latency[label] = LatencyHistogram()
+        h.observe(max(self.clock.now() - completed_s, 0.0) * self.params.tdf)
 
     def _stop(self) -> None:
         assert self.finished is not None

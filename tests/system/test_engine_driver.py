@@ -109,6 +109,12 @@ def _drives_a_ring_allreduce(tr: Try, ranks: list[RankEndpoint], workers: int) -
     for f in flows:
         for dep in f.deps:
             assert outcome.started[f.id].time_s >= outcome.finished[dep].time_s - 1e-9
+    # the ring's steps wait on completions: their releases are measured (one per message to a
+    # worker; completions that arrive together release together), all on one server
+    deps = outcome.metadata["dependency_latency"]
+    assert set(deps) == {"same_server"}
+    assert deps["same_server"]["count"] >= ITERATIONS
+    assert 0 < deps["same_server"]["wall_p50_ms"] <= deps["same_server"]["wall_p99_ms"]
     # each collective takes at least the ideal (fluid, lossless) time: a load elsewhere can only
     # slow it, so this holds for every instance. And not much more: the completions travel
     # worker -> coordinator -> schedule -> worker without waiting for a batch; that is judged on

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.engine.coordinator import assign_connections, shard_ranks
+from emulator.engine.coordinator import assign_connections
+from emulator.engine.launch import shard_ranks
 from emulator.engine.plan import EngineFlow, RankEndpoint, check_plan, from_schedule_flow
 from emulator.errors import PlanError
 from emulator.schedule.plan import Flow
