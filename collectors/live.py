@@ -99,6 +99,7 @@ class LiveMetrics:
         self.port_pause: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.port_utilization: dict[tuple[str, str], float] = {}
         self.cpu_busy_ratio: float | None = None
+        self.cpu_busy_by_server: dict[str, float] = {}  # a run over a cluster
         # one-way latency per traffic class, read at scrape time from the engine (its workers'
         # last reports); None until a run's engine is there
         self.latency_source: Callable[[], Mapping[int, LatencyHistogram]] | None = None

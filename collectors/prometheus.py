@@ -264,6 +264,15 @@ class LiveCollector(Collector):
         if live.cpu_busy_ratio is not None:
             cpu.add_metric([], live.cpu_busy_ratio)
         yield cpu
+        servers = GaugeMetricFamily(
+            p + "server_cpu_busy_ratio",
+            "A run over a cluster: each server's CPU time busy over the last sample interval "
+            "(all its cores; server 'driver' is the coordinator's machine)",
+            labels=["server"],
+        )
+        for server, ratio in sorted(dict(live.cpu_busy_by_server).items()):
+            servers.add_metric([server], ratio)
+        yield servers
 
 
 def make_registry(live: LiveMetrics) -> CollectorRegistry:

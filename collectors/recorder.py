@@ -210,8 +210,11 @@ class RunRecorder:
         self.attribution.add_classes(event)
 
     def _cpu(self, event: CpuSample) -> None:
-        self.cpu_rows.append(CpuRow(event.time_s, event.busy_ratio))
-        self.live.cpu_busy_ratio = event.busy_ratio
+        self.cpu_rows.append(CpuRow(event.time_s, event.busy_ratio, event.server))
+        if event.server:
+            self.live.cpu_busy_by_server[event.server] = event.busy_ratio
+        else:
+            self.live.cpu_busy_ratio = event.busy_ratio
 
 
 def _handlers() -> dict[type, Callable[[RunRecorder, Any], None]]:

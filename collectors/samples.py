@@ -48,6 +48,7 @@ class PortRow:
 class CpuRow:
     time_s: float
     busy_ratio: float
+    server: str = ""  # a run over a cluster: the server ("driver": the coordinator's machine)
 
 
 def utilization(delta_bytes: int, interval_s: float, line_rate_bps: float) -> float:

@@ -249,6 +249,27 @@ def pfc_equivalent(tables: RunTables) -> dict[str, Any]:
     }
 
 
+def cpu_by_server(tables: RunTables) -> dict[str, Any]:
+    """A run over a cluster: each server's CPU busy share, mean and p95 ({} on one machine)."""
+    if tables.cpu.num_rows == 0 or "server" not in tables.cpu.column_names:
+        return {}
+    by: dict[str, list[float]] = {}
+    for server, busy in rows(tables.cpu, ("server", "busy_ratio")):
+        if server:
+            by.setdefault(server, []).append(busy)
+    if not by:
+        return {}
+    return {
+        "servers": {
+            server: {
+                "cpu_busy_mean_ratio": mean(values),
+                "cpu_busy_p95_ratio": percentile_nearest_rank(values, 95),
+            }
+            for server, values in sorted(by.items())
+        }
+    }
+
+
 def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, Any]:
     collectives = collectives_summary(tables)
     totals = {
@@ -256,6 +277,8 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
         for key in ("cnps", "ce_marks", "retransmitted_packets")
     }
     cpu_busy = column(tables.cpu, "busy_ratio")
+    if "server" in tables.cpu.column_names:  # this machine's (the driver's, over a cluster)
+        cpu_busy = [b for s, b in rows(tables.cpu, ("server", "busy_ratio")) if s in ("", "driver")]
     summary: dict[str, Any] = {
         "scenario": meta.scenario,
         "tdf": meta.tdf,
@@ -285,6 +308,7 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
         "machine": {
             "cpu_busy_mean_ratio": mean(cpu_busy),
             "cpu_busy_p95_ratio": percentile_nearest_rank(cpu_busy, 95),
+            **cpu_by_server(tables),
         },
         "collectives": collectives,
         "jobs": jobs_summary(tables),

@@ -126,6 +126,7 @@ class CpuSample:
 
     time_s: float
     busy_ratio: float
+    server: str = ""  # a run over a cluster: which server ("driver": the coordinator's)
 
 
 @dataclass(frozen=True, slots=True)

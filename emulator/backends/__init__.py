@@ -5,10 +5,10 @@
 | `netns` | the emulated Clos in network namespaces on this machine, the engine | backends.engine |
 | `dut`   | ranks on interfaces cabled to a switch under test, the engine       | backends.engine |
 | `sim`   | a packet-level simulation of the Clos, the same transport code      | backends.sim    |
+| `cluster` | the emulated Clos split over the servers of a Ray cluster, the engine | backends.cluster |
 
-A new backend (the engine over several servers on Ray) is a Backend
-subclass registered here; the run (emulator.run.execute), the study and the collectors do not
-change. Read emulator/backends/base.py first: it says what a backend must do.
+A new backend is a Backend subclass registered here; the run (emulator.run.execute), the study
+and the collectors do not change. Read emulator/backends/base.py first: it says what a backend must do.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from emulator.backends.base import (
     Session,
     SessionReport,
 )
+from emulator.backends.cluster import ClusterBackend
 from emulator.backends.engine import DutEngineBackend, NetnsEngineBackend
 from emulator.backends.sim import SimBackend
 from emulator.errors import EnvironmentProblem, ScenarioError
@@ -32,17 +33,20 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     NetnsEngineBackend.name: NetnsEngineBackend,
     DutEngineBackend.name: DutEngineBackend,
     SimBackend.name: SimBackend,
+    ClusterBackend.name: ClusterBackend,
 }
 # the fabric kind each backend runs
-_FABRIC_OF = {"netns": ClosSpec, "dut": DutSpec, "sim": ClosSpec}
+_FABRIC_OF = {"netns": ClosSpec, "dut": DutSpec, "sim": ClosSpec, "cluster": ClosSpec}
 
 
 def backend_name(scenario: Scenario, override: str | None = None) -> str:
     """The backend that runs the scenario: `override` (the command line), else run.backend,
-    else the fabric's own (a Clos is emulated, a DUT is driven); a backend that cannot run the
-    fabric is refused in one line."""
+    else the fabric's own (a Clos is emulated, a DUT is driven; with run.cluster, over the
+    cluster); a backend that cannot run the fabric is refused in one line."""
     fabric = scenario.fabric
     name = override or scenario.run.backend
+    if name == "auto" and scenario.run.cluster.servers:
+        name = "cluster"
     if name == "auto":
         if isinstance(fabric, ClosSpec):
             return "netns"

@@ -26,6 +26,7 @@ from emulator.backends.base import (
     SessionReport,
 )
 from emulator.engine.coordinator import Coordinator, EngineFailure
+from emulator.engine.params import EngineParams
 from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.run.attribution import class_names, classes_json
@@ -54,6 +55,19 @@ def target_rate_bps(spec: Any) -> float:
         return spec.host_link_gbps * 1e9
     assert isinstance(spec, DutSpec)
     return spec.max_rate_gbps * 1e9
+
+
+def engine_params(context: BackendContext) -> EngineParams:
+    """The scenario's engine settings for this run: its TDF, deadline and latency stamps."""
+    scenario, planned, tdf = context.scenario, context.planned, context.tdf
+    latency = scenario.metrics.one_way_latency
+    return dataclasses.replace(
+        scenario.engine,
+        one_way_latency=latency == "on" or (latency == "auto" and bool(scenario.traffic)),
+        tdf=tdf,
+        run_timeout_s=scenario.run.deadline_s
+        or max(120.0, 20 * planned.ideal.job_time_s * tdf + 60.0),
+    )
 
 
 class EngineSession(Session):
@@ -117,14 +131,7 @@ class EngineSession(Session):
     def run(self, job: ReplayJob) -> SessionReport:
         context = self.context
         scenario, planned, tdf = context.scenario, context.planned, context.tdf
-        latency = scenario.metrics.one_way_latency
-        engine = dataclasses.replace(
-            scenario.engine,
-            one_way_latency=latency == "on" or (latency == "auto" and bool(scenario.traffic)),
-            tdf=tdf,
-            run_timeout_s=scenario.run.deadline_s
-            or max(120.0, 20 * planned.ideal.job_time_s * tdf + 60.0),
-        )
+        engine = engine_params(context)
         classes = job.attribution_classes if self.counts_classes() else None
         sampler = Sampler(
             job.on_samples,

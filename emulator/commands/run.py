@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +42,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=("netns", "dut", "sim"),
+        choices=("netns", "dut", "sim", "cluster"),
         default=None,
         help="what runs it (overrides run.backend): netns, the emulated Clos on this machine; "
         "dut, toward a switch under test; sim, a packet-level simulation of the Clos (no root, "
-        "simulated time)",
+        "simulated time); cluster, the Clos over the servers of run.cluster",
+    )
+    parser.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        default=None,
+        help="spread the run over a Ray cluster (host:port of its head), placed as the "
+        "scenario's run.cluster.servers say; a non-loopback address needs Ray's token "
+        "authentication (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN[_PATH])",
     )
     parser.add_argument(
         "--reference",
@@ -145,7 +154,19 @@ def main(args: argparse.Namespace) -> int:
         fabric_prefix=args.netns_prefix,
         backend=args.backend,
         reference=args.reference,
+        cluster=args.cluster,
     )
+    if args.cluster is not None:
+        if not scenario.run.cluster.servers:
+            raise InputError(
+                "--cluster: the scenario has no run.cluster.servers (which server hosts which "
+                "leaves); add them to run it over a cluster"
+            )
+        if args.backend not in (None, "cluster"):
+            raise InputError(
+                f"--cluster: the run goes over the cluster, not --backend {args.backend}"
+            )
+        options = dataclasses.replace(options, backend="cluster")
     if args.backend == "sim" and args.reference:
         raise InputError("--reference sim: the run is already the simulation")
     if args.backend == "sim" and args.tdf is not None:

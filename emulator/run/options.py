@@ -20,6 +20,7 @@ class RunOptions:
     report: bool = True  # print the summary table and the results' paths at the end
     backend: str | None = None  # overrides run.backend (emulator.backends.BACKENDS)
     reference: str | None = None  # "sim": also simulate the scenario and compare (--reference)
+    cluster: str | None = None  # a Ray cluster's address: overrides run.cluster.address
     say: Callable[[str], None] = field(default=say, compare=False)
 
 

@@ -181,13 +181,14 @@ def _plain(value: Any) -> Any:
 def _check_backend_keys(scenario: Scenario, backend: str) -> None:
     """Keys only the simulator models are refused, in one line, by the emulated fabric."""
     fabric = scenario.fabric
-    if backend == "netns" and isinstance(fabric, ClosSpec) and fabric.switch_latency_ns > 0:
+    emulated = backend in ("netns", "cluster")
+    if emulated and isinstance(fabric, ClosSpec) and fabric.switch_latency_ns > 0:
         raise ScenarioError(
             f"fabric.switch_latency_ns: {fabric.switch_latency_ns:g} ns asked, but the emulated "
             "fabric's hops take what this machine takes; only the simulator models it "
             "(--backend sim or run.backend: sim)"
         )
-    if backend == "netns" and isinstance(fabric, ClosSpec) and fabric.ecn_mark_point == "departure":
+    if emulated and isinstance(fabric, ClosSpec) and fabric.ecn_mark_point == "departure":
         raise ScenarioError(
             f"fabric.ecn_mark_point: {fabric.ecn_mark_point} asked, but the emulated fabric's "
             "markers judge a packet as it arrives at the port (before its queue); only the "
@@ -265,7 +266,14 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
     options = dataclasses.replace(options, backend=backend)
     simulated = backend == "sim"
     _check_backend_keys(scenario, backend)
-    if not simulated and os.geteuid() != 0:
+    if backend == "cluster" and options.tdf is None and scenario.run.time_dilation == "auto":
+        # this machine's calibration says nothing of the servers' (not measured there yet)
+        raise ScenarioError(
+            "run.time_dilation: auto is not calibrated on a cluster's servers yet; give a "
+            "number (run.time_dilation or --tdf)"
+        )
+    # over a cluster the servers' actors need root (they check), not the driver
+    if not simulated and backend != "cluster" and os.geteuid() != 0:
         raise EnvironmentProblem(
             "emulate run needs root (network namespaces, qdiscs, BPF); --backend sim does not"
         )

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from collectors.expectations import Expectation
 from collectors.fidelity import FidelityLimits
+from emulator.cluster.spec import ClusterSpec
 from emulator.config import param
 from emulator.engine.params import EngineParams
 from emulator.errors import InputError
@@ -136,13 +137,20 @@ class RunSpec:
     pfc_frames: tuple[PfcFramesSpec, ...] = param(
         (), doc="PFC frame generators (switch tests: PFC propagation, pause handling)"
     )
-    backend: Literal["auto", "netns", "dut", "sim"] = param(
+    backend: Literal["auto", "netns", "dut", "sim", "cluster"] = param(
         "auto",
         doc="what runs the scenario: netns (the Clos emulated in network namespaces on this "
         "machine, the engine sending real packets), dut (the engine toward a switch under "
         "test), sim (a packet-level simulation of the same Clos from the same transport code: "
-        "no root, no time dilation, simulated time, PFC, link delay and switch latency); auto: "
-        "netns for a clos fabric, dut for a dut fabric (`emulate run --backend` overrides)",
+        "no root, no time dilation, simulated time, PFC, link delay and switch latency), "
+        "cluster (the emulated Clos over the servers of run.cluster); auto: cluster with "
+        "run.cluster, else netns for a clos fabric, dut for a dut fabric (`emulate run "
+        "--backend` overrides)",
+    )
+    cluster: ClusterSpec = param(
+        default_factory=ClusterSpec,
+        doc="spread the run over the servers of a Ray cluster, one engine actor per server "
+        "(README, 'Past one machine'); without servers: one machine, no Ray",
     )
 
 

@@ -1,0 +1,394 @@
+"""The engine over several servers of a Ray cluster (`cluster`): the emulated Clos split by leaf.
+
+The same engine as `netns` (emulator.backends.engine), placed differently: each server's actor
+(emulator.cluster.server) brings up its part of the fabric, the cables between servers as VXLAN
+tunnels, and runs the workers of its ranks; the coordinator stays here with the driver and talks
+to them through the bridge (emulator.cluster.bridge), so completions that a flow on another
+server waits for cross through this process, as they do on one machine. Samples (NICs, ports,
+CPU per server) come back with the workers' messages. One results folder, one Prometheus
+endpoint and one progress line, here. Every server releases what it made on success, error and
+Ctrl-C; a server whose actor died is cleaned by a task on its node (what `emulate clean` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from typing import Any
+
+from collectors.nic import NicSampler
+from collectors.queue_pairs import qp_rows
+from emulator.backends.base import Backend, BackendContext, ReplayJob, Session, SessionReport
+from emulator.backends.engine import engine_params, target_rate_bps
+from emulator.cluster.bridge import RemoteLauncher, ServerLink
+from emulator.cluster.placement import ClusterPlan, plan_cluster
+from emulator.cluster.spec import ClusterSpec
+from emulator.engine.coordinator import Coordinator, EngineFailure
+from emulator.engine.plan import RankEndpoint
+from emulator.errors import EnvironmentProblem, ScenarioError
+from emulator.events import CpuSample, NicSample, RunEvent
+from emulator.run.attribution import class_names, classes_json
+from emulator.run.sampling import Sampler
+from emulator.run.verdict import engine_checks
+from fabrics.spec import ClosSpec
+
+TEARDOWN_TIMEOUT_S = 60.0
+DRIVER = "driver"  # the CPU samples of the machine the coordinator runs on
+
+
+def cluster_of(context: BackendContext) -> ClusterSpec:
+    cluster = context.scenario.run.cluster
+    if not cluster.servers:
+        raise ScenarioError("run.cluster: the cluster backend needs the scenario's servers")
+    address = context.options.cluster or cluster.address
+    if not address:
+        raise ScenarioError("run.cluster.address: give the Ray cluster's address (or --cluster)")
+    return dataclasses.replace(cluster, address=address)
+
+
+class ClusterSession(Session):
+    def __init__(self, context: BackendContext, cluster: ClusterSpec, plan: ClusterPlan) -> None:
+        from emulator.cluster.connect import connect, place, release
+        from emulator.cluster.server import source_fingerprint
+
+        self.context = context
+        self.cluster = cluster
+        self.plan = plan
+        say = context.options.say
+        scenario = context.scenario
+        spec = scenario.fabric
+        assert isinstance(spec, ClosSpec) and plan.topology is not None
+        self.port_line_rate_bps = spec.fabric_link_gbps * 1e9
+        say(f"cluster: joining the Ray cluster at {cluster.address}")
+        connect(cluster.address)
+        context.stack.callback(_ray_shutdown)
+        placed = place(cluster, source_fingerprint())
+        context.stack.callback(release, placed.actors, placed.group)
+        self.placed = placed
+        context.interrupts.check()
+        for share in plan.shares:
+            info = placed.infos[share.name]
+            offset, error = placed.offsets_s[share.name]
+            part = share.part
+            nodes = sorted(part.nodes) if part is not None else []
+            switches = [n for n in nodes if not n.startswith("h")]
+            say(
+                f"cluster: server {share.name} ({info['hostname']}, {info['cores']} cores): "
+                f"{len(share.ranks)} ranks, switches {', '.join(switches) or 'none'}, "
+                f"{len(part.tunnels) if part else 0} links to other servers; clock offset "
+                f"{offset * 1e3:+.3f} ms +- {error * 1e3:.3f} ms"
+            )
+        say(
+            f"cluster: {plan.cross_cables()} links between servers, VXLAN over the underlays, "
+            f"each up to {spec.fabric_link_gbps / context.tdf * 1e3:.3g} Mb/s of wall-clock "
+            f"traffic at TDF {context.tdf:g} (the underlay must carry "
+            f"{plan.cross_cables() * spec.fabric_link_gbps / context.tdf * 1e3:.3g} Mb/s at most)"
+        )
+        import ray
+
+        # every part at once; each server's teardown is registered first, so a part that
+        # fails to come up still has the others released
+        context.stack.callback(self._teardown)
+        refs = {
+            s.name: placed.actors[s.name].bring_up.remote(spec, context.tdf, s.prefix, s.part)
+            for s in plan.shares
+        }
+        self.parts: dict[str, dict[str, Any]] = {}
+        for name, ref in refs.items():
+            try:
+                self.parts[name] = ray.get(ref, timeout=cluster.start_timeout_s)
+            except Exception as exc:
+                raise EnvironmentProblem(
+                    f"server {name}: bringing its part of the fabric up failed: {_cause(exc)}"
+                ) from None
+            context.interrupts.check()
+        first = self.parts[plan.shares[0].name]["metadata"]
+        self.marker_name = str(first.get("marker", "none"))
+        topology = plan.topology
+        rate = target_rate_bps(spec)
+        netns = {int(r): ns for p in self.parts.values() for r, ns in p["rank_netns"].items()}
+        self.ranks = [
+            RankEndpoint(r, str(topology.host_address(h)), netns[r], rate)
+            for r, h in enumerate(topology.hosts)
+        ]
+        self.engine_metadata: dict[str, Any] = {}
+        self._torn_down = False
+
+    # -- Session ---------------------------------------------------------------------------
+    def metadata(self) -> dict[str, Any]:
+        servers = {name: p["metadata"] for name, p in self.parts.items()}
+        first = next(iter(servers.values()))
+        return {
+            "backend": "cluster",
+            "marker": first.get("marker"),
+            "rate_scale": first.get("rate_scale"),
+            "delay_scale": first.get("delay_scale"),
+            "hosts": first.get("hosts"),
+            "routers": first.get("routers"),
+            "shaper_burst_bytes": max(m.get("shaper_burst_bytes", 0) for m in servers.values()),
+            "shaped_hops_max": first.get("shaped_hops_max"),
+            "ecn_mark_point": first.get("ecn_mark_point"),
+            "servers": servers,
+        }
+
+    def run(self, job: ReplayJob) -> SessionReport:
+        import ray
+
+        context, cluster = self.context, self.cluster
+        scenario, tdf = context.scenario, context.tdf
+        engine = engine_params(context)
+        actors = self.placed.actors
+        classes = job.attribution_classes if self.marker_name == "ebpf" else None
+        throughput = _Throughput()
+
+        def remote_samples(server: str) -> Any:
+            def take(events: list[RunEvent]) -> None:
+                tagged = [
+                    dataclasses.replace(e, server=server) if isinstance(e, CpuSample) else e
+                    for e in events
+                ]
+                throughput.add(tagged)
+                job.on_samples(tagged)
+
+            return take
+
+        links = [
+            ServerLink(
+                name,
+                actors[name],
+                self.placed.infos[name],
+                self.placed.offsets_s[name][0],
+                remote_samples(name),
+            )
+            for name in actors
+        ]
+        # the driver's own sampler: its CPU and the progress line (the NICs are the servers')
+        sampler = Sampler(
+            remote_samples(DRIVER),
+            NicSampler({}),
+            None,
+            scenario.metrics.sample_interval_s,
+            tdf,
+            job.progress,
+            lambda: job.state(throughput.bps),
+        )
+        shown: dict[int, str] = {}
+
+        def push_classes() -> None:
+            if classes is None:
+                return
+            names = class_names(classes)
+            if names != shown:
+                shown.clear()
+                shown.update(names)
+                ray.get([a.set_class_names.remote(names) for a in actors.values()])
+
+        def ready(_pids: list[int]) -> None:
+            interval = scenario.metrics.sample_interval_s
+            ray.get([a.prepare_sampling.remote(interval, tdf) for a in actors.values()])
+            push_classes()
+            sampler.take_baseline()
+
+        def started(start_wall_s: float) -> None:
+            context.interrupts.check()
+            offsets = self.placed.offsets_s
+            ray.get(
+                [a.start_sampling.remote(start_wall_s + offsets[n][0]) for n, a in actors.items()]
+            )
+            sampler.set_start(start_wall_s)
+
+        def on_events(events: list[RunEvent]) -> None:
+            job.on_events(events)
+            if len(classes or ()) != len(shown):
+                push_classes()
+
+        launcher = RemoteLauncher(
+            links,
+            self.plan.server_of_rank(),
+            engine.start_method,
+            cluster.workers_per_server,
+        )
+        coordinator = Coordinator(
+            self.ranks,
+            [],
+            transport=scenario.transport,
+            engine=engine,
+            on_events=on_events,
+            on_ready=ready,
+            on_start=started,
+            driver=job.driver,
+            profiles=context.planned.profiles,
+            tag_of=job.tag_of if classes is not None else None,
+            launcher=launcher,
+        )
+        job.latency_source(coordinator.latency_by_class)
+        error: BaseException | None = None
+        outcome = None
+        sampler.start()
+        try:
+            outcome = coordinator.run()
+        except (KeyboardInterrupt, EngineFailure) as exc:
+            context.interrupts.pending = False
+            error = exc
+        finally:
+            sampler.stop()
+            sampling_errors = self._stop_sampling(links)
+            for link in links:
+                link.stop()
+            job.progress.done(job.state(throughput.bps))
+        metadata = outcome.metadata if outcome is not None else coordinator.metadata()
+        metadata["worker_servers"] = [launcher.server_of(w.index) for w in coordinator.workers]
+        metadata["servers"] = self._servers_metadata(links, launcher, coordinator)
+        self.engine_metadata = metadata
+        limits = scenario.metrics.fidelity
+        reasons, unknown = engine_checks(
+            metadata, tdf, scenario.transport.dcqcn, limits.cpu_busy_ratio
+        )
+        reasons += [f"sampling failed: {e}" for e in sampler.errors[:3]]
+        reasons += [f"sampling failed on {e}" for e in sampling_errors[:3]]
+        extra: dict[str, Any] = {"nic_readings_left_out": sampler.nic.skipped}
+        if classes is not None:
+            extra["attribution_classes"] = classes_json(classes)
+        counters = coordinator.queue_pairs()
+        return SessionReport(
+            metadata=metadata,
+            queue_pairs=qp_rows(
+                counters.connections, counters.send, counters.recv, counters.latency
+            ),
+            reasons=reasons,
+            unknown=unknown,
+            extra=extra,
+            error=error,
+        )
+
+    def _stop_sampling(self, links: list[ServerLink]) -> list[str]:
+        import ray
+
+        errors: list[str] = []
+        for link in links:
+            if link.failure is not None:
+                continue
+            try:
+                errors += [
+                    f"server {link.name}: {e}"
+                    for e in ray.get(link.actor.stop_sampling.remote(), timeout=TEARDOWN_TIMEOUT_S)
+                ]
+            except Exception as exc:
+                errors.append(f"server {link.name}: {_cause(exc)}")
+        return errors
+
+    def _servers_metadata(
+        self, links: list[ServerLink], launcher: RemoteLauncher, coordinator: Coordinator
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for link in links:
+            offset, error = self.placed.offsets_s[link.name]
+            indexes = [
+                w.index for w in coordinator.workers if launcher.server_of(w.index) == link.name
+            ]
+            out[link.name] = {
+                "hostname": link.info.get("hostname"),
+                "node_ip": link.info.get("node_ip"),
+                "cores": link.info.get("cores"),
+                "ranks": list(self.plan.share(link.name).ranks),
+                "workers": indexes,
+                "clock_offset_ms": round(offset * 1e3, 4),
+                "clock_uncertainty_ms": round(error * 1e3, 4),
+                "failure": link.failure,
+            }
+        return out
+
+    def _teardown(self) -> None:
+        """Every server releases its part; a server whose actor is gone is cleaned by a task
+        on its node. Raises, after trying them all, naming what could not be released."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from emulator.cluster.server import clean_server
+
+        if self._torn_down:
+            return
+        self._torn_down = True
+        say = self.context.options.say
+        pending = {s.name: self.placed.actors[s.name].teardown.remote() for s in self.plan.shares}
+        problems = []
+        for share in self.plan.shares:
+            name = share.name
+            try:
+                removed = ray.get(pending[name], timeout=TEARDOWN_TIMEOUT_S)
+                say(f"cluster: server {name} released {len(removed)} resources")
+                continue
+            except Exception as exc:
+                first = _cause(exc)
+            info = self.placed.infos[name]
+            try:
+                task = ray.remote(clean_server).options(
+                    num_cpus=0,
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(info["node_id"], soft=False),
+                )
+                removed = ray.get(task.remote(share.server.state_dir), timeout=TEARDOWN_TIMEOUT_S)
+                say(
+                    f"cluster: server {name}'s actor was gone ({first}); a clean-up task on its "
+                    f"node released {len(removed)} resources"
+                )
+            except Exception as exc:
+                problems.append(
+                    f"server {name} ({info['hostname']}): {_cause(exc)}; run `emulate clean` "
+                    f"there (state file {info['state_file']})"
+                )
+        if problems:
+            raise EnvironmentProblem("; ".join(problems))
+
+
+class _Throughput:
+    """Aggregate transmit rate of every NIC from the servers' samples (the progress line)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.last: dict[int, tuple[float, int]] = {}
+        self.rates: dict[int, float] = {}
+
+    def add(self, events: list[RunEvent]) -> None:
+        with self.lock:
+            for e in events:
+                if isinstance(e, NicSample) and e.direction == "tx":
+                    before = self.last.get(e.rank)
+                    if before is not None and e.time_s > before[0]:
+                        self.rates[e.rank] = (e.bytes - before[1]) * 8 / (e.time_s - before[0])
+                    self.last[e.rank] = (e.time_s, e.bytes)
+
+    @property
+    def bps(self) -> float:
+        with self.lock:
+            return max(0.0, sum(self.rates.values()))
+
+
+def _cause(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}".strip(": ")
+
+
+def _ray_shutdown() -> None:
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+
+
+class ClusterBackend(Backend):
+    """The emulated Clos over the servers of a Ray cluster, replayed by the engine."""
+
+    name = "cluster"
+
+    def open(self, context: BackendContext) -> Session:
+        cluster = cluster_of(context)
+        scenario = context.scenario
+        if not isinstance(scenario.fabric, ClosSpec):
+            raise ScenarioError("run.cluster: only a clos fabric is split over servers so far")
+        if scenario.fabric.link_events:
+            raise ScenarioError("fabric.link_events: not supported over a cluster yet")
+        if scenario.run.pfc_frames:
+            raise ScenarioError("run.pfc_frames: not supported over a cluster yet")
+        plan = plan_cluster(cluster, scenario.fabric, context.options.fabric_prefix)
+        return ClusterSession(context, cluster, plan)
