@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,15 @@ class LiveDut:
     spec: DutSpec
     netns: tuple[str | None, ...]
     ledger: Ledger
+    ports: tuple[int, ...] | None = None  # the ports brought up here (None: all of them)
+
+    @property
+    def local_ranks(self) -> tuple[int, ...]:
+        """The ranks whose interface is on this server (every rank without `ports`)."""
+        ranks = range(self.spec.rank_count)
+        if self.ports is None:
+            return tuple(ranks)
+        return tuple(r for r in ranks if self.spec.port_of(r) in self.ports)
 
     @property
     def marker_name(self) -> str:
@@ -74,11 +84,13 @@ class LiveDut:
         return GuardedSocket(self, rank, sock)
 
     def metadata(self) -> dict[str, Any]:
+        local = {} if self.ports is None else {"local_ports": list(self.ports)}
         return {
             "backend": "dut",
             "marker": "dut",
             "ranks": self.spec.rank_count,
             "ports": len(self.spec.interfaces),
+            **local,
         }
 
     def close(self) -> list[str]:
@@ -155,13 +167,21 @@ def _link_info(dev: str) -> dict[str, Any]:
     return info
 
 
-def bring_up_dut(spec: DutSpec, *, prefix: str = DEFAULT_PREFIX) -> LiveDut:
-    """Bind the ranks to their interfaces; on any error release what was done and re-raise."""
+def bring_up_dut(
+    spec: DutSpec, *, prefix: str = DEFAULT_PREFIX, ports: Sequence[int] | None = None
+) -> LiveDut:
+    """Bind the ranks to their interfaces; on any error release what was done and re-raise.
+    `ports`: only these interfaces (indexes into spec.interfaces), the ones this server owns
+    when a run spreads over several (emulator.cluster); the allowlist is checked for all."""
     _check_spec(spec)
-    infos = [_link_info(dev) for dev in spec.interfaces]
+    local = tuple(range(len(spec.interfaces))) if ports is None else tuple(sorted(ports))
+    infos = {p: _link_info(spec.interfaces[p]) for p in local}
     ledger = Ledger.claim("dut")
     try:
-        return _bring_up(spec, infos, ledger, prefix)
+        live = _bring_up(spec, infos, ledger, prefix, local)
+        if ports is not None:
+            live.ports = local
+        return live
     except BaseException as exc:
         # Release what was made; if that fails too, the state file keeps the rest for
         # `emulate clean` and the original error is still the one reported.
@@ -172,16 +192,22 @@ def bring_up_dut(spec: DutSpec, *, prefix: str = DEFAULT_PREFIX) -> LiveDut:
         raise
 
 
-def _bring_up(spec: DutSpec, infos: list[dict[str, Any]], ledger: Ledger, prefix: str) -> LiveDut:
-    ports = range(len(spec.interfaces))
+def _bring_up(
+    spec: DutSpec,
+    infos: dict[int, dict[str, Any]],
+    ledger: Ledger,
+    prefix: str,
+    ports: tuple[int, ...],
+) -> LiveDut:
     per_port = spec.ranks_per_interface
+    # every port's namespace name (those of other servers' ports are never made here)
     port_ns: tuple[str | None, ...] = tuple(
-        f"{prefix}r{p}" if spec.namespaces else None for p in ports
+        f"{prefix}r{p}" if spec.namespaces else None for p in range(len(spec.interfaces))
     )
     netns = tuple(port_ns[spec.port_of(r)] for r in range(spec.rank_count))
     if spec.namespaces:
-        ledger.record({"kind": "netns", "name": ns} for ns in port_ns)
-        run_batch([ip("netns", "add", str(ns)) for ns in port_ns])
+        ledger.record({"kind": "netns", "name": port_ns[p]} for p in ports)
+        run_batch([ip("netns", "add", str(port_ns[p])) for p in ports])
         ledger.record(
             {"kind": "moved_link", "netns": port_ns[p], "name": spec.interfaces[p]} for p in ports
         )

@@ -127,6 +127,30 @@ def _active_message(path: Path) -> str:
     return f"a killed run (pid {pid}) left a {owner} fabric behind ({path}); run `emulate clean`"
 
 
+def clean_state(path: Path) -> tuple[list[str], int] | None:
+    """What `emulate clean` does: release what the state file at `path` lists, one by one, and
+    remove the file. None when there is no file; (removed, the pid that wrote it) otherwise.
+    Refused while that process runs (it releases its own), or when something remains."""
+    state = load_state(path)
+    if state is None:
+        return None
+    pid = int(state.get("pid", 0))
+    if pid != os.getpid() and owner_alive(state):
+        raise EnvironmentProblem(
+            f"the {state.get('owner', '?')} fabric in {path} belongs to running pid {pid}; "
+            "stop that run (Ctrl-C) and it releases its own resources"
+        )
+    removed, remaining = release_resources(list(state.get("resources", [])))
+    if remaining:
+        state["resources"] = remaining
+        path.write_text(json.dumps(state))
+        raise EnvironmentProblem(
+            f"removed {len(removed)} resources but {len(remaining)} remain (listed in {path})"
+        )
+    path.unlink(missing_ok=True)
+    return removed, pid
+
+
 def load_state(path: Path | None = None) -> dict[str, Any] | None:
     path = path or state_path()
     try:

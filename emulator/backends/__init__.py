@@ -36,7 +36,12 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     ClusterBackend.name: ClusterBackend,
 }
 # the fabric kind each backend runs
-_FABRIC_OF = {"netns": ClosSpec, "dut": DutSpec, "sim": ClosSpec, "cluster": ClosSpec}
+_FABRIC_OF: dict[str, type | tuple[type, ...]] = {
+    "netns": ClosSpec,
+    "dut": DutSpec,
+    "sim": ClosSpec,
+    "cluster": (ClosSpec, DutSpec),
+}
 
 
 def backend_name(scenario: Scenario, override: str | None = None) -> str:

@@ -42,6 +42,7 @@ from emulator.latency import LatencyHistogram
 from emulator.run.interrupts import Interrupts
 from emulator.run.options import RunOptions
 from emulator.run.progress import ProgressLine, ProgressState
+from emulator.run.tdf import TdfChoice
 from emulator.run.workload import Driver, PlannedWorkload
 from emulator.scenario.model import Scenario
 from emulator.schedule.driver import FlowLike
@@ -57,6 +58,9 @@ class BackendContext:
     options: RunOptions  # say(), fabric_prefix, progress
     stack: contextlib.ExitStack  # releases, in reverse order, whatever happens
     interrupts: Interrupts  # check() raises KeyboardInterrupt for a Ctrl-C not yet delivered
+    # time_dilation auto, measured where the backend runs (a cluster's servers): the session
+    # calibrates, sets `tdf` before it brings anything up, and says how in Session.tdf_choice
+    calibrate_tdf: bool = False
 
 
 @dataclass
@@ -100,6 +104,7 @@ class Session(ABC):
 
     marker_name: str  # the ECN marker (or the marking law) in use
     port_line_rate_bps: float | None = None  # switch ports' target rate, for their utilization
+    tdf_choice: TdfChoice | None = None  # the TDF it calibrated (BackendContext.calibrate_tdf)
 
     @abstractmethod
     def run(self, job: ReplayJob) -> SessionReport:

@@ -1,4 +1,5 @@
-"""The engine over several servers of a Ray cluster (`cluster`): the emulated Clos split by leaf.
+"""The engine over several servers of a Ray cluster (`cluster`): the emulated Clos split by leaf,
+or the ports toward a switch under test split by the servers that own them.
 
 The same engine as `netns` (emulator.backends.engine), placed differently: each server's actor
 (emulator.cluster.server) brings up its part of the fabric, the cables between servers as VXLAN
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import threading
 from typing import Any
 
@@ -29,11 +31,14 @@ from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.events import CpuSample, NicSample, RunEvent
 from emulator.run.attribution import class_names, classes_json
+from emulator.run.calibrate import Shape
 from emulator.run.sampling import Sampler
+from emulator.run.tdf import AUTO_PER_SERVER, TdfChoice, auto_tdf
 from emulator.run.verdict import engine_checks
-from fabrics.spec import ClosSpec
+from fabrics.spec import ClosSpec, DutSpec
 
 TEARDOWN_TIMEOUT_S = 60.0
+CALIBRATE_TIMEOUT_S = 900.0  # a first calibration of a shape on a server takes a while
 DRIVER = "driver"  # the CPU samples of the machine the coordinator runs on
 
 
@@ -58,8 +63,9 @@ class ClusterSession(Session):
         say = context.options.say
         scenario = context.scenario
         spec = scenario.fabric
-        assert isinstance(spec, ClosSpec) and plan.topology is not None
-        self.port_line_rate_bps = spec.fabric_link_gbps * 1e9
+        self.dut = isinstance(spec, DutSpec)
+        if isinstance(spec, ClosSpec):
+            self.port_line_rate_bps = spec.fabric_link_gbps * 1e9
         say(f"cluster: joining the Ray cluster at {cluster.address}")
         connect(cluster.address)
         context.stack.callback(_ray_shutdown)
@@ -71,27 +77,39 @@ class ClusterSession(Session):
             info = placed.infos[share.name]
             offset, error = placed.offsets_s[share.name]
             part = share.part
-            nodes = sorted(part.nodes) if part is not None else []
-            switches = [n for n in nodes if not n.startswith("h")]
+            if isinstance(spec, DutSpec):
+                hosts = "interfaces " + ", ".join(spec.interfaces[p] for p in share.ports)
+            else:
+                nodes = sorted(part.nodes) if part is not None else []
+                switches = [n for n in nodes if not n.startswith("h")]
+                hosts = (
+                    f"switches {', '.join(switches) or 'none'}, "
+                    f"{len(part.tunnels) if part else 0} links to other servers"
+                )
             say(
                 f"cluster: server {share.name} ({info['hostname']}, {info['cores']} cores): "
-                f"{len(share.ranks)} ranks, switches {', '.join(switches) or 'none'}, "
-                f"{len(part.tunnels) if part else 0} links to other servers; clock offset "
-                f"{offset * 1e3:+.3f} ms +- {error * 1e3:.3f} ms"
+                f"{len(share.ranks)} ranks, {hosts}; clock offset {offset * 1e3:+.3f} ms "
+                f"+- {error * 1e3:.3f} ms"
             )
-        say(
-            f"cluster: {plan.cross_cables()} links between servers, VXLAN over the underlays, "
-            f"each up to {spec.fabric_link_gbps / context.tdf * 1e3:.3g} Mb/s of wall-clock "
-            f"traffic at TDF {context.tdf:g} (the underlay must carry "
-            f"{plan.cross_cables() * spec.fabric_link_gbps / context.tdf * 1e3:.3g} Mb/s at most)"
-        )
+        if isinstance(spec, ClosSpec):
+            cross, rate = plan.cross_cables(), spec.fabric_link_gbps / context.tdf
+            say(
+                f"cluster: {cross} links between servers, VXLAN over the underlays, each up to "
+                f"{rate * 1e3:.3g} Mb/s of wall-clock traffic at TDF {context.tdf:g} (the "
+                f"underlays carry at most {cross * rate * 1e3:.3g} Mb/s in each direction)"
+            )
         import ray
 
+        if context.calibrate_tdf:
+            self.tdf_choice = self._calibrate()
+            context.tdf = self.tdf_choice.tdf
         # every part at once; each server's teardown is registered first, so a part that
         # fails to come up still has the others released
         context.stack.callback(self._teardown)
         refs = {
-            s.name: placed.actors[s.name].bring_up.remote(spec, context.tdf, s.prefix, s.part)
+            s.name: placed.actors[s.name].bring_up.remote(
+                spec, context.tdf, s.prefix, s.part, s.ports
+            )
             for s in plan.shares
         }
         self.parts: dict[str, dict[str, Any]] = {}
@@ -105,20 +123,94 @@ class ClusterSession(Session):
             context.interrupts.check()
         first = self.parts[plan.shares[0].name]["metadata"]
         self.marker_name = str(first.get("marker", "none"))
-        topology = plan.topology
         rate = target_rate_bps(spec)
         netns = {int(r): ns for p in self.parts.values() for r, ns in p["rank_netns"].items()}
-        self.ranks = [
-            RankEndpoint(r, str(topology.host_address(h)), netns[r], rate)
-            for r, h in enumerate(topology.hosts)
-        ]
+        if isinstance(spec, DutSpec):
+            shared = spec.ranks_per_interface > 1  # one transmit arbiter per port
+            self.ranks = [
+                RankEndpoint(
+                    r,
+                    str(ipaddress.IPv4Interface(spec.rank_cidr(r)).ip),
+                    netns[r],
+                    rate,
+                    nic=spec.port_of(r) if shared else None,
+                )
+                for r in range(spec.rank_count)
+            ]
+        else:
+            topology = plan.topology
+            assert topology is not None
+            self.ranks = [
+                RankEndpoint(r, str(topology.host_address(h)), netns[r], rate)
+                for r, h in enumerate(topology.hosts)
+            ]
         self.engine_metadata: dict[str, Any] = {}
         self._torn_down = False
+
+    def _calibrate(self) -> TdfChoice:
+        """time_dilation auto, per server: each measures its own share's load curve (cached
+        there per machine and shape), the run takes the highest TDF any needs. One server
+        after another: on one machine (the tests) they would disturb each other."""
+        import ray
+
+        context, plan = self.context, self.plan
+        scenario = context.scenario
+        spec = scenario.fabric
+        assert isinstance(spec, ClosSpec)
+        rate = target_rate_bps(spec)
+        per_server: dict[str, Any] = {}
+        for share in plan.shares:
+            part = share.part
+            assert part is not None
+            spines = sum(1 for n in part.nodes if n.startswith("s"))
+            shape = Shape(
+                spec.hosts_per_leaf,
+                max(1, len(share.server.leaves)),
+                max(1, spines),
+                spec.parallel_links,
+                scenario.collectives.qps_per_peer,
+                len(share.ranks),
+            )
+            context.options.say(f"cluster: server {share.name} calibrates {shape.key()}")
+            calibration = ray.get(
+                self.placed.actors[share.name].calibrate.remote(
+                    scenario.transport.path_mtu_bytes, shape, context.options.recalibrate
+                ),
+                timeout=CALIBRATE_TIMEOUT_S,
+            )
+            tdf, why = auto_tdf(
+                len(share.ranks) * rate,
+                calibration,
+                scenario.transport.dcqcn,
+                scenario.metrics.fidelity.cpu_busy_ratio,
+            )
+            per_server[share.name] = {
+                "tdf": tdf,
+                "bound_by": why,
+                "shape": shape.key(),
+                "calibration": calibration.to_json(),
+            }
+        worst = max(per_server, key=lambda name: per_server[name]["tdf"])
+        tdf = per_server[worst]["tdf"]
+        context.options.say(
+            f"cluster: TDF {tdf:g} (auto per server, the highest: "
+            + ", ".join(f"{n} {v['tdf']:g}" for n, v in per_server.items())
+            + ")"
+        )
+        return TdfChoice(
+            tdf,
+            AUTO_PER_SERVER,
+            plan_peak_bps(spec, plan),
+            bound_by=f"server {worst}: {per_server[worst]['bound_by']}",
+            per_server=per_server,
+        )
 
     # -- Session ---------------------------------------------------------------------------
     def metadata(self) -> dict[str, Any]:
         servers = {name: p["metadata"] for name, p in self.parts.items()}
         first = next(iter(servers.values()))
+        if self.dut:
+            return {"backend": "cluster", "marker": "dut", "servers": servers}
         return {
             "backend": "cluster",
             "marker": first.get("marker"),
@@ -258,6 +350,8 @@ class ClusterSession(Session):
             ),
             reasons=reasons,
             unknown=unknown,
+            # a real switch under test is not ours: its drops are not in our counters
+            not_applicable=("drops_in_lossless_fabric",) if self.dut else (),
             extra=extra,
             error=error,
         )
@@ -364,6 +458,11 @@ class _Throughput:
             return max(0.0, sum(self.rates.values()))
 
 
+def plan_peak_bps(spec: Any, plan: ClusterPlan) -> float:
+    """Every rank's NIC at line rate, over all servers."""
+    return sum(len(s.ranks) for s in plan.shares) * target_rate_bps(spec)
+
+
 def _cause(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[-1] if text else ''}".strip(": ")
@@ -384,9 +483,13 @@ class ClusterBackend(Backend):
     def open(self, context: BackendContext) -> Session:
         cluster = cluster_of(context)
         scenario = context.scenario
-        if not isinstance(scenario.fabric, ClosSpec):
-            raise ScenarioError("run.cluster: only a clos fabric is split over servers so far")
-        if scenario.fabric.link_events:
+        fabric = scenario.fabric
+        if isinstance(fabric, DutSpec) and context.tdf != 1:
+            # a physical switch cannot be slowed down (as fabrics.registry says for one machine)
+            raise ScenarioError(
+                f"run.time_dilation: {context.tdf:g} cannot apply to a dut fabric; use 1"
+            )
+        if isinstance(fabric, ClosSpec) and fabric.link_events:
             raise ScenarioError("fabric.link_events: not supported over a cluster yet")
         if scenario.run.pfc_frames:
             raise ScenarioError("run.pfc_frames: not supported over a cluster yet")

@@ -1,6 +1,8 @@
 """Which server hosts what: a ClusterSpec and the scenario's fabric turned into each server's share.
 
-Emulated Clos: a server hosts the leaves it names with their hosts (rank r is host h<r> under
+Toward a DUT: a server owns the interfaces it names, and their ranks run there; the ranks of
+different servers reach each other through the DUT, as on one machine. Emulated Clos: a server
+hosts the leaves it names with their hosts (rank r is host h<r> under
 leaf r // hosts_per_leaf), the spines and super spines it names (those named by none go to the
 first server); the cables between servers are VXLAN tunnels over the servers' underlays
 (fabrics/vxlan.py plan_parts, which every server could compute alike). A server's namespaces
@@ -27,6 +29,7 @@ class ServerShare:
     prefix: str  # its namespaces' name prefix
     ranks: tuple[int, ...]  # the ranks whose endpoints live here
     part: FabricPart | None = None  # clos: the nodes and tunnel ends it brings up
+    ports: tuple[int, ...] = ()  # dut: its interfaces (indexes into fabric.interfaces)
 
     @property
     def name(self) -> str:
@@ -57,10 +60,7 @@ def plan_cluster(cluster: ClusterSpec, fabric: object, prefix: str) -> ClusterPl
     if isinstance(fabric, ClosSpec):
         return _plan_clos(cluster, fabric, prefix)
     if isinstance(fabric, DutSpec):
-        raise ScenarioError(
-            "run.cluster: a dut fabric split over servers is not supported yet (its ports "
-            "must all be on the machine that runs `emulate run`)"
-        )
+        return _plan_dut(cluster, fabric, prefix)
     raise ScenarioError(f"run.cluster: a {type(fabric).__name__} fabric cannot be split")
 
 
@@ -125,3 +125,31 @@ def _plan_clos(cluster: ClusterSpec, spec: ClosSpec, prefix: str) -> ClusterPlan
             raise ScenarioError(f"run.cluster.servers: server {server.name} hosts nothing")
         shares.append(ServerShare(server, f"{prefix}{server.name}-", ranks, part))
     return ClusterPlan(tuple(shares), topology)
+
+
+def _plan_dut(cluster: ClusterSpec, spec: DutSpec, prefix: str) -> ClusterPlan:
+    index = {name: p for p, name in enumerate(spec.interfaces)}
+    owner: dict[int, str] = {}
+    shares = []
+    for i, server in enumerate(cluster.servers):
+        key = f"run.cluster.servers[{i}]"
+        if server.leaves or server.spines or server.super_spines or server.underlay:
+            raise ScenarioError(f"{key}: a dut fabric is split by interfaces, not by switches")
+        for name in server.interfaces:
+            if name not in index:
+                raise ScenarioError(f"{key}.interfaces: {name} is not one of fabric.interfaces")
+            port = index[name]
+            if port in owner:
+                raise ScenarioError(f"{key}.interfaces: {name} is already on server {owner[port]}")
+            owner[port] = server.name
+        ports = tuple(sorted(index[name] for name in server.interfaces))
+        if not ports:
+            raise ScenarioError(f"{key}.interfaces: server {server.name} owns no interface")
+        ranks = tuple(r for r in range(spec.rank_count) if spec.port_of(r) in ports)
+        shares.append(ServerShare(server, f"{prefix}{server.name}-", ranks, None, ports))
+    free = [name for p, name in enumerate(spec.interfaces) if p not in owner]
+    if free:
+        raise ScenarioError(
+            f"run.cluster.servers: interface {free[0]} is on no server ({len(free)} unplaced)"
+        )
+    return ClusterPlan(tuple(shares))

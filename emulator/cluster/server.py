@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from emulator.engine.worker import WorkerSpec, worker_main
-from emulator.errors import EmulatorError
 from emulator.events import RunEvent
-from fabrics.ownership import STATE_DIR_ENV, load_state, owner_alive, release_resources, state_path
+from fabrics.ownership import STATE_DIR_ENV, clean_state, state_path
 
 TAKE_MAX_ITEMS = 512  # messages per `take` reply (a reply is one Ray object)
 STOP_GRACE_S = 1.0
@@ -90,27 +89,42 @@ class EngineServer:
     def clock(self) -> float:
         return time.perf_counter()
 
-    def bring_up(self, fabric: Any, tdf: float, prefix: str, part: Any) -> dict[str, Any]:
-        """This server's part of the Clos; the netns of each local rank and the metadata."""
+    def bring_up(
+        self, fabric: Any, tdf: float, prefix: str, part: Any, ports: tuple[int, ...]
+    ) -> dict[str, Any]:
+        """This server's part of the Clos (`part`), or its interfaces toward a DUT (`ports`):
+        the netns of each local rank and the metadata."""
+        from fabrics.dut import bring_up_dut
         from fabrics.netns import bring_up
+        from fabrics.spec import DutSpec
         from fabrics.topology import build_clos
 
         said: list[str] = []
-        self.live = bring_up(
-            build_clos(fabric),
-            rate_scale=1 / tdf,
-            delay_scale=tdf,
-            marker=fabric.marker,
-            prefix=prefix,
-            progress=said.append,
-            part=part,
-        )
+        if isinstance(fabric, DutSpec):
+            # the allowlist is checked here too: every server refuses what it does not allow
+            self.live = bring_up_dut(fabric, prefix=prefix, ports=ports)
+        else:
+            self.live = bring_up(
+                build_clos(fabric),
+                rate_scale=1 / tdf,
+                delay_scale=tdf,
+                marker=fabric.marker,
+                prefix=prefix,
+                progress=said.append,
+                part=part,
+            )
         live = self.live
         return {
             "metadata": live.metadata(),
             "rank_netns": {r: live.rank_netns(r) for r in live.local_ranks},
             "said": said,
         }
+
+    def calibrate(self, path_mtu_bytes: int, shape: Any, refresh: bool) -> Any:
+        """This server's load curve for its share (emulator.run.calibrate; cached here)."""
+        from emulator.run.calibrate import calibrate
+
+        return calibrate(path_mtu_bytes, shape, refresh=refresh)
 
     def launch(self, spec: WorkerSpec, start_method: str) -> int:
         return self._spawner.submit(self._launch, spec, start_method).result()
@@ -203,14 +217,26 @@ class EngineServer:
         from emulator.run.progress import ProgressLine, ProgressState
         from emulator.run.sampling import Sampler
         from fabrics.counters import read_port_counters
+        from fabrics.spec import DutSpec
         from fabrics.topology import HOST_IFNAME
 
         live = self.live
-        sources = {r: NetlinkCounters(HOST_IFNAME, live.rank_netns(r)) for r in live.local_ranks}
+        dut = isinstance(getattr(live, "spec", None), DutSpec)
+        if dut:  # one reading per port, under its first rank (as emulator.backends.engine)
+            spec = live.spec
+            sources = {
+                r: NetlinkCounters(spec.rank_interface(r), live.rank_netns(r))
+                for r in live.local_ranks
+                if r % spec.ranks_per_interface == 0
+            }
+        else:
+            sources = {
+                r: NetlinkCounters(HOST_IFNAME, live.rank_netns(r)) for r in live.local_ranks
+            }
         self.sampler = Sampler(
             self._samples,
             NicSampler(sources),
-            lambda: list(read_port_counters(live).values()),
+            None if dut else lambda: list(read_port_counters(live).values()),
             interval_s,
             tdf,
             ProgressLine(1, 0, 0.0, enabled=False),
@@ -265,14 +291,5 @@ def clean_server(state_dir: str | None) -> list[str]:
     lists (refused while the process that wrote it runs)."""
     if state_dir:
         os.environ[STATE_DIR_ENV] = state_dir
-    path = state_path()
-    state = load_state(path)
-    if state is None:
-        return []
-    if owner_alive(state):
-        raise EmulatorError(f"{path}: its owner pid {state.get('pid')} still runs")
-    removed, remaining = release_resources(list(state.get("resources", [])))
-    if remaining:
-        raise EmulatorError(f"{path}: {len(remaining)} resources could not be released")
-    path.unlink(missing_ok=True)
-    return removed
+    cleaned = clean_state(state_path())
+    return [] if cleaned is None else cleaned[0]

@@ -16,30 +16,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from fabrics.ownership import load_state, owner_alive, release_resources, state_path
+    from fabrics.ownership import clean_state, state_path
 
     # root first: the state file's folder is root's alone, and what it lists only root can delete
     if os.geteuid() != 0:
         raise EnvironmentProblem("`emulate clean` needs root (it deletes namespaces and qdiscs)")
     path = state_path()
-    state = load_state(path)
-    if state is None:
+    cleaned = clean_state(path)
+    if cleaned is None:
         _report(args, [], f"nothing to clean: no state file at {path}")
         return EXIT_OK
-    pid = int(state.get("pid", 0))
-    if pid != os.getpid() and owner_alive(state):
-        raise EnvironmentProblem(
-            f"the {state.get('owner', '?')} fabric in {path} belongs to running pid {pid}; "
-            "stop that run (Ctrl-C) and it releases its own resources"
-        )
-    removed, remaining = release_resources(list(state.get("resources", [])))
-    if remaining:
-        state["resources"] = remaining
-        path.write_text(json.dumps(state))
-        raise EnvironmentProblem(
-            f"removed {len(removed)} resources but {len(remaining)} remain (listed in {path})"
-        )
-    path.unlink(missing_ok=True)
+    removed, pid = cleaned
     _report(args, removed, f"removed {len(removed)} resources left by pid {pid} ({path})")
     return EXIT_OK
 

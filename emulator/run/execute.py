@@ -35,7 +35,7 @@ from emulator.run.interrupts import Interrupts
 from emulator.run.options import RunOptions, RunResult
 from emulator.run.progress import ProgressLine
 from emulator.run.replay import Replay
-from emulator.run.tdf import TdfChoice
+from emulator.run.tdf import AUTO_PER_SERVER, TdfChoice
 from emulator.run.tester import TesterResults
 from emulator.run.verdict import burst_reason, slowest_link_bps
 from emulator.run.workload import PlannedWorkload, traffic_of
@@ -64,8 +64,17 @@ def run_planned(
     interrupts = Interrupts()
     stack.enter_context(interrupts.handled())
     backend = backend_for(scenario, options.backend)
-    context = BackendContext(scenario, planned, choice.tdf, options, stack, interrupts)
+    context = BackendContext(
+        scenario,
+        planned,
+        choice.tdf,
+        options,
+        stack,
+        interrupts,
+        calibrate_tdf=choice.how == AUTO_PER_SERVER,
+    )
     session = backend.open(context)
+    choice = session.tdf_choice or choice
     info = RunInfo(scenario.name, choice.tdf, session.marker_name, describe_fabric(scenario.fabric))
     recorder = RunRecorder(
         (),

@@ -29,7 +29,7 @@ from emulator.run.calibrate import Shape
 from emulator.run.execute import SimReference, run_planned
 from emulator.run.link_events import resolve as resolve_link_events
 from emulator.run.options import RunOptions, RunResult
-from emulator.run.tdf import TdfChoice, auto_tdf
+from emulator.run.tdf import AUTO_PER_SERVER, TdfChoice, auto_tdf
 from emulator.run.workload import (
     PlannedWorkload,
     plan_workload,
@@ -55,6 +55,14 @@ def calibration_shape(scenario: Scenario, world: int) -> Shape:
     # several pods: the same number of ranks on one pod's two tiers
     leaves = max(2, math.ceil(world / 16))
     return Shape(max(1, math.ceil(world / leaves)), leaves, 2, 1, qps, world)
+
+
+def _auto(scenario: Scenario, options: RunOptions) -> bool:
+    return (
+        options.tdf is None
+        and scenario.run.time_dilation == "auto"
+        and not isinstance(scenario.fabric, DutSpec)
+    )
 
 
 def choose_tdf(
@@ -266,12 +274,6 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
     options = dataclasses.replace(options, backend=backend)
     simulated = backend == "sim"
     _check_backend_keys(scenario, backend)
-    if backend == "cluster" and options.tdf is None and scenario.run.time_dilation == "auto":
-        # this machine's calibration says nothing of the servers' (not measured there yet)
-        raise ScenarioError(
-            "run.time_dilation: auto is not calibrated on a cluster's servers yet; give a "
-            "number (run.time_dilation or --tdf)"
-        )
     # over a cluster the servers' actors need root (they check), not the driver
     if not simulated and backend != "cluster" and os.geteuid() != 0:
         raise EnvironmentProblem(
@@ -291,6 +293,10 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
             resolve_link_events(scenario.fabric, build_clos(scenario.fabric))  # before bring-up
         if simulated:
             choice = simulated_time(scenario, planned)
+        elif backend == "cluster" and _auto(scenario, options):
+            # this machine's curve says nothing of the servers': each calibrates once placed
+            peak_bps = planned.world_size * target_rate_bps(scenario.fabric)
+            choice = TdfChoice(1.0, AUTO_PER_SERVER, peak_bps)
         else:
             choice = choose_tdf(scenario, options, planned.world_size, planned)
         started = datetime.now(UTC)
@@ -307,6 +313,8 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
         )
         if simulated:
             options.say(f"{head}; simulated (backend sim: no dilation, simulated time)")
+        elif choice.how == AUTO_PER_SERVER:
+            options.say(f"{head}; TDF calibrated on each server once the cluster is placed")
         else:
             options.say(
                 f"{head}; TDF {choice.tdf:g} ({choice.how}"

@@ -21,6 +21,8 @@ from emulator.run.calibrate import DELIVERED_OK_RATIO, Calibration, LoadPoint
 from emulator.run.verdict import timing_limits_s
 from emulator.transport.params import DcqcnParams
 
+AUTO_PER_SERVER = "auto per server"  # a cluster's servers each calibrate; the run takes the highest
+
 
 @dataclass(frozen=True)
 class TdfChoice:
@@ -29,15 +31,20 @@ class TdfChoice:
     peak_load_bps: float
     calibration: Calibration | None = None
     bound_by: str | None = None  # with auto: which limit set the factor
+    # "auto per server" (a run over a cluster): each server's TDF, what bound it, its curve
+    per_server: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "tdf": self.tdf,
             "how": self.how,
             "peak_load_bps": self.peak_load_bps,
             "bound_by": self.bound_by,
             "calibration": self.calibration.to_json() if self.calibration else None,
         }
+        if self.per_server is not None:
+            out["per_server"] = self.per_server
+        return out
 
 
 def round_up_2sig(value: float) -> float:

@@ -103,6 +103,12 @@ def engine_checks(
     reasons: list[str] = []
     unknown: list[str] = []
     p99_limit_s, max_limit_s = timing_limits_s(dcqcn)
+    servers = metadata.get("worker_servers") or []  # a run over a cluster: each worker's
+
+    def worker(index: int) -> str:
+        where = f" on server {servers[index]}" if index < len(servers) else ""
+        return f"engine worker {index}{where}"
+
     lateness = metadata.get("worker_tick_lateness") or []
     if not lateness or any(not isinstance(w, dict) or not w.get("ticks") for w in lateness):
         unknown.append("tick lateness: a worker reported no ticks")
@@ -112,14 +118,14 @@ def engine_checks(
         p99_s, max_s = w["p99_s"] / tdf, w["max_s"] / tdf
         if p99_s > p99_limit_s:
             reasons.append(
-                f"engine worker {index}: 1% of its ticks came {p99_s * 1e6:.2g} us (target time) "
+                f"{worker(index)}: 1% of its ticks came {p99_s * 1e6:.2g} us (target time) "
                 f"late or more, over DCQCN's {p99_limit_s * 1e6:g} us reaction timer "
                 f"({w['p99_s'] * 1e3:.1f} ms wall): CNPs and rate changes were acted on late; "
                 "raise the TDF"
             )
         if max_s > max_limit_s:
             reasons.append(
-                f"engine worker {index}: a tick came {max_s * 1e6:.3g} us (target time) late, "
+                f"{worker(index)}: a tick came {max_s * 1e6:.3g} us (target time) late, "
                 f"over DCQCN's {max_limit_s * 1e6:g} us increase period ({w['max_s'] * 1e3:.0f} "
                 "ms wall): a rate step was missed"
             )
@@ -132,7 +138,7 @@ def engine_checks(
         share = w["lost_bytes"] / w["sent_bytes"]
         if share > deficit_limit:
             reasons.append(
-                f"engine worker {index}: its ticks came too late to send {share:.1%} more bytes "
+                f"{worker(index)}: its ticks came too late to send {share:.1%} more bytes "
                 "than it sent, which the queue pairs' rates allowed (pacing deficit): rates and "
                 "FCTs are the machine's; raise the TDF"
             )
@@ -142,7 +148,7 @@ def engine_checks(
     for index, share in enumerate(busy or []):
         if share >= busy_limit:
             reasons.append(
-                f"engine worker {index} was on a CPU {share:.0%} of the run: pacing may have "
+                f"{worker(index)} was on a CPU {share:.0%} of the run: pacing may have "
                 "fallen behind; raise the TDF"
             )
     return reasons, unknown

@@ -136,6 +136,12 @@ def test_engine_timing_is_judged_per_worker_in_target_time() -> None:
     # TDF 100: p99 20 us > 4 us, max 300 us is not over 300 us
     reasons, unknown = engine_checks(meta, 100.0, dcqcn, 0.95)
     assert len(reasons) == 2 and all("reaction timer" in r for r in reasons) and not unknown
+    # over a cluster each reason names the worker's server (the verdict's per-server part)
+    reasons, _ = engine_checks({**meta, "worker_servers": ["a", "b"]}, 100.0, dcqcn, 0.95)
+    assert [r.split(":")[0] for r in reasons] == [
+        "engine worker 0 on server a",
+        "engine worker 1 on server b",
+    ]
     late = {"ticks": 1000, "p99_s": 1e-3, "max_s": 400e-3}
     behind = {"sent_bytes": 1e9, "lost_bytes": 8e7}
     reasons, _ = engine_checks(
