@@ -24,7 +24,7 @@ from collectors.queue_pairs import qp_rows
 from emulator.backends.base import Backend, BackendContext, ReplayJob, Session, SessionReport
 from emulator.backends.engine import engine_params, target_rate_bps
 from emulator.cluster.bridge import RemoteLauncher, ServerLink
-from emulator.cluster.placement import ClusterPlan, plan_cluster
+from emulator.cluster.placement import ClusterPlan, cluster_address, plan_cluster
 from emulator.cluster.spec import ClusterSpec
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.plan import RankEndpoint
@@ -44,11 +44,7 @@ DRIVER = "driver"  # the CPU samples of the machine the coordinator runs on
 
 def cluster_of(context: BackendContext) -> ClusterSpec:
     cluster = context.scenario.run.cluster
-    if not cluster.servers:
-        raise ScenarioError("run.cluster: the cluster backend needs the scenario's servers")
-    address = context.options.cluster or cluster.address
-    if not address:
-        raise ScenarioError("run.cluster.address: give the Ray cluster's address (or --cluster)")
+    address = cluster_address(cluster, context.options.cluster)
     return dataclasses.replace(cluster, address=address)
 
 
@@ -91,18 +87,13 @@ class ClusterSession(Session):
                 f"{len(share.ranks)} ranks, {hosts}; clock offset {offset * 1e3:+.3f} ms "
                 f"+- {error * 1e3:.3f} ms"
             )
-        if isinstance(spec, ClosSpec):
-            cross, rate = plan.cross_cables(), spec.fabric_link_gbps / context.tdf
-            say(
-                f"cluster: {cross} links between servers, VXLAN over the underlays, each up to "
-                f"{rate * 1e3:.3g} Mb/s of wall-clock traffic at TDF {context.tdf:g} (the "
-                f"underlays carry at most {cross * rate * 1e3:.3g} Mb/s in each direction)"
-            )
         import ray
 
         if context.calibrate_tdf:
             self.tdf_choice = self._calibrate()
             context.tdf = self.tdf_choice.tdf
+        if isinstance(spec, ClosSpec):
+            self._say_underlays(spec)
         # every part at once; each server's teardown is registered first, so a part that
         # fails to come up still has the others released
         context.stack.callback(self._teardown)
@@ -146,6 +137,39 @@ class ClusterSession(Session):
             ]
         self.engine_metadata: dict[str, Any] = {}
         self._torn_down = False
+
+    def _say_underlays(self, spec: ClosSpec) -> None:
+        """What crosses between servers at this TDF, against each underlay's own speed."""
+        import ray
+
+        context, plan = self.context, self.plan
+        rate_mbps = spec.fabric_link_gbps / context.tdf * 1e3
+        context.options.say(
+            f"cluster: {plan.cross_cables()} links between servers as VXLAN over the underlays, "
+            f"each up to {rate_mbps:.3g} Mb/s of wall-clock traffic at TDF {context.tdf:g}"
+        )
+        for share in plan.shares:
+            underlay, part = share.server.underlay, share.part
+            if underlay is None or part is None or not part.tunnels:
+                continue
+            info = ray.get(
+                self.placed.actors[share.name].underlay.remote(underlay.interface, underlay.netns),
+                timeout=TEARDOWN_TIMEOUT_S,
+            )
+            need = len(part.tunnels) * rate_mbps  # every tunnel of this server at once
+            speed = info["speed_mbps"]
+            said = f"{speed} Mb/s" if speed else "speed unknown (its driver reports none)"
+            context.options.say(
+                f"cluster: server {share.name}'s underlay {underlay.interface} "
+                f"({underlay.address}): {said}, MTU {info['mtu']}; its tunnels carry at most "
+                f"{need:.3g} Mb/s each way"
+            )
+            if speed and speed < need:
+                context.options.say(
+                    f"warning: server {share.name}'s underlay ({speed} Mb/s) is slower than its "
+                    f"tunnels at line rate ({need:.3g} Mb/s): the underlay, not the emulated "
+                    "fabric, would limit cross-server traffic; raise the TDF"
+                )
 
     def _calibrate(self) -> TdfChoice:
         """time_dilation auto, per server: each measures its own share's load curve (cached

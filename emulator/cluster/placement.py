@@ -52,6 +52,18 @@ class ClusterPlan:
         return sum(len(s.part.tunnels) for s in self.shares if s.part is not None) // 2
 
 
+def cluster_address(cluster: ClusterSpec, override: str | None) -> str:
+    """The Ray address the run joins: --cluster, else run.cluster.address."""
+    if not cluster.servers:
+        raise ScenarioError(
+            "run.cluster.servers: a run over a cluster needs the servers and what each hosts"
+        )
+    address = override or cluster.address
+    if not address:
+        raise ScenarioError("run.cluster.address: give the Ray cluster's address (or --cluster)")
+    return address
+
+
 def plan_cluster(cluster: ClusterSpec, fabric: object, prefix: str) -> ClusterPlan:
     if not cluster.servers:
         raise ScenarioError(

@@ -89,6 +89,24 @@ class EngineServer:
     def clock(self) -> float:
         return time.perf_counter()
 
+    def underlay(self, dev: str, netns: str | None) -> dict[str, Any]:
+        """The underlay interface's speed (Mb/s, None when its driver says none: a veth) and
+        MTU, as ethtool and ip see them."""
+        import json
+        import re
+
+        from fabrics.iproute import Cmd, ip, run
+
+        out = run(Cmd("ethtool", (dev,), netns), check=False)
+        found = re.search(r"Speed:\s*(\d+)\s*Mb/s", out)
+        links = json.loads(
+            run(ip("-j", "link", "show", "dev", dev, netns=netns), check=False) or "[]"
+        )
+        return {
+            "speed_mbps": int(found.group(1)) if found else None,
+            "mtu": links[0].get("mtu") if links else None,
+        }
+
     def bring_up(
         self, fabric: Any, tdf: float, prefix: str, part: Any, ports: tuple[int, ...]
     ) -> dict[str, Any]:

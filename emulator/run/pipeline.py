@@ -274,6 +274,11 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
     options = dataclasses.replace(options, backend=backend)
     simulated = backend == "sim"
     _check_backend_keys(scenario, backend)
+    if backend == "cluster":  # refused before anything is planned, written or joined
+        from emulator.cluster.connect import check_security
+        from emulator.cluster.placement import cluster_address
+
+        check_security(cluster_address(scenario.run.cluster, options.cluster))
     # over a cluster the servers' actors need root (they check), not the driver
     if not simulated and backend != "cluster" and os.geteuid() != 0:
         raise EnvironmentProblem(

@@ -157,7 +157,7 @@ def test_split_by_leaf_gives_the_one_machine_run(
         assert servers["a"]["ranks"] == [0, 1] and servers["b"]["ranks"] == [2, 3]
         assert set(split.summary["machine"]["servers"]) == {"a", "b", "driver"}
         assert deps["cross_server"]["count"] > 0
-        assert any("2 links between servers" in m for m in messages), messages
+        assert any("2 links between servers as VXLAN" in m for m in messages), messages
         for kind in one:
             assert abs(two[kind] / one[kind] - 1) <= BUSBW_BOUND, (kind, one, two)
 
