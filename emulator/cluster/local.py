@@ -51,11 +51,12 @@ def _sh(*args: str) -> None:
 @contextlib.contextmanager
 def local_cluster(state_dir: Path, servers: tuple[str, str] = ("a", "b")) -> Iterator[LocalCluster]:
     """Two servers (a head node with no CPUs, one node per server) and their underlays."""
-    from ray.cluster_utils import Cluster
-
     saved = {k: os.environ.get(k) for k in AUTH_ENV}
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
+    _reload_ray_auth()
+    from ray.cluster_utils import Cluster
+
     tag = os.getpid() % 100000
     names = {s: f"ul{s}{tag}" for s in servers}
     addresses = {s: f"10.251.0.{i + 1}" for i, s in enumerate(servers)}
@@ -98,3 +99,15 @@ def local_cluster(state_dir: Path, servers: tuple[str, str] = ("a", "b")) -> Ite
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        _reload_ray_auth()
+
+
+def _reload_ray_auth() -> None:
+    """Ray reads RAY_AUTH_MODE and the token once, when it is first imported, and caches them:
+    a process that imported Ray before the variables were set (a test session) must have it read
+    them again. The same two calls as Ray's own test helper (ray._private.
+    authentication_test_utils.reset_auth_token_state)."""
+    from ray._raylet import AuthenticationTokenLoader, Config
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()

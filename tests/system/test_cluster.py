@@ -172,40 +172,43 @@ def test_a_killed_actor_stops_the_run_with_partial_results_and_nothing_left(
 ) -> None:
     path = _scenario(lab, tmp_path, split=True, iterations=40, tdf=20000)
     out = tmp_path / "out"
-    failure: list[BaseException] = []
+    state = lab.state_dir / "b" / "state.json"
+    killed: list[float] = []
+    gave_up = threading.Event()
 
-    def run() -> None:
-        try:
+    def kill_server_b() -> None:
+        # server b's part is up once its state file and namespaces exist; the workers start
+        # and the replay is under way a few seconds later (it runs for minutes at this TDF)
+        deadline = time.monotonic() + 120
+        while not (state.exists() and _prefixed(f"{fabric_env}b-")):
+            if time.monotonic() > deadline or gave_up.wait(0.2):
+                return
+        if gave_up.wait(8.0):
+            return
+        actor_pid = json.loads(state.read_text())["pid"]
+        killed.append(time.monotonic())
+        os.kill(actor_pid, signal.SIGKILL)  # the actor of server b, as `kill -9` would
+
+    # the run stays on this (the main) thread: it installs its signal handlers
+    killer = threading.Thread(target=kill_server_b, daemon=True)
+    killer.start()
+    try:
+        with pytest.raises(EngineFailure) as failure:
             run_scenario(
                 load_scenario(path),
                 RunOptions(
                     out_dir=out, progress=False, fabric_prefix=fabric_env, cluster=lab.address
                 ),
             )
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    state = lab.state_dir / "b" / "state.json"
-    deadline = time.monotonic() + 120
-    # server b's part is up once its state file and namespaces exist; the workers start and
-    # the replay is under way a few seconds later (it runs for minutes at this TDF)
-    while time.monotonic() < deadline and not (state.exists() and _prefixed(f"{fabric_env}b-")):
-        time.sleep(0.2)
-    time.sleep(8.0)
-    assert state.exists(), "server b's part never came up"
-    actor_pid = json.loads(state.read_text())["pid"]
-    killed_at = time.monotonic()
-    os.kill(actor_pid, signal.SIGKILL)  # the actor of server b, as `kill -9` would
-    thread.join(timeout=120)
-    assert not thread.is_alive()
-    stopped_s = time.monotonic() - killed_at
-    assert failure and isinstance(failure[0], EngineFailure), failure
-    assert "server b" in str(failure[0]), failure[0]
+    finally:
+        gave_up.set()
+        killer.join(timeout=10)
+    assert killed, "server b's part never came up"
+    stopped_s = time.monotonic() - killed[0]
+    assert "server b" in str(failure.value), failure.value
     summary = json.loads((out / "summary.json").read_text())
     assert summary["partial"] is True
-    print(f"stopped {stopped_s:.1f} s after the kill: {failure[0]}")
+    print(f"stopped {stopped_s:.1f} s after the kill: {failure.value}")
     # nothing left on either server: server b's by the clean-up task on its node
     assert not _prefixed(f"{fabric_env}a-") and not _prefixed(f"{fabric_env}b-")
     assert not (lab.state_dir / "a" / "state.json").exists()
