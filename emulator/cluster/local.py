@@ -107,7 +107,8 @@ def _reload_ray_auth() -> None:
     a process that imported Ray before the variables were set (a test session) must have it read
     them again. The same two calls as Ray's own test helper (ray._private.
     authentication_test_utils.reset_auth_token_state)."""
-    from ray._raylet import AuthenticationTokenLoader, Config
+    import importlib
 
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
+    raylet = importlib.import_module("ray._raylet")  # compiled, without type stubs
+    raylet.Config.initialize("")
+    raylet.AuthenticationTokenLoader.instance().reset_cache()
