@@ -36,6 +36,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from collectors.fidelity import PartScope
 from collectors.queue_pairs import QpRow
 from emulator.events import RunEvent
 from emulator.latency import LatencyHistogram
@@ -58,9 +59,6 @@ class BackendContext:
     options: RunOptions  # say(), fabric_prefix, progress
     stack: contextlib.ExitStack  # releases, in reverse order, whatever happens
     interrupts: Interrupts  # check() raises KeyboardInterrupt for a Ctrl-C not yet delivered
-    # time_dilation auto, measured where the backend runs (a cluster's servers): the session
-    # calibrates, sets `tdf` before it brings anything up, and says how in Session.tdf_choice
-    calibrate_tdf: bool = False
 
 
 @dataclass
@@ -97,6 +95,9 @@ class SessionReport:
     pfc_sent: Counter[int] = field(default_factory=Counter)  # PFC frames our generators sent
     extra: dict[str, Any] = field(default_factory=dict)  # more of summary.json
     error: BaseException | None = None  # an interrupt or engine failure, raised after writing
+    # a backend in parts (a cluster's servers): what each held and its own reasons, for a
+    # verdict per part beside the run's (collectors.fidelity)
+    parts: dict[str, PartScope] = field(default_factory=dict)
 
 
 class Session(ABC):
@@ -104,7 +105,6 @@ class Session(ABC):
 
     marker_name: str  # the ECN marker (or the marking law) in use
     port_line_rate_bps: float | None = None  # switch ports' target rate, for their utilization
-    tdf_choice: TdfChoice | None = None  # the TDF it calibrated (BackendContext.calibrate_tdf)
 
     @abstractmethod
     def run(self, job: ReplayJob) -> SessionReport:
@@ -134,3 +134,13 @@ class Backend(ABC):
     @abstractmethod
     def open(self, context: BackendContext) -> Session:
         """Bring it up (every release registered on context.stack) and return the session."""
+
+    def load_curve_tdf(
+        self, scenario: Scenario, options: RunOptions, planned: PlannedWorkload
+    ) -> TdfChoice | None:
+        """time_dilation auto's first factor, measured where this backend runs (a cluster: on
+        each of its servers); None: this machine's load curve (emulator.run.calibrate) is the
+        one. The run then verifies the factor with short replays of the scenario on this
+        backend (emulator.run.probe), whoever measured the curve."""
+        del scenario, options, planned
+        return None

@@ -19,6 +19,7 @@ import ipaddress
 import threading
 from typing import Any
 
+from collectors.fidelity import PartScope
 from collectors.nic import NicSampler
 from collectors.queue_pairs import qp_rows
 from emulator.backends.base import Backend, BackendContext, ReplayJob, Session, SessionReport
@@ -32,9 +33,12 @@ from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.events import CpuSample, NicSample, RunEvent
 from emulator.run.attribution import class_names, classes_json
 from emulator.run.calibrate import Shape
+from emulator.run.options import RunOptions
 from emulator.run.sampling import Sampler
 from emulator.run.tdf import AUTO_PER_SERVER, TdfChoice, auto_tdf
 from emulator.run.verdict import engine_checks
+from emulator.run.workload import PlannedWorkload
+from emulator.scenario.model import Scenario
 from fabrics.spec import ClosSpec, DutSpec
 
 TEARDOWN_TIMEOUT_S = 60.0
@@ -42,7 +46,7 @@ CALIBRATE_TIMEOUT_S = 900.0  # a first calibration of a shape on a server takes 
 DRIVER = "driver"  # the CPU samples of the machine the coordinator runs on
 
 
-def cluster_of(context: BackendContext) -> ClusterSpec:
+def cluster_of(context: BackendContext | _Calibrating) -> ClusterSpec:
     cluster = context.scenario.run.cluster
     address = cluster_address(cluster, context.options.cluster)
     return dataclasses.replace(cluster, address=address)
@@ -89,9 +93,6 @@ class ClusterSession(Session):
             )
         import ray
 
-        if context.calibrate_tdf:
-            self.tdf_choice = self._calibrate()
-            context.tdf = self.tdf_choice.tdf
         if isinstance(spec, ClosSpec):
             self._say_underlays(spec)
         # every part at once; each server's teardown is registered first, so a part that
@@ -170,64 +171,6 @@ class ClusterSession(Session):
                     f"tunnels at line rate ({need:.3g} Mb/s): the underlay, not the emulated "
                     "fabric, would limit cross-server traffic; raise the TDF"
                 )
-
-    def _calibrate(self) -> TdfChoice:
-        """time_dilation auto, per server: each measures its own share's load curve (cached
-        there per machine and shape), the run takes the highest TDF any needs. One server
-        after another: on one machine (the tests) they would disturb each other."""
-        import ray
-
-        context, plan = self.context, self.plan
-        scenario = context.scenario
-        spec = scenario.fabric
-        assert isinstance(spec, ClosSpec)
-        rate = target_rate_bps(spec)
-        per_server: dict[str, Any] = {}
-        for share in plan.shares:
-            part = share.part
-            assert part is not None
-            spines = sum(1 for n in part.nodes if n.startswith("s"))
-            shape = Shape(
-                spec.hosts_per_leaf,
-                max(1, len(share.server.leaves)),
-                max(1, spines),
-                spec.parallel_links,
-                scenario.collectives.qps_per_peer,
-                len(share.ranks),
-            )
-            context.options.say(f"cluster: server {share.name} calibrates {shape.key()}")
-            calibration = ray.get(
-                self.placed.actors[share.name].calibrate.remote(
-                    scenario.transport.path_mtu_bytes, shape, context.options.recalibrate
-                ),
-                timeout=CALIBRATE_TIMEOUT_S,
-            )
-            tdf, why = auto_tdf(
-                len(share.ranks) * rate,
-                calibration,
-                scenario.transport.dcqcn,
-                scenario.metrics.fidelity.cpu_busy_ratio,
-            )
-            per_server[share.name] = {
-                "tdf": tdf,
-                "bound_by": why,
-                "shape": shape.key(),
-                "calibration": calibration.to_json(),
-            }
-        worst = max(per_server, key=lambda name: per_server[name]["tdf"])
-        tdf = per_server[worst]["tdf"]
-        context.options.say(
-            f"cluster: TDF {tdf:g} (auto per server, the highest: "
-            + ", ".join(f"{n} {v['tdf']:g}" for n, v in per_server.items())
-            + ")"
-        )
-        return TdfChoice(
-            tdf,
-            AUTO_PER_SERVER,
-            plan_peak_bps(spec, plan),
-            bound_by=f"server {worst}: {per_server[worst]['bound_by']}",
-            per_server=per_server,
-        )
 
     # -- Session ---------------------------------------------------------------------------
     def metadata(self) -> dict[str, Any]:
@@ -363,6 +306,28 @@ class ClusterSession(Session):
         )
         reasons += [f"sampling failed: {e}" for e in sampler.errors[:3]]
         reasons += [f"sampling failed on {e}" for e in sampling_errors[:3]]
+        parts = {}
+        for link in links:
+            mine, nothing = engine_checks(
+                metadata,
+                tdf,
+                scenario.transport.dcqcn,
+                limits.cpu_busy_ratio,
+                workers=metadata["servers"][link.name]["workers"],
+            )
+            mine += [e for e in sampling_errors if e.startswith(f"server {link.name}:")]
+            if link.failure is not None:
+                mine.append(f"its actor failed: {link.failure}")
+            share = self.plan.share(link.name)
+            part = share.part
+            parts[f"server {link.name}"] = PartScope(
+                switches=frozenset(n for n in part.nodes if not n.startswith("h"))
+                if part is not None
+                else frozenset(),
+                ranks=frozenset(share.ranks),
+                reasons=tuple(mine),
+                unknown=tuple(nothing),
+            )
         extra: dict[str, Any] = {"nic_readings_left_out": sampler.nic.skipped}
         if classes is not None:
             extra["attribution_classes"] = classes_json(classes)
@@ -378,6 +343,7 @@ class ClusterSession(Session):
             not_applicable=("drops_in_lossless_fabric",) if self.dut else (),
             extra=extra,
             error=error,
+            parts=parts,
         )
 
     def _stop_sampling(self, links: list[ServerLink]) -> list[str]:
@@ -482,6 +448,67 @@ class _Throughput:
             return max(0.0, sum(self.rates.values()))
 
 
+def per_server_tdf(
+    context: Any, cluster: ClusterSpec, plan: ClusterPlan, actors: dict[str, Any]
+) -> TdfChoice:
+    """time_dilation auto's first factor over a cluster: each server measures its own share's
+    load curve (cached there per machine and shape) and the run takes the highest TDF any
+    needs. One server after another: on one machine (the tests) they would disturb each other.
+    `context`: scenario and options (a BackendContext or the like)."""
+    import ray
+
+    scenario, options = context.scenario, context.options
+    spec = scenario.fabric
+    assert isinstance(spec, ClosSpec)
+    rate = target_rate_bps(spec)
+    per_server: dict[str, Any] = {}
+    for share in plan.shares:
+        part = share.part
+        assert part is not None
+        spines = sum(1 for n in part.nodes if n.startswith("s"))
+        shape = Shape(
+            spec.hosts_per_leaf,
+            max(1, len(share.server.leaves)),
+            max(1, spines),
+            spec.parallel_links,
+            scenario.collectives.qps_per_peer,
+            len(share.ranks),
+        )
+        options.say(f"cluster: server {share.name} calibrates {shape.key()}")
+        calibration = ray.get(
+            actors[share.name].calibrate.remote(
+                scenario.transport.path_mtu_bytes, shape, options.recalibrate
+            ),
+            timeout=CALIBRATE_TIMEOUT_S,
+        )
+        tdf, why = auto_tdf(
+            len(share.ranks) * rate,
+            calibration,
+            scenario.transport.dcqcn,
+            scenario.metrics.fidelity.cpu_busy_ratio,
+        )
+        per_server[share.name] = {
+            "tdf": tdf,
+            "bound_by": why,
+            "shape": shape.key(),
+            "calibration": calibration.to_json(),
+        }
+    worst = max(per_server, key=lambda name: per_server[name]["tdf"])
+    tdf = per_server[worst]["tdf"]
+    options.say(
+        f"cluster: load curves give TDF {tdf:g} (the highest of the servers': "
+        + ", ".join(f"{n} {v['tdf']:g}" for n, v in per_server.items())
+        + ")"
+    )
+    return TdfChoice(
+        tdf,
+        AUTO_PER_SERVER,
+        plan_peak_bps(spec, plan),
+        bound_by=f"server {worst}: {per_server[worst]['bound_by']}",
+        per_server=per_server,
+    )
+
+
 def plan_peak_bps(spec: Any, plan: ClusterPlan) -> float:
     """Every rank's NIC at line rate, over all servers."""
     return sum(len(s.ranks) for s in plan.shares) * target_rate_bps(spec)
@@ -519,3 +546,32 @@ class ClusterBackend(Backend):
             raise ScenarioError("run.pfc_frames: not supported over a cluster yet")
         plan = plan_cluster(cluster, scenario.fabric, context.options.fabric_prefix)
         return ClusterSession(context, cluster, plan)
+
+    def load_curve_tdf(
+        self, scenario: Scenario, options: RunOptions, planned: PlannedWorkload
+    ) -> TdfChoice | None:
+        """Each server's own load curve (this machine's says nothing of theirs): the actors are
+        placed for it and released again; the run's probes and the run place them anew."""
+        if not isinstance(scenario.fabric, ClosSpec):
+            return None  # a DUT runs at TDF 1
+        from emulator.cluster.connect import connect, place, release
+        from emulator.cluster.server import source_fingerprint
+
+        context = _Calibrating(scenario, options)
+        cluster = cluster_of(context)
+        plan = plan_cluster(cluster, scenario.fabric, options.fabric_prefix)
+        with contextlib.ExitStack() as stack:
+            options.say(f"cluster: joining the Ray cluster at {cluster.address} to calibrate")
+            connect(cluster.address)
+            stack.callback(_ray_shutdown)
+            placed = place(cluster, source_fingerprint())
+            stack.callback(release, placed.actors, placed.group)
+            return per_server_tdf(context, cluster, plan, placed.actors)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Calibrating:
+    """What per_server_tdf and cluster_of read of a run, before there is a BackendContext."""
+
+    scenario: Scenario
+    options: RunOptions

@@ -35,7 +35,7 @@ from emulator.run.interrupts import Interrupts
 from emulator.run.options import RunOptions, RunResult
 from emulator.run.progress import ProgressLine
 from emulator.run.replay import Replay
-from emulator.run.tdf import AUTO_PER_SERVER, TdfChoice
+from emulator.run.tdf import TdfChoice
 from emulator.run.tester import TesterResults
 from emulator.run.verdict import burst_reason, slowest_link_bps
 from emulator.run.workload import PlannedWorkload, traffic_of
@@ -71,10 +71,8 @@ def run_planned(
         options,
         stack,
         interrupts,
-        calibrate_tdf=choice.how == AUTO_PER_SERVER,
     )
     session = backend.open(context)
-    choice = session.tdf_choice or choice
     info = RunInfo(scenario.name, choice.tdf, session.marker_name, describe_fabric(scenario.fabric))
     recorder = RunRecorder(
         (),
@@ -157,6 +155,7 @@ def run_planned(
         unknown,
         not_applicable=report.not_applicable,
         leaves_out=report.leaves_out,
+        parts=report.parts,
     )
     metadata = report.metadata
     extra: dict[str, Any] = {

@@ -22,14 +22,14 @@ import yaml
 from collectors.reference import DRAWS_DIR, draw_folder
 from collectors.results import ResultsWriter, default_results_dir
 from collectors.tables import read_tables
-from emulator.backends import backend_name
+from emulator.backends import backend_for, backend_name
 from emulator.backends.engine import fabric_ranks, target_rate_bps
 from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.run.calibrate import Shape
 from emulator.run.execute import SimReference, run_planned
 from emulator.run.link_events import resolve as resolve_link_events
 from emulator.run.options import RunOptions, RunResult
-from emulator.run.tdf import AUTO_PER_SERVER, TdfChoice, auto_tdf
+from emulator.run.tdf import TdfChoice, auto_tdf
 from emulator.run.workload import (
     PlannedWorkload,
     plan_workload,
@@ -57,14 +57,6 @@ def calibration_shape(scenario: Scenario, world: int) -> Shape:
     return Shape(max(1, math.ceil(world / leaves)), leaves, 2, 1, qps, world)
 
 
-def _auto(scenario: Scenario, options: RunOptions) -> bool:
-    return (
-        options.tdf is None
-        and scenario.run.time_dilation == "auto"
-        and not isinstance(scenario.fabric, DutSpec)
-    )
-
-
 def choose_tdf(
     scenario: Scenario, options: RunOptions, world: int, planned: PlannedWorkload | None = None
 ) -> TdfChoice:
@@ -76,21 +68,26 @@ def choose_tdf(
     setting = scenario.run.time_dilation
     if setting != "auto":
         return TdfChoice(float(setting), "scenario", peak_bps)
-    from emulator.run.calibrate import calibrate
+    # the load curve where the backend runs (a cluster's servers), else this machine's
+    first = None
+    if planned is not None:
+        first = backend_for(scenario, options.backend).load_curve_tdf(scenario, options, planned)
+    if first is None:
+        from emulator.run.calibrate import calibrate
 
-    calibration = calibrate(
-        scenario.transport.path_mtu_bytes,
-        calibration_shape(scenario, world),
-        refresh=options.recalibrate,
-        say=options.say,
-    )
-    tdf, why = auto_tdf(
-        peak_bps,
-        calibration,
-        scenario.transport.dcqcn,
-        scenario.metrics.fidelity.cpu_busy_ratio,
-    )
-    first = TdfChoice(tdf, "auto", peak_bps, calibration, why)
+        calibration = calibrate(
+            scenario.transport.path_mtu_bytes,
+            calibration_shape(scenario, world),
+            refresh=options.recalibrate,
+            say=options.say,
+        )
+        tdf, why = auto_tdf(
+            peak_bps,
+            calibration,
+            scenario.transport.dcqcn,
+            scenario.metrics.fidelity.cpu_busy_ratio,
+        )
+        first = TdfChoice(tdf, "auto", peak_bps, calibration, why)
     if planned is None or not isinstance(scenario.fabric, ClosSpec):
         return first
     from emulator.run.probe import verify
@@ -298,10 +295,6 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
             resolve_link_events(scenario.fabric, build_clos(scenario.fabric))  # before bring-up
         if simulated:
             choice = simulated_time(scenario, planned)
-        elif backend == "cluster" and _auto(scenario, options):
-            # this machine's curve says nothing of the servers': each calibrates once placed
-            peak_bps = planned.world_size * target_rate_bps(scenario.fabric)
-            choice = TdfChoice(1.0, AUTO_PER_SERVER, peak_bps)
         else:
             choice = choose_tdf(scenario, options, planned.world_size, planned)
         started = datetime.now(UTC)
@@ -318,8 +311,6 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
         )
         if simulated:
             options.say(f"{head}; simulated (backend sim: no dilation, simulated time)")
-        elif choice.how == AUTO_PER_SERVER:
-            options.say(f"{head}; TDF calibrated on each server once the cluster is placed")
         else:
             options.say(
                 f"{head}; TDF {choice.tdf:g} ({choice.how}"

@@ -68,6 +68,13 @@ def scenario_key(scenario: Scenario) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+def placement_key(scenario: Scenario) -> str:
+    """A cluster run's placement (servers, what each hosts, workers), hashed; not the address."""
+    cluster = scenario.run.cluster
+    text = repr((dataclasses.asdict(cluster)["servers"], cluster.workers_per_server))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def _cache_file() -> Path:
     return cache_path().with_name(VERIFIED_FILE)
 
@@ -157,6 +164,9 @@ def verify(
     checks: grow while probes fail, then bisect (geometrically) between the last failure and
     the first pass; cached per machine and scenario."""
     key = f"{machine_key(scenario.transport.path_mtu_bytes)}|{scenario_key(scenario)}"
+    if options.backend == "cluster":
+        # the servers' machines and shares set the factor, not this one's alone
+        key += f"|cluster {placement_key(scenario)}"
     if not options.recalibrate and (cached := load_verified(key)) is not None:
         return dataclasses.replace(
             first, tdf=float(cached["tdf"]), bound_by=f"{cached['bound_by']} (cached)"

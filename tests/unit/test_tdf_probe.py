@@ -173,3 +173,34 @@ def test_a_large_pacing_deficit_grows_the_factor_by_what_it_says() -> None:
     )
     assert lateness_growth(meta(0.026), 3200.0, scenario) == GROWTH_MIN
     assert lateness_growth(meta(0.5), 3200.0, scenario) == GROWTH_MAX
+
+
+def test_a_cluster_runs_verified_factor_is_its_own(cache: Path) -> None:
+    """The factor a cluster's probes verified is cached apart from this machine's for the same
+    scenario, and apart from another placement's: the servers set it, not the driver."""
+    import dataclasses
+
+    from emulator.cluster.spec import ClusterSpec, ServerSpec
+
+    del cache
+    scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
+
+    def placed(*leaves: tuple[int, ...]) -> Any:
+        servers = tuple(ServerSpec(name=n, leaves=ls) for n, ls in zip("ab", leaves, strict=False))
+        cluster = ClusterSpec(servers=servers)
+        return dataclasses.replace(scenario, run=dataclasses.replace(scenario.run, cluster=cluster))
+
+    split, whole = placed((0,), (1,)), placed((0, 1))
+    first = TdfChoice(1600.0, "auto per server", 6.4e12, bound_by="load", per_server={})
+    one = RunOptions(progress=False, say=lambda _m: None)
+    over = RunOptions(progress=False, say=lambda _m: None, backend="cluster")
+    calls: list[float] = []
+    assert verify(scenario, one, None, first, machine(4e-3, calls)).tdf == 1600
+    # the same scenario over the cluster probes again, and keeps the per-server curves
+    got = verify(split, over, None, first, machine(20e-3, calls))
+    assert got.tdf > 1600 and got.per_server == {} and got.how == "auto per server"
+    n = len(calls)
+    assert verify(split, over, None, first, machine(1.0, calls)).tdf == got.tdf
+    assert len(calls) == n  # cached for this placement
+    verify(whole, over, None, first, machine(4e-3, calls))
+    assert len(calls) == n + 2  # another placement probes again
