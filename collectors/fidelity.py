@@ -8,15 +8,21 @@ NIC carrying more than its emulated line rate (the shaping or the pacing does no
 emulated rate). The backend adds its own (collectors never know which ran): engine timing and
 CPU per worker, a partial run, a sampler that failed. Verdict: "degraded" with every reason;
 else "unknown" when a check could not judge (a check with no data never passes); else "ok".
+A backend in parts (a cluster's servers) also gets a verdict per part: the same table checks on
+the rows of what that part held (its switches' ports, its ranks' NICs and flows) and the
+backend's reasons for that part (its engine workers).
 The machine-wide CPU (/proc/stat) is recorded for the reader but not judged: other tenants are
 not the run, and what they take from it shows up as the engine's tick lateness.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from collectors.summary import Fidelity, port_growth
 from collectors.tables import RunTables, column
@@ -50,6 +56,16 @@ class FidelityLimits:
         min=0,
         internal=True,  # the backend's fabric says (fabric metadata shaper_burst_bytes)
     )
+
+
+@dataclass(frozen=True)
+class PartScope:
+    """What one part of a backend held (a server of a cluster), and its own findings."""
+
+    switches: frozenset[str] = frozenset()
+    ranks: frozenset[int] = frozenset()
+    reasons: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +153,41 @@ CHECKS: dict[str, Callable[[RunTables, FidelityLimits], Finding]] = {
 }
 
 
+def _rows_of(table: pa.Table, name: str, values: Iterable[str] | Iterable[int]) -> pa.Table:
+    if table.num_rows == 0 or name not in table.column_names:
+        return table
+    kind = table.schema.field(name).type
+    return table.filter(pc.is_in(table[name], value_set=pa.array(sorted(values), type=kind)))
+
+
+def _held_by(tables: RunTables, part: PartScope) -> RunTables:
+    """The rows of what one part held: its switches' ports, its ranks' NICs and the flows its
+    ranks send (a flow's retransmissions are its sender's)."""
+    return replace(
+        tables,
+        ports=_rows_of(tables.ports, "switch", part.switches),
+        nic=_rows_of(tables.nic, "rank", part.ranks),
+        flows=_rows_of(tables.flows, "src_rank", part.ranks),
+    )
+
+
+def _judged(
+    tables: RunTables,
+    limits: FidelityLimits,
+    skip: set[str],
+    extra_reasons: Iterable[str],
+    extra_unknown: Iterable[str],
+) -> tuple[list[str], list[str]]:
+    findings = [check(tables, limits) for name, check in CHECKS.items() if name not in skip]
+    reasons = [f.reason for f in findings if f.reason is not None] + list(extra_reasons)
+    unknown = [f.unknown for f in findings if f.unknown is not None] + list(extra_unknown)
+    return reasons, unknown
+
+
+def _verdict(reasons: list[str], unknown: list[str]) -> Literal["ok", "degraded", "unknown"]:
+    return "degraded" if reasons else "unknown" if unknown else "ok"
+
+
 def assess_fidelity(
     tables: RunTables,
     limits: FidelityLimits = FidelityLimits(),
@@ -144,14 +195,20 @@ def assess_fidelity(
     extra_unknown: Iterable[str] = (),
     not_applicable: Iterable[str] = (),
     leaves_out: Iterable[str] = (),
+    parts: Mapping[str, PartScope] | None = None,
 ) -> Fidelity:
     """Every check's finding, plus the backend's own reasons and unknowns; `not_applicable`
-    names checks the backend has no such data for by design (a DUT's switch is not ours)."""
+    names checks the backend has no such data for by design (a DUT's switch is not ours);
+    `parts`: what each part of the backend held, judged the same way on its own rows."""
     skip = set(not_applicable)
-    findings = [check(tables, limits) for name, check in CHECKS.items() if name not in skip]
-    reasons = [f.reason for f in findings if f.reason is not None] + list(extra_reasons)
-    unknown = [f.unknown for f in findings if f.unknown is not None] + list(extra_unknown)
-    verdict: Literal["ok", "degraded", "unknown"] = (
-        "degraded" if reasons else "unknown" if unknown else "ok"
+    reasons, unknown = _judged(tables, limits, skip, extra_reasons, extra_unknown)
+    by_part = {}
+    for name, part in (parts or {}).items():
+        held = _held_by(tables, part)
+        # a part without switches (a DUT's server) has no switch counters to judge
+        part_skip = skip | ({"drops_in_lossless_fabric"} if not part.switches else set())
+        r, u = _judged(held, limits, part_skip, part.reasons, part.unknown)
+        by_part[name] = Fidelity(_verdict(r, u), tuple(r), tuple(u))
+    return Fidelity(
+        _verdict(reasons, unknown), tuple(reasons), tuple(unknown), tuple(leaves_out), by_part
     )
-    return Fidelity(verdict, tuple(reasons), tuple(unknown), tuple(leaves_out))

@@ -273,11 +273,21 @@ def _fidelity(summary: Mapping[str, Any]) -> str:
     fid = summary.get("fidelity") or {}
     reasons = [*(fid.get("reasons") or []), *(f"unknown: {u}" for u in fid.get("unknown") or [])]
     leaves_out = fid.get("leaves_out") or []
+    parts = [
+        f"{name}: {part.get('verdict', '?')}"
+        + (
+            " (" + "; ".join([*(part.get("reasons") or []), *(part.get("unknown") or [])]) + ")"
+            if part.get("reasons") or part.get("unknown")
+            else ""
+        )
+        for name, part in (fid.get("parts") or {}).items()
+    ]
     return _verdict(
         "Fidelity",
         fid.get("verdict", "?"),
         _list(reasons),
         f"<p>The model leaves out:</p>{_list(leaves_out)}" if leaves_out else "",
+        f"<p>Each part on its own:</p>{_list(parts)}" if parts else "",
     )
 
 

@@ -85,6 +85,17 @@ def _render(headers: Sequence[str], body: Sequence[Sequence[str]], left: int = 1
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in body)])
 
 
+def _fidelity_parts(fid: Mapping[str, Any]) -> list[str]:
+    """One line per part of the backend (a cluster's servers): its own verdict and reasons."""
+    lines = []
+    for name, part in (fid.get("parts") or {}).items():
+        said = "; ".join(
+            [*(part.get("reasons") or []), *(f"unknown: {u}" for u in part.get("unknown") or [])]
+        )
+        lines.append(f"  {name}: {part.get('verdict', '?')}" + (f" ({said})" if said else ""))
+    return lines
+
+
 def summary_table(summary: Mapping[str, Any]) -> str:
     """The run's header lines and one row per collective type."""
     fid = summary.get("fidelity") or {}
@@ -99,6 +110,7 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         f"{timescale}  marker {summary.get('marker')}",
         f"fidelity {fid.get('verdict', '?')}{' (' + reasons + ')' if reasons else ''}  "
         f"job time {_cell(job, 1.0, '{:.6f}')} s  partial {str(bool(summary.get('partial'))).lower()}",
+        *_fidelity_parts(fid),
     ]
     wall = summary.get("wall_time") or {}
     if simulated and wall.get("replay_s") is not None:

@@ -38,6 +38,31 @@ class Fidelity:
     # what the backend's model of the fabric does not include (a simulation: no CPU, no
     # kernel); said beside the verdict, never a reason against it
     leaves_out: tuple[str, ...] = ()
+    # the same verdict for each part of a backend that has parts (a cluster's servers): the
+    # checks on what that part held (its switches, its ranks, its engine workers)
+    parts: Mapping[str, Fidelity] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "verdict": self.verdict,
+            "reasons": list(self.reasons),
+            "unknown": list(self.unknown),
+        }
+        if self.leaves_out:
+            out["leaves_out"] = list(self.leaves_out)
+        if self.parts:
+            out["parts"] = {name: part.to_json() for name, part in self.parts.items()}
+        return out
+
+    @classmethod
+    def from_json(cls, fid: Mapping[str, Any]) -> Fidelity:
+        return cls(
+            fid.get("verdict", "ok"),
+            tuple(fid.get("reasons", ())),
+            tuple(fid.get("unknown", ())),
+            tuple(fid.get("leaves_out", ())),
+            {name: cls.from_json(part) for name, part in (fid.get("parts") or {}).items()},
+        )
 
 
 @dataclass(frozen=True)
@@ -84,12 +109,7 @@ class RunMeta:
             tdf=float(summary.get("tdf", 1.0)),
             marker=str(summary.get("marker", "unknown")),
             fabric=str(summary.get("fabric", "unknown")),
-            fidelity=Fidelity(
-                fid.get("verdict", "ok"),
-                tuple(fid.get("reasons", ())),
-                tuple(fid.get("unknown", ())),
-                tuple(fid.get("leaves_out", ())),
-            ),
+            fidelity=Fidelity.from_json(fid),
             job_time_s=summary.get("job_time_s"),
             extra={k: v for k, v in summary.items() if k not in computed | known},
         )
@@ -284,12 +304,7 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
         "tdf": meta.tdf,
         "marker": meta.marker,
         "fabric": meta.fabric,
-        "fidelity": {
-            "verdict": meta.fidelity.verdict,
-            "reasons": list(meta.fidelity.reasons),
-            "unknown": list(meta.fidelity.unknown),
-            **({"leaves_out": list(meta.fidelity.leaves_out)} if meta.fidelity.leaves_out else {}),
-        },
+        "fidelity": meta.fidelity.to_json(),
         "job_time_s": meta.job_time_s if meta.job_time_s is not None else _job_time(tables),
         "partial": partial,
         "percentile_method": PERCENTILE_METHOD,

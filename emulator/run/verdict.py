@@ -14,6 +14,7 @@ and FCTs measured are the machine's. A check without the numbers it needs says u
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from emulator.transport.params import DcqcnParams
@@ -97,9 +98,11 @@ def engine_checks(
     dcqcn: DcqcnParams,
     busy_limit: float,
     deficit_limit: float = PACING_DEFICIT_LIMIT,
+    workers: Collection[int] | None = None,
 ) -> tuple[list[str], list[str]]:
     """(reasons, unknown): the engine's timing and CPU judged per worker (`deficit_limit`: the
-    pacing deficit's, the run's by default; emulator.run.probe passes its own)."""
+    pacing deficit's, the run's by default; emulator.run.probe passes its own; `workers`: only
+    these, by index: one server's of a cluster)."""
     reasons: list[str] = []
     unknown: list[str] = []
     p99_limit_s, max_limit_s = timing_limits_s(dcqcn)
@@ -109,10 +112,14 @@ def engine_checks(
         where = f" on server {servers[index]}" if index < len(servers) else ""
         return f"engine worker {index}{where}"
 
-    lateness = metadata.get("worker_tick_lateness") or []
-    if not lateness or any(not isinstance(w, dict) or not w.get("ticks") for w in lateness):
+    def mine(values: Any) -> list[tuple[int, Any]]:
+        listed = list(enumerate(values or []))
+        return listed if workers is None else [(i, v) for i, v in listed if i in workers]
+
+    lateness = mine(metadata.get("worker_tick_lateness"))
+    if not lateness or any(not isinstance(w, dict) or not w.get("ticks") for _, w in lateness):
         unknown.append("tick lateness: a worker reported no ticks")
-    for index, w in enumerate(lateness):
+    for index, w in lateness:
         if not isinstance(w, dict) or not w.get("ticks"):
             continue
         p99_s, max_s = w["p99_s"] / tdf, w["max_s"] / tdf
@@ -129,10 +136,10 @@ def engine_checks(
                 f"over DCQCN's {max_limit_s * 1e6:g} us increase period ({w['max_s'] * 1e3:.0f} "
                 "ms wall): a rate step was missed"
             )
-    pacing = metadata.get("worker_pacing") or []
-    if not pacing or any(not isinstance(w, dict) for w in pacing):
+    pacing = mine(metadata.get("worker_pacing"))
+    if not pacing or any(not isinstance(w, dict) for _, w in pacing):
         unknown.append("pacing deficit: a worker reported no pacing counters")
-    for index, w in enumerate(pacing):
+    for index, w in pacing:
         if not isinstance(w, dict) or not w.get("sent_bytes"):
             continue
         share = w["lost_bytes"] / w["sent_bytes"]
@@ -142,10 +149,10 @@ def engine_checks(
                 "than it sent, which the queue pairs' rates allowed (pacing deficit): rates and "
                 "FCTs are the machine's; raise the TDF"
             )
-    busy = metadata.get("worker_busy_ratio")
+    busy = mine(metadata.get("worker_busy_ratio"))
     if not busy:
         unknown.append("engine CPU: no worker reported its CPU time")
-    for index, share in enumerate(busy or []):
+    for index, share in busy:
         if share >= busy_limit:
             reasons.append(
                 f"{worker(index)} was on a CPU {share:.0%} of the run: pacing may have "

@@ -211,3 +211,47 @@ def test_bad_proc_stat_is_an_environment_problem(tmp_path: Path) -> None:
     bad.write_text("intr 1 2 3\n")
     with pytest.raises(EnvironmentProblem, match="aggregate 'cpu' line"):
         read_cpu_jiffies(bad)
+
+
+def test_each_part_of_a_backend_is_judged_on_what_it_held() -> None:
+    """A cluster's servers: each gets the table checks on its own switches' ports, its ranks'
+    NICs and the flows they send, plus the backend's reasons for it; the run's verdict stays
+    the whole run's. The summary and the printed table carry both."""
+    from collectors.fidelity import PartScope
+    from collectors.report import summary_table
+    from collectors.summary import Fidelity
+
+    def port_of(switch: str, t: float, drops: int) -> PortRow:
+        return PortRow(t, switch, "eth1", 0, 0, 0, drops, 0, 0, 0.0, 0.0)
+
+    sent_by_2 = FlowRecord(
+        0, 0, "ALL_REDUCE", 0, 0, 2, 0, 0, 49152, 100, 0.0, 1.0, 1.0, 1, 4, 0, 0, 0
+    )
+    tables = RunTables.from_rows(
+        flows=[flow(0), sent_by_2],
+        ports=[port_of(s, t, int(d * t)) for s, d in (("l0", 0), ("l1", 9)) for t in (0.0, 1.0)],
+        nic=[NicRow(1.0, 0, "tx", 10, 10, 1.0, 0.9), NicRow(1.0, 2, "tx", 10, 10, 1.0, 0.9)],
+    )
+    parts = {
+        "server a": PartScope(frozenset({"l0", "s0"}), frozenset({0, 1})),
+        "server b": PartScope(
+            frozenset({"l1"}), frozenset({2, 3}), reasons=("engine worker 1 on server b: late",)
+        ),
+    }
+    fidelity = assess_fidelity(tables, parts=parts)
+    assert fidelity.verdict == "degraded"
+    a, b = fidelity.parts["server a"], fidelity.parts["server b"]
+    assert a.verdict == "ok" and a.reasons == ()
+    assert b.verdict == "degraded"
+    assert any("dropped 9 packets" in r and "l1:eth1" in r for r in b.reasons)
+    assert any("4 packets were retransmitted" in r for r in b.reasons)
+    assert b.reasons[-1] == "engine worker 1 on server b: late"
+    # a part without switches (a server of DUT ports) is not judged on switch counters
+    dut = assess_fidelity(tables, parts={"server c": PartScope(frozenset(), frozenset({0}))})
+    assert dut.parts["server c"].verdict == "ok"
+    # round trip through summary.json, and one printed line per part
+    again = Fidelity.from_json(fidelity.to_json())
+    assert again == fidelity
+    printed = summary_table({"fidelity": fidelity.to_json(), "collectives": {}})
+    assert "  server a: ok" in printed
+    assert "  server b: degraded (switch ports dropped 9" in printed
