@@ -13,14 +13,22 @@ HELP = "Release what a killed run left behind, from its state file."
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print what was removed as JSON")
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="the state file's folder (default $CHAKRA_EMULATOR_STATE_DIR or "
+        "/run/chakra-emulator): a cluster server's run.cluster.servers[].state_dir",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    from fabrics.ownership import clean_state, state_path
+    from fabrics.ownership import STATE_DIR_ENV, clean_state, state_path
 
     # root first: the state file's folder is root's alone, and what it lists only root can delete
     if os.geteuid() != 0:
         raise EnvironmentProblem("`emulate clean` needs root (it deletes namespaces and qdiscs)")
+    if args.state_dir:
+        os.environ[STATE_DIR_ENV] = args.state_dir
     path = state_path()
     cleaned = clean_state(path)
     if cleaned is None:

@@ -7,6 +7,7 @@ tests (starting one costs seconds).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -252,8 +253,6 @@ def test_the_software_dut_with_its_ports_split_over_two_servers(
     """The incast switch test (scenarios/switch_tests/incast_dcqcn.yaml, as adapted to the
     software DUT by tests/system/test_switch_tests.py) with ranks 0-1 on one server and 2-3 on
     the other: every expectation as on one machine."""
-    import dataclasses
-
     from emulator.cluster.spec import ClusterSpec, ServerSpec
     from fabrics.iproute import ip, run
     from tests.system.software_dut import PORTS, software_dut
@@ -349,3 +348,53 @@ def test_auto_tdf_is_calibrated_on_each_server_then_verified_over_the_cluster(
     assert "probe" in choice["bound_by"]
     assert result.summary["tdf"] == choice["tdf"] >= max(v["tdf"] for v in per_server.values())
     assert not result.partial
+
+
+def test_emulate_clean_restores_a_server_after_a_sigkill_of_its_actor(
+    lab: LocalCluster, tmp_path: Path, fabric_env: str
+) -> None:
+    """With the driver gone too (nobody left to run the clean-up task), `emulate clean` on the
+    server, pointed at its state folder, releases what its actor made."""
+    import ray
+
+    from emulator.cluster.connect import connect, place, release
+    from emulator.cluster.placement import plan_cluster
+    from emulator.cluster.server import source_fingerprint
+
+    scenario = load_scenario(_scenario(lab, tmp_path, split=True))
+    cluster = dataclasses.replace(scenario.run.cluster, address=lab.address)
+    plan = plan_cluster(cluster, scenario.fabric, fabric_env)
+    connect(lab.address)
+    placed = place(cluster, source_fingerprint())
+    try:
+        b = plan.share("b")
+        ray.get(
+            placed.actors["b"].bring_up.remote(scenario.fabric, TDF, b.prefix, b.part, b.ports),
+            timeout=120,
+        )
+        state = lab.state_dir / "b" / "state.json"
+        assert state.exists() and _prefixed(b.prefix)
+        os.kill(json.loads(state.read_text())["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until the kernel has reaped it
+            try:
+                os.kill(json.loads(state.read_text())["pid"], 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        proc = subprocess.run(
+            [sys.executable, "-m", "emulator.cli", "clean", "--state-dir", str(state.parent)],
+            capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "removed" in proc.stdout
+        assert not _prefixed(b.prefix) and not state.exists()
+        ns, _ = lab.underlays["b"]
+        links = subprocess.run(
+            ["ip", "-n", ns, "-o", "link", "show", "type", "vxlan"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert links.strip() == "", links
+    finally:
+        release(placed.actors, placed.group)
+        ray.shutdown()
