@@ -54,6 +54,16 @@ install_venv() {
   fi
 }
 
+build_native() {
+  # The engine's native data path (emulator/native/, C through cffi), compiled here from source
+  # whenever a C or builder file is newer than what was built (a no-op otherwise). A failed
+  # build does not fail the set-up: build.py says why in one line, and the engine then runs
+  # its pure-Python path (summary.json engine.data_path names the path a run took).
+  if ! "$VENV/bin/python" -m emulator.native.build --if-stale; then
+    log "the native data path is not built: the engine will use its pure-Python path"
+  fi
+}
+
 run_checks_and_tests() {
   local py="$VENV/bin/python"
   log "ruff (lint, format)"
@@ -72,6 +82,7 @@ run_checks_and_tests() {
 
 install_debian_packages
 install_venv
+build_native
 case "${1:-}" in
   "") log "ready: activate with 'source $VENV/bin/activate'" ;;
   run) shift; if (($#)); then exec "$VENV/bin/emulate" run "$@"; else exec "$VENV/bin/emulate" run scenarios/moe_mix.yaml; fi ;;

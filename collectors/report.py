@@ -120,6 +120,11 @@ def summary_table(summary: Mapping[str, Any]) -> str:
             f"replay wall time {wall['replay_s']:.1f} s (the TDF predicted "
             f"{wall['predicted_s']:.1f} s at best)"
         )
+    data_path = (summary.get("engine") or {}).get("data_path") or {}
+    if data_path.get("path") not in (None, "unknown"):
+        # which engine data path ran (engine.native), and why when not the native one
+        why = data_path.get("reason") if data_path["path"] != "native" else ""
+        head.append(f"engine data path: {data_path['path']}" + (f" ({why})" if why else ""))
     if fid.get("leaves_out"):
         head.append(f"the model leaves out: {len(fid['leaves_out'])} things (summary.json)")
     sim_pfc = summary.get("pfc") if simulated else None

@@ -26,6 +26,7 @@ from typing import Any
 from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver
 from emulator.engine.launch import Launcher, LocalLauncher, WorkerProcess
+from emulator.engine.native_path import summarize as summarize_data_paths
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import (
     DEFAULT_PROFILE,
@@ -552,6 +553,8 @@ class Coordinator:
             "gso": all(i.get("gso", False) for i in infos),
             "gro": all(i.get("gro", False) for i in infos),
             "send_path": "udp_gso" if all(i.get("gso", False) for i in infos) else "one_per_send",
+            # native (C burst layout and send) or python, and why (engine.native)
+            "data_path": summarize_data_paths([i.get("data_path") or {} for i in infos]),
             "drops": dict(drops),
             "counters": dict(counters),
             # per traffic class (DSCP) over all ranks: what was sent and received, UDP payload

@@ -1,4 +1,4 @@
-"""Engine settings: time dilation, workers, ticks, GSO/GRO use, socket buffers.
+"""Engine settings: time dilation, workers, ticks, GSO/GRO use, the native path, socket buffers.
 
 Defaults come from what DESIGN.md measured on this class of machine: uvloop timers tick in
 about 1 ms steps (so pacing refills per millisecond tick), a 64 KB UDP GSO buffer is the unit of
@@ -52,6 +52,13 @@ class EngineParams:
     )
     gro: OffloadChoice = param(
         "auto", doc="UDP GRO on the receive sockets: auto uses it when the kernel has it"
+    )
+    native: OffloadChoice = param(
+        "auto",
+        doc="The native (C) burst path: each GSO burst's segments, ICRCs and send in one call "
+        "(emulator/native/, built by ./setup.sh). auto uses it when it is built and passes its "
+        "self-check at worker start, else the pure-Python path; on refuses to run without it; "
+        "off is the Python path. The run's metadata says which ran and why (engine.data_path)",
     )
     gso_max_segments: int = param(
         64,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import os
 import socket
 import time
 from collections import Counter
@@ -21,6 +22,7 @@ from emulator.engine.params import EngineParams
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
 from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
 from emulator.errors import EnvironmentProblem
+from emulator.native.burst import NativeBursts, NativeFlow
 from emulator.transport.burst import Burst
 from emulator.transport.packets import AckPacket, CnpPacket, Packet
 from emulator.transport.params import TransportParams
@@ -54,6 +56,10 @@ class SendPath:
     tos_cnp: int
     _burst_s: float
     _max_packet_wire_bytes: int
+    # the native burst path (emulator/engine/native_path.py; None: the Python path) and its
+    # per-flow state
+    native: NativeBursts | None = None
+    _native_flows: dict[SendConn, NativeFlow]
 
     if TYPE_CHECKING:  # the other parts' methods it calls
 
@@ -125,6 +131,8 @@ class SendPath:
     def _send_burst(self, conn: SendConn, burst: Burst) -> int:
         """One GSO send of the burst's segments (one send per segment without GSO); returns
         the UDP payload bytes handed to the kernel."""
+        if self.native is not None:
+            return self._send_burst_native(conn, burst)
         count = burst.count
         gso = self.offloads.gso
         if self.latency:
@@ -155,6 +163,54 @@ class SendPath:
             for at in range(0, used, segment):
                 end = min(at + segment, used)
                 self._sendmsg(conn.sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
+        self.counters["data_packets_sent"] += count
+        conn.rank.tx_bytes += used + IP_UDP_BYTES * count
+        self._count_class(conn.tos, count, used, sent=True)
+        return used
+
+    def _send_burst_native(self, conn: SendConn, burst: Burst) -> int:
+        """_send_burst on the native path: the same bytes, sends, counters and error handling,
+        the layout and the send in C (one call for a burst of full-size segments)."""
+        flow = self._native_flows.get(conn)
+        if flow is None:
+            assert self.native is not None
+            tos = conn.tos if conn.tos_cmsgs else -1  # a cmsg only where the socket's differs
+            flow = self._native_flows[conn] = self.native.flow(
+                conn.writer, conn.sock, conn.dest, tos
+            )
+        count = burst.count
+        segment = burst.segment_bytes
+        if self.latency:
+            # a burst's packets leave back to back at the rank's line rate (dilated)
+            departed = time.time_ns()
+            spacing = int((segment + IPV4_FRAME_OVERHEAD_BYTES) * conn.rank.ns_per_byte)
+        else:
+            departed = spacing = 0
+        gso = self.offloads.gso
+        if (
+            gso
+            and burst.packets is None
+            and burst.last_payload_bytes == burst.payload_bytes
+            and count <= self.params.gso_max_segments
+        ):
+            used = count * segment
+            sent = flow.layout_send(burst, departed, spacing)
+        else:
+            used = flow.write(burst, gso=gso, departed_ns=departed, spacing_ns=spacing)
+            if gso or count == 1:
+                sent = flow.send(used, segment if count > 1 else 0)
+            else:
+                sent = used
+                view = self.gso_view
+                for at in range(0, used, segment):
+                    end = min(at + segment, used)
+                    self._sendmsg(conn.sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
+        if sent < 0:
+            self._send_failed(
+                OSError(-sent, os.strerror(-sent)), [self.gso_view[:used]], conn.dest, conn.rank
+            )
+        elif count > 1 and gso:
+            self.counters["gso_sends"] += 1  # sends the kernel took
         self.counters["data_packets_sent"] += count
         conn.rank.tx_bytes += used + IP_UDP_BYTES * count
         self._count_class(conn.tos, count, used, sent=True)

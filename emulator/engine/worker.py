@@ -15,8 +15,10 @@ happen whenever a receive socket is readable. Events go to the coordinator in ba
 
 The data path works a GSO buffer at a time, not a packet at a time: queue pairs hand out compact
 Bursts (`SendQueuePair.poll_burst`) that `BurstWriter` lays out with every ICRC in a few numpy
-operations; a GRO read of data for one QP goes to `ReceiveQueuePair.on_data_run` in one call,
-a read of ACKs to `SendQueuePair.on_acks`, and the ACKs one read produces leave as one GSO send.
+operations, or that emulator/native's C code lays out and sends in one call (the native path,
+when built and self-checked: emulator/engine/native_path.py); a GRO read of data for one QP goes
+to `ReceiveQueuePair.on_data_run` in one call, a read of ACKs to `SendQueuePair.on_acks`, and
+the ACKs one read produces leave as one GSO send.
 Anything else (CE marks, gaps, NAKs, unknown QPs) goes packet by packet through the codec.
 
 A Worker is one class put together from a part per job, each a mixin in its own module that uses
@@ -47,6 +49,7 @@ from emulator.engine.counters import Counters, cpu_s
 from emulator.engine.flows import FlowStarts
 from emulator.engine.gcpause import GcPauses
 from emulator.engine.lateness import TickLateness
+from emulator.engine.native_path import choose_data_path
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import DEFAULT_PROFILE, EngineFlow, QpProfile, RankEndpoint
 from emulator.engine.ranks import RECV_BUFFER_BYTES, Rank, RankSockets, RecvConn, SendConn
@@ -111,6 +114,10 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         self.buf = bytearray(RECV_BUFFER_BYTES)
         self.latency = p.one_way_latency
         self.gso_buf = BurstBuffer(RECV_BUFFER_BYTES, stamps=self.latency)
+        # the native burst path when it is built and passes its self-check (engine.native)
+        self.data_path = choose_data_path(p.native, self.gso_buf, p.gso_max_segments)
+        self.native = self.data_path.bursts
+        self._native_flows = {}
         # one-way latency per traffic class as received (DSCP), target seconds
         self.latency_classes: dict[int, LatencyHistogram] = {}
         # wall seconds from a completion elsewhere to the flows it released arriving here
@@ -264,7 +271,15 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         for rank in self.ranks.values():
             loop.add_reader(rank.rx_sock.fileno(), self._on_readable, rank)
         self.pipe.send(
-            ("ready", {"pid": os.getpid(), "gso": self.offloads.gso, "gro": self.offloads.gro})
+            (
+                "ready",
+                {
+                    "pid": os.getpid(),
+                    "gso": self.offloads.gso,
+                    "gro": self.offloads.gro,
+                    "data_path": self.data_path.to_json(),
+                },
+            )
         )
         try:
             loop.run_until_complete(self.finished)

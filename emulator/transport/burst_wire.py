@@ -21,7 +21,6 @@ ReceiveQueuePair.on_data_run; anything else is left to `decode`, one packet at a
 from __future__ import annotations
 
 import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import compress
@@ -30,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from emulator.transport.burst import Burst
+from emulator.transport.crc import crc32
 from emulator.transport.packets import (
     AETH_BYTES,
     ATTRIBUTION_TAG_AT,
@@ -69,20 +69,53 @@ STAMP_BYTES = SEND_STAMP.size
 def crc_byte_tables(length: int, positions: Sequence[int]) -> list[U32]:
     """For each position, the 256 CRC-32 deltas of that byte taking each value in a zero input
     of `length` bytes."""
-    zero = zlib.crc32(bytes(length))
+    zero = crc32(bytes(length))
     tables = []
     for at in positions:
         basis = []
         for bit in range(8):
             probe = bytearray(length)
             probe[at] = 1 << bit
-            basis.append(zlib.crc32(probe) ^ zero)
+            basis.append(crc32(probe) ^ zero)
         table = np.zeros(256, dtype=np.uint32)
         for v in range(1, 256):
             low = v & -v
             table[v] = table[v ^ low] ^ basis[low.bit_length() - 1]
         tables.append(table)
     return tables
+
+
+# The rows of `icrc_delta_rows`: the opcode byte, the PSN word's 4 bytes (AckReq byte first), the
+# IP identification's 2 bytes (high first), the send stamp's bytes.
+DELTA_ROW_POSITIONS = (
+    _OPCODE_AT,
+    *range(_PSN_WORD_AT, _PSN_WORD_AT + 4),
+    _IP_ID_AT,
+    _IP_ID_AT + 1,
+    *range(_STAMP_AT, _STAMP_AT + STAMP_BYTES),
+)
+
+
+def icrc_delta_rows(segment: int) -> U32:
+    """The CRC deltas of every byte a burst varies, for full segments of `segment` bytes: one row
+    of 256 per DELTA_ROW_POSITIONS entry (the stamp's rows are zero when the segment cannot hold
+    a stamp), C-contiguous (emulator/native/burst.c reads it as a flat array)."""
+    length = _LRH + IPV4_HEADER_BYTES + UDP_HEADER_BYTES + segment - ICRC_BYTES
+    fits = [at for at in DELTA_ROW_POSITIONS if at < length]
+    rows = np.zeros((len(DELTA_ROW_POSITIONS), 256), dtype=np.uint32)
+    rows[: len(fits)] = crc_byte_tables(length, fits)
+    if length - _STAMP_AT < STAMP_BYTES:
+        rows[DELTA_ROW_POSITIONS.index(_STAMP_AT) :] = 0  # never stamped (see _Tables.stamp)
+    return np.ascontiguousarray(rows)
+
+
+def template_icrc(icrc: IcrcContext, segment: int, payload_bytes: int, dest_qp: int) -> int:
+    """ICRC of a flow's template segment: opcode 0, PSN word 0, IP id 0, zero payload of
+    `payload_bytes` (its pad count in the flags), this destination QP; the byte tables' deltas
+    XOR onto it (see the module docstring)."""
+    template = bytearray(segment)
+    struct.pack_into("!BBHI", template, 0, 0, (-payload_bytes & 3) << 4, PKEY_DEFAULT, dest_qp)
+    return icrc.compute(0, template)
 
 
 class _Tables:
@@ -177,10 +210,10 @@ class _Shape:
 
     __slots__ = ("by_index", "dest_qp", "layout", "tables")
 
-    def __init__(self, icrc: IcrcContext, layout: _Layout, segment: int, dest_qp: int) -> None:
-        template = bytearray(layout.block[:segment])
-        struct.pack_into("!I", template, 4, dest_qp & QPN_MASK)
-        base = np.uint32(icrc.compute(0, template))
+    def __init__(
+        self, icrc: IcrcContext, layout: _Layout, segment: int, payload_bytes: int, dest_qp: int
+    ) -> None:
+        base = np.uint32(template_icrc(icrc, segment, payload_bytes, dest_qp & QPN_MASK))
         self.layout = layout
         self.tables = layout.tables
         self.dest_qp = dest_qp & QPN_MASK
@@ -227,7 +260,7 @@ class BurstWriter:
         if shape is None:
             segment, payload_bytes, dest_qp = key
             layout = self.buffer.layout(segment, payload_bytes, self.max_segments)
-            shape = _Shape(self.icrc, layout, segment, dest_qp)
+            shape = _Shape(self.icrc, layout, segment, payload_bytes, dest_qp)
             self._shapes[key] = shape
         return shape
 
@@ -253,11 +286,7 @@ class BurstWriter:
         segment's ICRC is for the IP id the wire will carry: its index in a GSO buffer, or 0
         when `gso` is False (every segment then leaves as a datagram of its own). With a
         stamping buffer, every segment carries the send stamp (see SEND_STAMP)."""
-        stamp = b""
-        if self.buffer.stamps and departed_ns:
-            stamp = SEND_STAMP.pack(departed_ns, burst.psn & PSN_MASK, min(spacing_ns, 0xFFFFFFFF))
-        elif self.buffer.stamps:
-            stamp = bytes(STAMP_BYTES)  # the field may hold an earlier burst's stamp
+        stamp = self.send_stamp(burst, departed_ns, spacing_ns)
         count = burst.count
         segment = burst.segment_bytes
         if burst.wire_bytes > len(self.buf):
@@ -265,7 +294,7 @@ class BurstWriter:
         if burst.packets is not None or count > self.max_segments:
             tags = burst.tags if burst.tags is not None else bytes((burst.tag,)) * count
             return self._write_packets(burst.to_packets(), gso, stamp, tags)
-        full = count if burst.last_payload_bytes == burst.payload_bytes else count - 1
+        full = full_segments(burst)
         buf = self.buf
         if full:
             shape = self._shape((segment, burst.payload_bytes, burst.dest_qp))
@@ -329,8 +358,21 @@ class BurstWriter:
             icrc_field[...] = crc
         if full == count:
             return full * segment
-        # a shorter last segment: through the codec (it overwrites the template there)
-        at = full * segment
+        return self.write_last(burst, full * segment, stamp, gso)
+
+    def send_stamp(self, burst: Burst, departed_ns: int, spacing_ns: int) -> bytes:
+        """The send stamp write() puts in the burst's segments (b"": the buffer does not stamp)."""
+        if self.buffer.stamps and departed_ns:
+            return SEND_STAMP.pack(departed_ns, burst.psn & PSN_MASK, min(spacing_ns, 0xFFFFFFFF))
+        if self.buffer.stamps:
+            return bytes(STAMP_BYTES)  # the field may hold an earlier burst's stamp
+        return b""
+
+    def write_last(self, burst: Burst, at: int, stamp: bytes, gso: bool) -> int:
+        """A shorter last segment at buf[at:], through the codec (it overwrites the template
+        there); returns its end."""
+        buf = self.buf
+        count = burst.count
         self.buffer.template_bytes = min(self.buffer.template_bytes, at)
         last = count - 1
         packet = DataPacket(
@@ -366,6 +408,11 @@ class BurstWriter:
             self.icrc.seal(i if gso else 0, buf, at, end)
             at = end
         return at
+
+
+def full_segments(burst: Burst) -> int:
+    """How many of a compact burst's segments are full-size (all, or all but a shorter last)."""
+    return burst.count if burst.last_payload_bytes == burst.payload_bytes else burst.count - 1
 
 
 def departed_ns(data: bytes | bytearray | memoryview, nbytes: int, psn: int) -> int:

@@ -6,18 +6,18 @@ AckReq/7 reserved bits + 24-bit PSN), then RETH (WRITE first/only: 64-bit VA, R_
 or AETH (ACK: syndrome + 24-bit MSN) or 16 reserved bytes (CNP), the payload padded to 4 bytes,
 and a 4-byte ICRC.
 
-ICRC: CRC-32 (the Ethernet polynomial, zlib.crc32) over 8 bytes of 0xFF standing in for the IB
-LRH, then the IP header with ToS/traffic class, TTL/hop limit, IPv4 header checksum (and IPv6 flow
-label) set to ones, the UDP header with its checksum set to ones, the BTH with its FECN/BECN/
-reserved byte set to ones, and everything after the BTH up to the ICRC. It is stored least
-significant byte first. scapy.contrib.roce (BTH.compute_icrc) and the Linux rxe driver
+ICRC: CRC-32 (the Ethernet polynomial, zlib.crc32's values; emulator.transport.crc computes it)
+over 8 bytes of 0xFF standing in for the IB LRH, then the IP header with ToS/traffic class,
+TTL/hop limit, IPv4 header checksum (and IPv6 flow label) set to ones, the UDP header with its
+checksum set to ones, the BTH with its FECN/BECN/reserved byte set to ones, and everything after
+the BTH up to the ICRC. It is stored least significant byte first. scapy.contrib.roce (BTH.compute_icrc) and the Linux rxe driver
 (rxe_icrc.c) do the same; a ConnectX-4 Lx CNP capture checks it in the tests.
 
 The kernel writes the IP and UDP headers, but the ICRC covers them, so a builder is told the
 addresses, ports, IP identification and total length the wire will carry. With UDP GSO the
 kernel numbers the segments of one buffer with consecutive IP ids: `layout_gso` takes the first.
 
-Hot path: struct.pack_into and zlib.crc32 on memoryviews, no per-packet objects beyond the
+Hot path: struct.pack_into and crc32 on memoryviews, no per-packet objects beyond the
 descriptors the queue pair already made.
 """
 
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from emulator.transport.crc import crc32
 from emulator.transport.packets import (
     AETH_BYTES,
     BTH_BYTES,
@@ -127,7 +127,7 @@ class IcrcContext:
         self._udp_len_at = len(self._scratch) - 4
 
     def prefix_crc(self, ip_id: int, udp_payload_bytes: int) -> int:
-        """zlib.crc32 state after the pseudo-header of a packet with this UDP payload size."""
+        """CRC-32 state after the pseudo-header of a packet with this UDP payload size."""
         scratch = self._scratch
         udp_len = UDP_HEADER_BYTES + udp_payload_bytes
         if self._ipv6:
@@ -135,19 +135,19 @@ class IcrcContext:
         else:
             _LEN_ID.pack_into(scratch, self._ip_len_at, IPV4_HEADER_BYTES + udp_len, ip_id & 0xFFFF)
         _U16.pack_into(scratch, self._udp_len_at, udp_len)
-        return zlib.crc32(scratch)
+        return crc32(scratch)
 
     def compute(self, ip_id: int, udp_payload: memoryview | bytes | bytearray) -> int:
         """ICRC of a packet whose UDP payload (BTH .. end, ICRC included) is `udp_payload`."""
         mv = memoryview(udp_payload)
         crc = self.prefix_crc(ip_id, len(mv))
-        crc = zlib.crc32(mv[:4], crc)
+        crc = crc32(mv[:4], crc)
         # FECN, BECN and the 6 reserved bits as ones: IBA vol. 1 section 7.8.1 makes the BTH's
         # "Resv8a" byte a variant field, and annex A17 (RoCEv2) keeps it so (Linux rxe_icrc.c:
         # bth->qpn |= ~BTH_QPN_MASK; scapy BTH.compute_icrc: fecn, becn, resv6 = 1). The
         # attribution tag lives there (packets.ATTRIBUTION_TAG_AT): it never changes an ICRC.
-        crc = zlib.crc32(_MASKED_BTH_BYTE, crc)
-        return zlib.crc32(mv[5:-ICRC_BYTES], crc)
+        crc = crc32(_MASKED_BTH_BYTE, crc)
+        return crc32(mv[5:-ICRC_BYTES], crc)
 
     def seal(self, ip_id: int, buf: bytearray | memoryview, start: int, end: int) -> None:
         """Write the ICRC into the last 4 bytes of the packet buf[start:end]."""
@@ -247,7 +247,6 @@ def layout_gso(
     at = 0
     last = len(packets) - 1
     prefix_crc = icrc.prefix_crc
-    crc32 = zlib.crc32
     for i, packet in enumerate(packets):
         if type(packet) is not DataPacket:
             end = write_packet(buf, at, packet)

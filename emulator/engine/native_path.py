@@ -1,0 +1,65 @@
+"""Which data path a worker runs: the native burst path (emulator.native, C) or the pure-Python one.
+
+`engine.native` (EngineParams): auto takes the native path when its module is built, current and
+lays out the self-check's bursts byte for byte as the Python writer does; otherwise the worker
+runs the Python path, which stays complete. on refuses to start without it (one line saying
+what is missing); off is the Python path. Either way the worker reports which path it took and
+why, and the coordinator puts it in the run's metadata (summary.json engine.data_path).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from emulator.engine.params import OffloadChoice
+from emulator.errors import EnvironmentProblem
+from emulator.native import load
+from emulator.native.burst import NativeBursts, self_check
+from emulator.transport.burst_wire import BurstBuffer
+
+NATIVE = "native"
+PYTHON = "python"
+
+
+@dataclass(frozen=True)
+class DataPath:
+    """The path a worker chose: `bursts` is None on the Python path; `reason` says why."""
+
+    bursts: NativeBursts | None
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return NATIVE if self.bursts is not None else PYTHON
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.name, "reason": self.reason}
+
+
+def choose_data_path(choice: OffloadChoice, buffer: BurstBuffer, max_segments: int) -> DataPath:
+    """The native path for bursts laid out in `buffer` if `choice` allows and it works here."""
+    if choice == "off":
+        return DataPath(None, "engine.native: off")
+    module, why = load("burst")
+    if module is not None:
+        failed = self_check(module, max_segments)
+        if not failed:
+            return DataPath(
+                NativeBursts(module, buffer), "C burst layout and GSO send, self-checked"
+            )
+        why = f"emulator.native._burst failed its self-check: {failed}"
+    if choice == "on":
+        raise EnvironmentProblem(f"engine.native: on, but {why}")
+    return DataPath(None, why)
+
+
+def summarize(paths: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's data path from its workers' reports (empty: not reported yet): native, python
+    or mixed (some workers each), and why; unknown before any worker reported."""
+    known = [p for p in paths if p.get("path")]
+    if not known:
+        return {"path": "unknown", "reason": "no worker reported its data path"}
+    names = sorted({p["path"] for p in known})
+    reasons = sorted({p.get("reason", "") for p in known} - {""})
+    return {"path": names[0] if len(names) == 1 else "mixed", "reason": "; ".join(reasons)}

@@ -1,0 +1,39 @@
+"""cffi builder of emulator.native._burst (burst.c): the burst layout and GSO send in C.
+
+`python -m emulator.native.build` compiles it (with every other build_*.py here); the
+prototypes below are burst.c's, which says what each does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "burst.c"
+
+ffibuilder = FFI()
+ffibuilder.cdef(
+    """
+    long rocev2_layout(uint8_t *buf, size_t buf_bytes, const uint32_t *tables, uint32_t base_crc,
+                       uint32_t segment_bytes, uint32_t payload_bytes, uint32_t count,
+                       uint32_t dest_qp, uint32_t tag, const uint8_t *tags, uint32_t psn,
+                       const uint8_t *opcodes, const uint32_t *ack_req_at, uint32_t ack_reqs,
+                       int stamps, uint64_t departed_ns, uint32_t spacing_ns, int gso, int fill);
+    long rocev2_send(int fd, const uint8_t *buf, size_t len, uint32_t gso_size, int tos,
+                     uint32_t addr_be, uint16_t port_be);
+    long rocev2_layout_send(int fd, uint32_t addr_be, uint16_t port_be, int tos, uint8_t *buf,
+                            size_t buf_bytes, const uint32_t *tables, uint32_t base_crc,
+                            uint32_t segment_bytes, uint32_t payload_bytes, uint32_t count,
+                            uint32_t dest_qp, uint32_t tag, const uint8_t *tags, uint32_t psn,
+                            const uint8_t *opcodes, const uint32_t *ack_req_at,
+                            uint32_t ack_reqs, int stamps, uint64_t departed_ns,
+                            uint32_t spacing_ns, int fill);
+    """
+)
+ffibuilder.set_source(
+    "emulator.native._burst",
+    SOURCE.read_text(),
+    extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
+)

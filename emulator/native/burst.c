@@ -1,0 +1,207 @@
+/* The engine's burst hot path in C: a burst's full-size RoCEv2 segments laid out back to back
+ * with their ICRCs, and the UDP GSO send of the buffer.
+ *
+ * Built by emulator/native/build_burst.py (cffi, API mode) as emulator.native._burst; the Python
+ * glue is emulator/native/burst.py. The bytes are those of emulator/transport/burst_wire.py's
+ * BurstWriter (the engine checks it at start, tests/unit/test_native_burst.py for many shapes).
+ *
+ * ICRC (IBA vol. 1 annex A17, RoCEv2): CRC-32 over a pseudo-header and the packet, see
+ * emulator/transport/wire.py. CRC-32 is affine over GF(2): for inputs of one length,
+ * crc(a ^ b) = crc(a) ^ crc(b) ^ crc(0). Within a burst the segments differ from a flow's
+ * template (opcode 0, PSN word 0, IP id 0, zero payload) only in the opcode byte, the PSN word,
+ * the IP identification and the send stamp, so a segment's ICRC is the template's XOR one
+ * table entry per varying byte (the tables come from Python: burst_wire.crc_byte_tables).
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <netinet/in.h>
+
+#define BTH_BYTES 12
+#define ICRC_BYTES 4
+#define STAMP_BYTES 16 /* burst_wire.SEND_STAMP: "<QII" */
+#define PSN_MASK 0xFFFFFFu
+#define QPN_MASK 0xFFFFFFu
+#define ACK_REQ (1u << 31)
+#define PKEY_DEFAULT 0xFFFF
+#define TAG_SHIFT 24 /* packets.ATTRIBUTION_TAG_SHIFT */
+#define MAX_SEGMENTS 128
+
+/* Linux include/uapi/linux/udp.h and in.h */
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+
+/* Rows of the table block, 256 uint32 each (emulator/native/burst.py TABLE_ROWS). */
+enum {
+    T_OPCODE = 0,
+    T_PSN_WORD = 1, /* 4 rows: the PSN word's bytes as sent (AckReq byte first) */
+    T_IP_ID = 5,    /* 2 rows: the IP identification, high byte first */
+    T_STAMP = 7,    /* 16 rows: the send stamp's bytes */
+    T_ROWS = 23
+};
+
+static inline void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static inline void put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline void put_le64(uint8_t *p, uint64_t v)
+{
+    put_le32(p, (uint32_t)v);
+    put_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static inline uint32_t word_crc(const uint32_t *tables, uint32_t word)
+{
+    const uint32_t *t = tables + T_PSN_WORD * 256;
+    return t[word >> 24] ^ t[256 + ((word >> 16) & 0xFF)] ^ t[512 + ((word >> 8) & 0xFF)] ^
+           t[768 + (word & 0xFF)];
+}
+
+/* Lay out `count` full segments of `segment_bytes` at buf[0:] (see rocev2_layout in the cdef of
+ * build_burst.py). Returns the bytes written, or -EINVAL when they do not fit. */
+long rocev2_layout(uint8_t *buf, size_t buf_bytes, const uint32_t *tables, uint32_t base_crc,
+                   uint32_t segment_bytes, uint32_t payload_bytes, uint32_t count,
+                   uint32_t dest_qp, uint32_t tag, const uint8_t *tags, uint32_t psn,
+                   const uint8_t *opcodes, const uint32_t *ack_req_at, uint32_t ack_reqs,
+                   int stamps, uint64_t departed_ns, uint32_t spacing_ns, int gso, int fill)
+{
+    size_t used = (size_t)segment_bytes * count;
+    if (used > buf_bytes || segment_bytes < BTH_BYTES + ICRC_BYTES || count > MAX_SEGMENTS)
+        return -EINVAL;
+    if (fill)
+        memset(buf, 0, used); /* zero payload and pad: the template (burst_wire._Layout) */
+    uint8_t flags = (uint8_t)(((-payload_bytes) & 3) << 4); /* pad count; M, TVer 0 */
+    uint32_t qp = dest_qp & QPN_MASK;
+    uint32_t crc_all = base_crc;
+    uint8_t stamp[STAMP_BYTES];
+    /* the send stamp, the same in every segment, where the payload holds one */
+    int stamped = stamps && payload_bytes >= STAMP_BYTES;
+    if (stamped) {
+        if (departed_ns) {
+            put_le64(stamp, departed_ns);
+            put_le32(stamp + 8, psn & PSN_MASK);
+            put_le32(stamp + 12, spacing_ns);
+        } else {
+            memset(stamp, 0, STAMP_BYTES); /* the field may hold an earlier burst's stamp */
+        }
+        const uint32_t *t = tables + T_STAMP * 256;
+        for (int b = 0; b < STAMP_BYTES; b++)
+            crc_all ^= t[b * 256 + stamp[b]];
+    }
+    const uint32_t *t_op = tables + T_OPCODE * 256;
+    const uint32_t *t_id = tables + T_IP_ID * 256;
+    uint32_t next_ack = ack_reqs ? ack_req_at[0] : UINT32_MAX;
+    uint32_t a = 0;
+    uint8_t *seg = buf;
+    for (uint32_t i = 0; i < count; i++, seg += segment_bytes) {
+        uint32_t word = (psn + i) & PSN_MASK;
+        if (i == next_ack) {
+            word |= ACK_REQ;
+            next_ack = ++a < ack_reqs ? ack_req_at[a] : UINT32_MAX;
+        }
+        uint8_t opcode = opcodes[i];
+        uint32_t qp_tag = (tags ? tags[i] : tag) & 0xFF;
+        seg[0] = opcode;
+        seg[1] = flags;
+        seg[2] = PKEY_DEFAULT >> 8;
+        seg[3] = PKEY_DEFAULT & 0xFF;
+        /* FECN, BECN and the reserved bits hold the attribution tag: masked to ones in the
+         * ICRC (IBA 7.8.1, annex A17), so nothing to fold in */
+        put_be32(seg + 4, qp_tag << TAG_SHIFT | qp);
+        put_be32(seg + 8, word);
+        if (stamped)
+            memcpy(seg + BTH_BYTES, stamp, STAMP_BYTES);
+        uint32_t crc = crc_all ^ t_op[opcode] ^ word_crc(tables, word);
+        if (gso) /* the kernel numbers a GSO buffer's segments 0, 1, 2, ... */
+            crc ^= t_id[i >> 8] ^ t_id[256 + (i & 0xFF)];
+        put_le32(seg + segment_bytes - ICRC_BYTES, crc);
+    }
+    return (long)used;
+}
+
+/* One sendmsg of buf[0:len] to addr:port (network byte order), with UDP_SEGMENT = gso_size
+ * when gso_size > 0 and IP_TOS = tos when tos >= 0, as emulator/engine/send_path.py sends.
+ * Returns the bytes the kernel took, or -errno. */
+long rocev2_send(int fd, const uint8_t *buf, size_t len, uint32_t gso_size, int tos,
+                 uint32_t addr_be, uint16_t port_be)
+{
+    struct sockaddr_in to;
+    memset(&to, 0, sizeof to);
+    to.sin_family = AF_INET;
+    to.sin_port = port_be;
+    to.sin_addr.s_addr = addr_be;
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    union {
+        char bytes[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr msg = {
+        .msg_name = &to,
+        .msg_namelen = sizeof to,
+        .msg_iov = &iov,
+        .msg_iovlen = 1,
+        .msg_control = control.bytes,
+        .msg_controllen = 0,
+    };
+    struct cmsghdr *c = (struct cmsghdr *)control.bytes;
+    size_t space = 0;
+    if (gso_size) {
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t size = (uint16_t)gso_size;
+        memcpy(CMSG_DATA(c), &size, sizeof size);
+        space += CMSG_SPACE(sizeof(uint16_t));
+        c = (struct cmsghdr *)(control.bytes + space);
+    }
+    if (tos >= 0) {
+        c->cmsg_level = IPPROTO_IP;
+        c->cmsg_type = IP_TOS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &tos, sizeof tos);
+        space += CMSG_SPACE(sizeof(int));
+    }
+    msg.msg_controllen = space;
+    if (!space)
+        msg.msg_control = NULL;
+    ssize_t sent = sendmsg(fd, &msg, 0);
+    return sent < 0 ? -(long)errno : (long)sent;
+}
+
+/* rocev2_layout, then rocev2_send of the `count` segments (one GSO send, or a plain send of a
+ * single segment). Returns what rocev2_send returns; -EINVAL when the layout does not fit. */
+long rocev2_layout_send(int fd, uint32_t addr_be, uint16_t port_be, int tos, uint8_t *buf,
+                        size_t buf_bytes, const uint32_t *tables, uint32_t base_crc,
+                        uint32_t segment_bytes, uint32_t payload_bytes, uint32_t count,
+                        uint32_t dest_qp, uint32_t tag, const uint8_t *tags, uint32_t psn,
+                        const uint8_t *opcodes, const uint32_t *ack_req_at, uint32_t ack_reqs,
+                        int stamps, uint64_t departed_ns, uint32_t spacing_ns, int fill)
+{
+    long used = rocev2_layout(buf, buf_bytes, tables, base_crc, segment_bytes, payload_bytes,
+                              count, dest_qp, tag, tags, psn, opcodes, ack_req_at, ack_reqs,
+                              stamps, departed_ns, spacing_ns, 1, fill);
+    if (used < 0)
+        return used;
+    return rocev2_send(fd, buf, (size_t)used, count > 1 ? segment_bytes : 0, tos, addr_be,
+                       port_be);
+}

@@ -1,0 +1,296 @@
+"""Python side of emulator.native._burst: a flow's bursts laid out (and sent) by burst.c.
+
+`NativeBursts` holds the compiled module, the CRC delta tables per segment size and a pointer to
+the worker's BurstBuffer; `flow(writer, ...)` gives a `NativeFlow` for one flow's BurstWriter,
+which it stands in for: `write` has BurstWriter.write's contract and bytes (the full-size
+segments of a compact burst in C, anything else through the BurstWriter itself, as before), and
+`layout_send` lays a burst out and hands it to the kernel as one UDP GSO send in one C call
+(the engine's send path, emulator/engine/send_path.py, is its only user).
+
+`self_check` compares the C layout with BurstWriter's on a few bursts: the engine runs it before
+it trusts the module (emulator/engine/native_path.py).
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import struct
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from emulator.transport.burst import Burst
+from emulator.transport.burst_wire import (
+    BurstBuffer,
+    BurstWriter,
+    full_segments,
+    icrc_delta_rows,
+    template_icrc,
+)
+from emulator.transport.packets import PSN_MASK, QPN_MASK, Opcode
+from emulator.transport.wire import FlowAddress, IcrcContext
+
+_U32 = struct.Struct("=I")  # network-order bytes read as the host's uint32 (sin_addr.s_addr)
+_U16 = struct.Struct("=H")
+_NET_U16 = struct.Struct("!H")
+
+
+class NativeBursts:
+    """The compiled module and what every flow of one BurstBuffer shares."""
+
+    def __init__(self, module: ModuleType, buffer: BurstBuffer) -> None:
+        self.ffi: Any = module.ffi
+        self.lib: Any = module.lib
+        self.buffer = buffer
+        self.buf_ptr = self.ffi.from_buffer(buffer.data)
+        self.buf_bytes = len(buffer.data)
+        # per segment size: the delta rows (kept alive) and a pointer C reads them through
+        self._tables: dict[int, tuple[npt.NDArray[np.uint32], Any]] = {}
+
+    def tables(self, segment: int) -> Any:
+        entry = self._tables.get(segment)
+        if entry is None:
+            rows = icrc_delta_rows(segment)
+            entry = self._tables[segment] = (rows, self.ffi.from_buffer("uint32_t[]", rows))
+        return entry[1]
+
+    def flow(
+        self,
+        writer: BurstWriter,
+        sock: socket.socket | None = None,
+        dest: tuple[str, int] = ("", 0),
+        tos: int = -1,
+    ) -> NativeFlow:
+        """A flow's stand-in for `writer` (which must lay out in this object's buffer); with
+        `sock` and `dest` it can also send (tos >= 0: an IP_TOS control message per send)."""
+        if writer.buffer is not self.buffer:
+            raise ValueError("the writer lays out in another buffer")
+        return NativeFlow(self, writer, sock, dest, tos)
+
+
+class NativeFlow:
+    """One flow's bursts through burst.c (see the module docstring)."""
+
+    __slots__ = (
+        "addr",
+        "bases",
+        "fd",
+        "icrc",
+        "lib",
+        "native",
+        "port",
+        "stamps",
+        "tos",
+        "writer",
+    )
+
+    def __init__(
+        self,
+        native: NativeBursts,
+        writer: BurstWriter,
+        sock: socket.socket | None,
+        dest: tuple[str, int],
+        tos: int,
+    ) -> None:
+        self.native = native
+        self.lib = native.lib
+        self.writer = writer
+        self.icrc: IcrcContext = writer.icrc
+        self.stamps = 1 if native.buffer.stamps else 0
+        # (segment, payload bytes, dest QP) -> (the template's ICRC, the segment's tables)
+        self.bases: dict[tuple[int, int, int], tuple[int, Any]] = {}
+        self.fd = sock.fileno() if sock is not None else -1
+        self.addr = _U32.unpack(socket.inet_aton(dest[0]))[0] if sock is not None else 0
+        self.port = _U16.unpack(_NET_U16.pack(dest[1]))[0]
+        self.tos = tos
+
+    def _base(self, burst: Burst) -> tuple[int, Any]:
+        key = (burst.segment_bytes, burst.payload_bytes, burst.dest_qp)
+        base = self.bases.get(key)
+        if base is None:
+            crc = template_icrc(self.icrc, key[0], key[1], key[2] & QPN_MASK)
+            base = self.bases[key] = (crc, self.native.tables(key[0]))
+        return base
+
+    def _fill(self, segment: int, payload_bytes: int, used: int) -> int:
+        """1 when the buffer must be reset to the template first (another form, or not enough
+        of it); the buffer then holds this form's template up to `used` (as BurstWriter keeps
+        track, so both can write into one buffer)."""
+        held = self.native.buffer
+        form = (segment, payload_bytes)
+        if held.template != form or held.template_bytes < used:
+            held.template = form
+            held.template_bytes = used
+            return 1
+        return 0
+
+    def write(
+        self, burst: Burst, *, gso: bool = True, departed_ns: int = 0, spacing_ns: int = 0
+    ) -> int:
+        """BurstWriter.write, the full-size segments of a compact burst laid out in C."""
+        writer = self.writer
+        if burst.packets is not None or burst.count > writer.max_segments:
+            return writer.write(burst, gso=gso, departed_ns=departed_ns, spacing_ns=spacing_ns)
+        if burst.wire_bytes > self.native.buf_bytes:
+            raise ValueError(f"a {burst.wire_bytes}-byte burst does not fit the buffer")
+        full = full_segments(burst)
+        segment = burst.segment_bytes
+        used = full * segment
+        if full:
+            base, tables = self._base(burst)
+            acks = burst.ack_req_at
+            if acks and acks[-1] >= full:
+                acks = acks[:-1]
+            done = self.lib.rocev2_layout(
+                self.native.buf_ptr,
+                self.native.buf_bytes,
+                tables,
+                base,
+                segment,
+                burst.payload_bytes,
+                full,
+                burst.dest_qp,
+                burst.tag,
+                burst.tags if burst.tags is not None else self.native.ffi.NULL,
+                burst.psn,
+                burst.opcodes,
+                acks,
+                len(acks),
+                self.stamps,
+                departed_ns,
+                min(spacing_ns, 0xFFFFFFFF),
+                gso,
+                self._fill(segment, burst.payload_bytes, used),
+            )
+            if done != used:
+                raise ValueError(f"burst.c refused a {full}-segment burst ({done})")
+        if full == burst.count:
+            return used
+        stamp = writer.send_stamp(burst, departed_ns, spacing_ns)
+        return writer.write_last(burst, used, stamp, gso)
+
+    def layout_send(self, burst: Burst, departed_ns: int, spacing_ns: int) -> int:
+        """Lay out a compact burst whose segments are all full-size (see `sends_whole`) and
+        send it (one GSO send; a plain send for one segment): the bytes the kernel took, or
+        -errno."""
+        segment = burst.segment_bytes
+        count = burst.count
+        base, tables = self._base(burst)
+        native = self.native
+        return int(
+            self.lib.rocev2_layout_send(
+                self.fd,
+                self.addr,
+                self.port,
+                self.tos,
+                native.buf_ptr,
+                native.buf_bytes,
+                tables,
+                base,
+                segment,
+                burst.payload_bytes,
+                count,
+                burst.dest_qp,
+                burst.tag,
+                burst.tags if burst.tags is not None else native.ffi.NULL,
+                burst.psn,
+                burst.opcodes,
+                burst.ack_req_at,
+                len(burst.ack_req_at),
+                self.stamps,
+                departed_ns,
+                min(spacing_ns, 0xFFFFFFFF),
+                self._fill(segment, burst.payload_bytes, count * segment),
+            )
+        )
+
+    def sends_whole(self, burst: Burst) -> bool:
+        """layout_send can take this burst: compact, every segment full-size, one buffer."""
+        return (
+            burst.packets is None
+            and burst.last_payload_bytes == burst.payload_bytes
+            and burst.count <= self.writer.max_segments
+        )
+
+    def send(self, used: int, gso_size: int) -> int:
+        """Send buf[:used] as laid out (gso_size > 0: one GSO send of that segment size):
+        the bytes the kernel took, or -errno."""
+        native = self.native
+        return int(
+            self.lib.rocev2_send(
+                self.fd, native.buf_ptr, used, gso_size, self.tos, self.addr, self.port
+            )
+        )
+
+
+# -- the engine's self-check -------------------------------------------------------------
+
+_CHECK_ADDRESS = FlowAddress("10.11.12.13", "10.11.12.14", 49999, dscp=26)
+_MIDDLE = int(Opcode.SEND_MIDDLE)
+
+
+def _check_bursts() -> list[tuple[Burst, bool, int]]:
+    """(burst, gso, departed_ns): PSN wraps, AckReq patterns, mixed opcodes, per-segment tags,
+    shorter last segments, one segment, the smallest and largest MTU."""
+    ops = bytes([Opcode.SEND_FIRST, *[_MIDDLE] * 13, Opcode.SEND_LAST])
+    return [
+        (
+            Burst(
+                0x123456,
+                PSN_MASK - 30,
+                64,
+                1040,
+                1024,
+                1024,
+                bytes([_MIDDLE]) * 64,
+                [15, 31, 47, 63],
+                tag=5,
+            ),
+            True,
+            1_700_000_000_123_456_789,
+        ),
+        (Burst(0x000777, 5, 15, 4112, 4096, 4096, ops, [14], tags=bytes(range(15))), True, 0),
+        (Burst(0x000777, 0xFFFFF0, 15, 4112, 4096, 4096, ops, [0, 9, 14], tag=63), False, 42),
+        (
+            Burst(
+                0x00ABCD,
+                1000,
+                7,
+                272,
+                256,
+                100,
+                bytes([_MIDDLE] * 6 + [Opcode.SEND_LAST]),
+                [6],
+                tag=1,
+            ),
+            True,
+            7,
+        ),
+        (Burst(0x00ABCD, PSN_MASK, 1, 1040, 1024, 1024, bytes([Opcode.SEND_ONLY]), [0]), True, 9),
+        (Burst(0x00ABCD, 3, 3, 28, 10, 10, bytes([_MIDDLE]) * 3, [1]), True, 11),
+    ]
+
+
+def self_check(module: ModuleType, max_segments: int = 64) -> str:
+    """ "" when burst.c lays out the check bursts byte for byte as BurstWriter does (with and
+    without stamps, GSO on and off) and its send reports errors as -errno; else why not."""
+    for stamps in (False, True):
+        ours = BurstBuffer(65535 * 2, stamps=stamps)
+        theirs = BurstBuffer(65535 * 2, stamps=stamps)
+        icrc = IcrcContext(_CHECK_ADDRESS)
+        native = NativeBursts(module, ours)
+        flow = native.flow(BurstWriter(icrc, ours, max_segments))
+        reference = BurstWriter(icrc, theirs, max_segments)
+        for i, (burst, gso, departed) in enumerate(_check_bursts()):
+            spacing = 8 * burst.segment_bytes
+            got = flow.write(burst, gso=gso, departed_ns=departed, spacing_ns=spacing)
+            want = reference.write(burst, gso=gso, departed_ns=departed, spacing_ns=spacing)
+            if got != want or ours.data[:got] != theirs.data[:want]:
+                return f"its layout differs from the Python writer's (check burst {i}, stamps {stamps})"
+    sent = NativeBursts(module, BurstBuffer(64)).lib.rocev2_send(-1, b"x", 1, 0, -1, 0, 0)
+    if sent != -errno.EBADF:
+        return f"its send on a closed descriptor returned {sent}, not -EBADF"
+    return ""

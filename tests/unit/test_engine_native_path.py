@@ -1,0 +1,166 @@
+"""The engine's choice of data path (engine.native) and the native send's error handling: the
+same counters and refusals as the Python path's, from -errno instead of an OSError."""
+
+from __future__ import annotations
+
+import errno
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import emulator.engine.native_path as native_path
+from collectors.report import summary_table
+from emulator.engine.native_path import choose_data_path, summarize
+from emulator.engine.send_path import SendPath
+from emulator.errors import EnvironmentProblem
+from emulator.native import load
+from emulator.transport.burst import Burst
+from emulator.transport.burst_wire import BurstBuffer
+from emulator.transport.params import TransportParams
+
+MODULE, WHY_NOT = load("burst")
+
+
+def test_off_is_the_python_path_and_says_so() -> None:
+    path = choose_data_path("off", BurstBuffer(1024), 64)
+    assert path.bursts is None
+    assert path.to_json() == {"path": "python", "reason": "engine.native: off"}
+
+
+def test_a_missing_module_falls_back_under_auto_and_refuses_under_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    why = "emulator.native._burst is not built (./setup.sh builds it)"
+    monkeypatch.setattr(native_path, "load", lambda name: (None, why))
+    auto = choose_data_path("auto", BurstBuffer(1024), 64)
+    assert auto.to_json() == {"path": "python", "reason": why}
+    with pytest.raises(EnvironmentProblem, match=r"engine.native: on, but .*not built"):
+        choose_data_path("on", BurstBuffer(1024), 64)
+
+
+def test_a_failed_self_check_falls_back_and_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native_path, "load", lambda name: (object(), ""))
+    monkeypatch.setattr(native_path, "self_check", lambda module, max_segments: "it differs")
+    path = choose_data_path("auto", BurstBuffer(1024), 64)
+    assert path.bursts is None
+    assert path.reason == "emulator.native._burst failed its self-check: it differs"
+
+
+@pytest.mark.skipif(MODULE is None, reason=f"native path absent: {WHY_NOT}")
+def test_auto_takes_the_built_module() -> None:
+    path = choose_data_path("auto", BurstBuffer(65535 * 2), 64)
+    assert path.bursts is not None and path.name == "native"
+    assert choose_data_path("on", BurstBuffer(65535 * 2), 64).name == "native"
+
+
+def test_the_runs_data_path_from_its_workers() -> None:
+    native = {"path": "native", "reason": "self-checked"}
+    python = {"path": "python", "reason": "engine.native: off"}
+    assert summarize([native, native]) == native
+    assert summarize([native, python]) == {
+        "path": "mixed",
+        "reason": "engine.native: off; self-checked",
+    }
+    assert summarize([{}, {}])["path"] == "unknown"
+
+
+class _Flow:
+    """A NativeFlow whose C calls return what the kernel would have."""
+
+    def __init__(self, result: int) -> None:
+        self.result = result
+        self.calls: list[str] = []
+
+    def layout_send(self, burst: Burst, departed_ns: int, spacing_ns: int) -> int:
+        self.calls.append("layout_send")
+        return self.result
+
+    def write(self, burst: Burst, **_kw: Any) -> int:
+        self.calls.append("write")
+        return burst.wire_bytes
+
+    def send(self, used: int, gso_size: int) -> int:
+        self.calls.append(f"send {used} {gso_size}")
+        return self.result
+
+
+class _Conn(SimpleNamespace):
+    __hash__ = object.__hash__  # a SendConn: hashed by identity (dataclass eq=False)
+
+
+class _NativeSender(SendPath):
+    def __init__(self, flow: _Flow) -> None:
+        self.offloads = SimpleNamespace(gso=True)  # type: ignore[assignment]
+        self.params = SimpleNamespace(gso_max_segments=64)  # type: ignore[assignment]
+        self.transport = TransportParams(path_mtu_bytes=1024)
+        self.counters = Counter()
+        self.latency = False
+        self.gso_view = memoryview(bytearray(65536))
+        self.native = object()  # type: ignore[assignment]
+        self.conn = _Conn(
+            tos=0,
+            tos_cmsgs=(),
+            dest=("10.0.0.2", 4791),
+            rank=SimpleNamespace(tx_bytes=0, spec=SimpleNamespace(rank=3)),
+        )
+        self._native_flows = {self.conn: flow}  # type: ignore[dict-item]
+
+    def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
+        del tos, packets, udp_bytes, sent
+
+
+def _burst(count: int = 4, last_payload: int = 1024) -> Burst:
+    return Burst(1, 0, count, 1040, 1024, last_payload, bytes(count), [count - 1])
+
+
+@pytest.mark.parametrize(
+    ("result", "counter"),
+    [
+        (4 * 1040, "gso_sends"),
+        (-errno.EAGAIN, "send_buffer_full"),
+        (-errno.ENOBUFS, "send_no_buffers"),
+        (-errno.ENETUNREACH, "send_no_path"),
+        (-errno.EHOSTUNREACH, "send_no_path"),
+    ],
+)
+def test_native_send_results_count_as_the_python_paths(result: int, counter: str) -> None:
+    flow = _Flow(result)
+    sender = _NativeSender(flow)
+    assert sender._send_burst(sender.conn, _burst()) == 4 * 1040  # type: ignore[arg-type]
+    assert flow.calls == ["layout_send"]
+    assert sender.counters[counter] == 1
+    assert sender.counters["data_packets_sent"] == 4
+    if counter != "gso_sends":
+        assert sender.counters["gso_sends"] == 0
+
+
+def test_native_send_refuses_a_send_above_the_mtu_with_the_python_paths_message() -> None:
+    sender = _NativeSender(_Flow(-errno.EMSGSIZE))
+    with pytest.raises(EnvironmentProblem, match=r"rank 3: a 4160-byte RoCEv2 send .* MTU"):
+        sender._send_burst(sender.conn, _burst())  # type: ignore[arg-type]
+    other = _NativeSender(_Flow(-errno.EPERM))
+    with pytest.raises(PermissionError):
+        other._send_burst(other.conn, _burst())  # type: ignore[arg-type]
+
+
+def test_a_shorter_last_segment_is_written_then_sent() -> None:
+    flow = _Flow(3 * 1040 + 116)
+    sender = _NativeSender(flow)
+    burst = _burst(4, 100)
+    sender._send_burst(sender.conn, burst)  # type: ignore[arg-type]
+    assert flow.calls == ["write", f"send {burst.wire_bytes} 1040"]
+    assert sender.counters["gso_sends"] == 1
+
+
+def test_the_printed_summary_says_which_data_path_ran() -> None:
+    def printed(data_path: dict[str, str]) -> list[str]:
+        return summary_table({"collectives": {}, "engine": {"data_path": data_path}}).splitlines()
+
+    native = printed({"path": "native", "reason": "C burst layout and GSO send, self-checked"})
+    assert "engine data path: native" in native
+    python = printed({"path": "python", "reason": "engine.native: off"})
+    assert "engine data path: python (engine.native: off)" in python
+    assert not any("data path" in line for line in printed({"path": "unknown", "reason": "x"}))
+    assert "data path" not in summary_table({"collectives": {}})

@@ -1,0 +1,286 @@
+"""The native burst path (emulator/native/burst.c): built where it can be, the same bytes as the
+Python BurstWriter for every burst shape, valid RoCEv2 for scapy, and a send that reports the
+kernel's errors as -errno.
+
+Without the extension these tests skip with the reason, except `test_extension_is_built`, which
+fails wherever a C compiler is present (CI runs ./setup.sh, which builds it).
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+import socket
+from types import ModuleType
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scapy.compat import raw
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, UDP
+from scapy.packet import Raw
+
+from emulator.native import HERE, built_path, load, module_names, stale
+from emulator.native.burst import NativeBursts, self_check
+from emulator.transport.burst import Burst
+from emulator.transport.burst_wire import STAMP_BYTES, BurstBuffer, BurstWriter
+from emulator.transport.packets import (
+    BTH_BYTES,
+    ICRC_BYTES,
+    PSN_MASK,
+    QPN_MASK,
+    DataPacket,
+    Opcode,
+)
+from emulator.transport.sender import GSO_MAX_BUFFER_BYTES
+from emulator.transport.wire import FlowAddress, IcrcContext, decode
+
+ADDRESS = FlowAddress("10.1.0.1", "10.1.0.2", 49152, dscp=26)
+BUFFER_BYTES = 65535 * 2
+MODULE, WHY_NOT = load("burst")
+needs_native = pytest.mark.skipif(MODULE is None, reason=f"native path absent: {WHY_NOT}")
+SEGMENT_OPCODES = [int(op) for op in (Opcode.SEND_FIRST, Opcode.SEND_MIDDLE, Opcode.SEND_LAST)]
+SEGMENT_OPCODES += [int(op) for op in (Opcode.SEND_ONLY, Opcode.WRITE_MIDDLE, Opcode.WRITE_LAST)]
+
+
+def _module() -> ModuleType:
+    assert MODULE is not None
+    return MODULE
+
+
+def test_extension_is_built() -> None:
+    """Where its sources and a C compiler are, the extension must be built and current: CI runs
+    ./setup.sh, and a silent fallback there would leave the native path untested."""
+    if not (HERE / "burst.c").exists() or shutil.which("gcc") is None:
+        pytest.skip("no native sources or no gcc here: the Python path is the only one")
+    assert "burst" in module_names()
+    assert not stale("burst"), f"{built_path('burst')} is missing or stale: {WHY_NOT}"
+    assert MODULE is not None, WHY_NOT
+
+
+def _wire_segments(burst: Burst, data: bytes) -> list[bytes]:
+    """The burst's segments as the buffer holds them."""
+    out = []
+    at = 0
+    for i in range(burst.count):
+        size = burst.segment_bytes if i < burst.count - 1 else burst.last_segment_bytes
+        out.append(data[at : at + size])
+        at += size
+    assert at == len(data)
+    return out
+
+
+def _burst(
+    draw_psn: int,
+    count: int,
+    payload: int,
+    last_payload: int,
+    opcodes: list[int],
+    acks: list[int],
+    tags: list[int] | None,
+    tag: int,
+    dest_qp: int,
+) -> Burst:
+    n = payload
+    segment = BTH_BYTES + n + (-n & 3) + ICRC_BYTES
+    return Burst(
+        dest_qp,
+        draw_psn,
+        count,
+        segment,
+        payload,
+        last_payload,
+        bytes(opcodes),
+        sorted(set(acks)),
+        tag=tag,
+        tags=bytes(tags) if tags is not None else None,
+    )
+
+
+@st.composite
+def bursts(draw: st.DrawFn) -> Burst:
+    payload = draw(st.integers(256, 4096))
+    segment = BTH_BYTES + payload + (-payload & 3) + ICRC_BYTES
+    count = draw(st.integers(1, min(64, GSO_MAX_BUFFER_BYTES // segment)))  # as poll_burst cuts
+    shorter = count > 1 and draw(st.booleans())
+    last_payload = draw(st.integers(0, payload - 1)) if shorter else payload
+    opcodes = draw(
+        st.one_of(
+            st.just([int(Opcode.SEND_MIDDLE)] * count),
+            st.lists(st.sampled_from(SEGMENT_OPCODES), min_size=count, max_size=count),
+        )
+    )
+    acks = draw(st.lists(st.integers(0, count - 1), max_size=count))
+    tags = draw(st.one_of(st.none(), st.lists(st.integers(0, 63), min_size=count, max_size=count)))
+    # PSNs near the 24-bit wrap half of the time
+    psn = draw(st.one_of(st.integers(0, PSN_MASK), st.integers(PSN_MASK - 70, PSN_MASK)))
+    return _burst(
+        psn,
+        count,
+        payload,
+        last_payload,
+        opcodes,
+        acks,
+        tags,
+        draw(st.integers(0, 63)),
+        draw(st.integers(0, QPN_MASK)),
+    )
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(
+    burst_list=st.lists(bursts(), min_size=1, max_size=4),
+    gso=st.booleans(),
+    stamps=st.booleans(),
+    departed_ns=st.sampled_from([0, 1, 1_764_000_000_123_456_789]),
+    spacing_ns=st.sampled_from([0, 8_000, 1 << 40]),
+)
+def test_native_layout_is_the_python_writers_byte_for_byte(
+    burst_list: list[Burst], gso: bool, stamps: bool, departed_ns: int, spacing_ns: int
+) -> None:
+    """Several bursts in a row into one buffer each (template kept, reshaped, refilled), as
+    the engine writes them: every byte the same as BurstWriter's."""
+    icrc = IcrcContext(ADDRESS)
+    ours = BurstBuffer(BUFFER_BYTES, stamps=stamps)
+    theirs = BurstBuffer(BUFFER_BYTES, stamps=stamps)
+    flow = NativeBursts(_module(), ours).flow(BurstWriter(icrc, ours, 64))
+    reference = BurstWriter(icrc, theirs, 64)
+    for burst in burst_list:
+        got = flow.write(burst, gso=gso, departed_ns=departed_ns, spacing_ns=spacing_ns)
+        want = reference.write(burst, gso=gso, departed_ns=departed_ns, spacing_ns=spacing_ns)
+        assert got == want == burst.wire_bytes
+        assert ours.data[:got] == theirs.data[:want]
+
+
+@needs_native
+def test_python_and_native_writers_share_one_buffer() -> None:
+    """A flow on the native path and one the Python writer lays out (a burst the compact form
+    does not describe) take turns in the worker's buffer: each leaves it as the other expects."""
+    icrc = IcrcContext(ADDRESS)
+    shared = BurstBuffer(BUFFER_BYTES, stamps=True)
+    flow = NativeBursts(_module(), shared).flow(BurstWriter(icrc, shared, 64))
+    reference = BurstWriter(icrc, BurstBuffer(BUFFER_BYTES, stamps=True), 64)
+    middle = int(Opcode.SEND_MIDDLE)
+    full = _burst(100, 20, 1024, 1024, [middle] * 20, [19], None, 3, 77)
+    with_payload = Burst(
+        77,
+        120,
+        2,
+        1040,
+        1024,
+        1024,
+        bytes([middle, middle]),
+        [1],
+        packets=[
+            DataPacket(77, 120, middle, False, 1024, payload=b"\xab" * 1024),
+            DataPacket(77, 121, middle, True, 1024, payload=b"\xcd" * 1024),
+        ],
+    )
+    for burst in (full, with_payload, full, with_payload, full):
+        got = flow.write(burst, departed_ns=5, spacing_ns=7)
+        want = reference.write(burst, departed_ns=5, spacing_ns=7)
+        assert shared.data[:got] == reference.buf[:want]
+
+
+def _scapy_icrc_ok(wire: bytes) -> bool:
+    again = IP(wire).copy()
+    again[BTH].icrc = None  # scapy recomputes it on build
+    return raw(again)[-4:] == wire[-4:]
+
+
+@needs_native
+@settings(max_examples=40, deadline=None)
+@given(burst=bursts(), gso=st.booleans(), stamps=st.booleans())
+def test_native_segments_are_valid_rocev2_for_scapy(burst: Burst, gso: bool, stamps: bool) -> None:
+    """Each segment as the wire carries it (IP id = its index with GSO, 0 without) parses in
+    scapy (the oracle) as RoCEv2 with a valid ICRC and the fields the burst says."""
+    icrc = IcrcContext(ADDRESS)
+    buf = BurstBuffer(BUFFER_BYTES, stamps=stamps)
+    flow = NativeBursts(_module(), buf).flow(BurstWriter(icrc, buf, 64))
+    used = flow.write(burst, gso=gso, departed_ns=1_764_000_000_000_000_000, spacing_ns=9)
+    for i, segment in enumerate(_wire_segments(burst, bytes(buf.data[:used]))):
+        wire = raw(
+            IP(src=ADDRESS.src, dst=ADDRESS.dst, id=i if gso else 0, flags="DF", tos=0x6A)
+            / UDP(sport=ADDRESS.sport, dport=4791)
+            / Raw(segment)
+        )
+        parsed = IP(wire)
+        assert BTH in parsed and _scapy_icrc_ok(wire), f"segment {i}"
+        bth = parsed[BTH]
+        assert bth.opcode == burst.opcodes[i]
+        assert bth.psn == (burst.psn + i) & PSN_MASK
+        assert bth.ackreq == (i in burst.ack_req_at)
+        assert bth.dqpn == burst.dest_qp
+        assert bth.resv6 == (burst.tags[i] if burst.tags is not None else burst.tag)
+        packet = decode(segment)
+        assert isinstance(packet, DataPacket)
+        last = i == burst.count - 1
+        assert packet.payload_bytes == (burst.last_payload_bytes if last else burst.payload_bytes)
+        if stamps and packet.payload_bytes >= STAMP_BYTES:
+            assert segment[BTH_BYTES : BTH_BYTES + 8] != bytes(8)
+
+
+@needs_native
+def test_self_check_passes_and_catches_a_wrong_layout() -> None:
+    assert self_check(_module()) == ""
+
+    class Wrong:
+        """The module with its layout one bit off."""
+
+        def __init__(self, real: ModuleType) -> None:
+            self.ffi = real.ffi
+            lib = real.lib
+
+            class Lib:
+                rocev2_send = lib.rocev2_send
+
+                @staticmethod
+                def rocev2_layout(buf, *args):  # type: ignore[no-untyped-def]
+                    used = lib.rocev2_layout(buf, *args)
+                    buf[used - 1] = bytes([buf[used - 1][0] ^ 1])  # the last ICRC byte
+                    return used
+
+            self.lib = Lib()
+
+    assert "differs" in self_check(Wrong(_module()))  # type: ignore[arg-type]
+
+
+@needs_native
+def test_native_send_delivers_the_segments_and_reports_errors_as_errno() -> None:
+    """One GSO send over loopback arrives as the burst's datagrams; a send the kernel refuses
+    comes back as -errno (the engine's SendPath._send_failed takes it from there)."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(5)
+        tx.bind(("127.0.0.1", 0))
+        tx.setblocking(False)
+        address = FlowAddress("127.0.0.1", "127.0.0.1", tx.getsockname()[1])
+        buf = BurstBuffer(BUFFER_BYTES)
+        writer = BurstWriter(IcrcContext(address), buf, 64)
+        native = NativeBursts(_module(), buf)
+        flow = native.flow(writer, tx, rx.getsockname(), tos=0x68)
+        middle = int(Opcode.SEND_MIDDLE)
+        burst = _burst(PSN_MASK - 1, 5, 1024, 1024, [middle] * 5, [4], None, 0, 9)
+        sent = flow.layout_send(burst, 0, 0)
+        assert sent == 5 * burst.segment_bytes
+        reference = BurstWriter(IcrcContext(address), BurstBuffer(BUFFER_BYTES), 64)
+        expected = bytes(reference.buf[: reference.write(burst)])
+        got = b"".join(rx.recv(65535) for _ in range(5))
+        assert got == expected
+        # one datagram alone (no GSO control message) and a GSO segment above the MTU
+        single = _burst(7, 1, 1024, 1024, [int(Opcode.SEND_ONLY)], [0], None, 0, 9)
+        assert flow.layout_send(single, 0, 0) == single.segment_bytes
+        assert decode(rx.recv(65535)).psn == 7  # type: ignore[union-attr]
+        # a datagram above what IPv4 carries, and a socket closed under the flow
+        assert flow.send(70_000, 0) == -errno.EMSGSIZE
+        dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        dead_flow = native.flow(writer, dead, rx.getsockname())
+        dead.close()
+        assert dead_flow.send(10, 0) == -errno.EBADF
+    finally:
+        rx.close()
+        tx.close()
