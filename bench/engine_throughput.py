@@ -19,6 +19,11 @@ without: packets/s).
 Floor: a bare Python loop that only calls sendmsg with pre-built 64 KB GSO buffers of the same
 RoCEv2 segments (and a bare UDP_GRO reader on the other side) over the same veth: the most any
 Python sender using GSO can reach here, whatever it computes; ours is also given against it.
+Both data paths side by side (issue #20): the native one (engine.native: on, emulator/native/)
+and the pure-Python one (engine.native: off), every line tagged with its "path"; the native
+path's packets/s against the Python path's, each against the floor; the sender's and the
+receiver's worker busy share (run CPU over wall) on the packets/s lines say which side bound
+the rate. Without the native path built it says so and measures the Python path alone.
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from emulator.engine.coordinator import run_plan
+from emulator.engine.native_path import NATIVE, PYTHON
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.sockets import ANCILLARY_BYTES, gso_cmsg, open_udp, read_ancillary
 from emulator.engine.testbed import NetnsBed, PairInfo, link_bytes, pair
+from emulator.native import load
 from emulator.transport.burst_wire import BurstBuffer, BurstWriter
 from emulator.transport.packets import ETHERNET_OVERHEAD_BYTES, ROCEV2_UDP_PORT
 from emulator.transport.params import TransportParams
@@ -49,6 +56,7 @@ BENCH = "engine_throughput"
 
 
 def emit(metric: str, value: float, unit: str, **peer: Any) -> None:
+    """One JSON line: the metric, and the peer it is compared with (or the data path it is of)."""
     print(
         json.dumps(
             {"bench": BENCH, "metric": metric, "value": round(value, 4), "unit": unit, **peer}
@@ -58,11 +66,17 @@ def emit(metric: str, value: float, unit: str, **peer: Any) -> None:
 
 
 def ours(
-    p: PairInfo, payload: int, seconds: float, latency: bool = True, tag: int = 0
+    p: PairInfo,
+    payload: int,
+    seconds: float,
+    latency: bool = True,
+    tag: int = 0,
+    path: str = NATIVE,
 ) -> dict[str, float]:
     """Flat-out single QP: (delivered packets/s, payload Gb/s, sender run CPU s, wall s);
     `latency`: with the one-way latency stamps and histograms (the default) or without; `tag`:
-    the attribution tag its packets carry (emulator.run.attribution; 0: none)."""
+    the attribution tag its packets carry (emulator.run.attribution; 0: none); `path`: the
+    engine's data path (native or python)."""
     ranks = [
         RankEndpoint(0, p.sender_addr, p.sender_ns, 100e9),
         RankEndpoint(1, p.receiver_addr, p.receiver_ns, 100e9),
@@ -74,7 +88,9 @@ def ours(
         retransmit_timeout_s=0.05,
         window_packets=2048,
     )
-    engine = EngineParams(workers=2, one_way_latency=latency)
+    engine = EngineParams(
+        workers=2, one_way_latency=latency, native="on" if path == NATIVE else "off"
+    )
     size = payload * 20_000
     for _ in range(2):
         out = run_plan(
@@ -88,13 +104,19 @@ def ours(
             break
         size = int(size * seconds / max(fct, 1e-3)) // payload * payload
     packets = size // payload
+    ran = out.metadata["data_path"]["path"]
+    if ran != path:
+        raise RuntimeError(f"asked for the {path} data path, the engine ran {ran}")
     cpu = out.metadata["worker_run_cpu_s"][0]  # rank 0's worker sends
+    busy = out.metadata["worker_busy_ratio"]
     return {
         "pps": packets / fct,
         "gbps": size * 8 / fct / 1e9,
         "cpu_s": cpu,
         "wall_s": fct,
         "retransmitted": out.finished[1].retransmitted_packets,
+        "sender_busy": busy[0],
+        "receiver_busy": busy[1],
     }
 
 
@@ -218,8 +240,8 @@ def bare_gso_floor(p: PairInfo, payload: int, seconds: float) -> float:
     return float(segments / span_s) if span_s > 0 else 0.0
 
 
-def pacing_error(p: PairInfo, rate_bps: float) -> float:
-    """Receiver-measured rate over 1 s vs the configured rate, in percent."""
+def pacing_error(p: PairInfo, rate_bps: float, path: str = NATIVE) -> float:
+    """Receiver-measured rate over 1 s vs the configured rate, in percent, on a data path."""
     mtu = 4096
     ip_bytes = 20 + 8 + 12 + mtu + 4
     counted_per_sent = (ip_bytes + 14) / (ip_bytes + ETHERNET_OVERHEAD_BYTES)
@@ -237,7 +259,7 @@ def pacing_error(p: PairInfo, rate_bps: float) -> float:
             ranks,
             [EngineFlow(1, 0, 1, 0, 50600, size)],
             transport=transport,
-            engine=EngineParams(workers=2),
+            engine=EngineParams(workers=2, native="on" if path == NATIVE else "off"),
         )
     )
     thread.start()
@@ -256,6 +278,65 @@ def pacing_error(p: PairInfo, rate_bps: float) -> float:
     return (measured / (rate_bps * counted_per_sent) - 1) * 100
 
 
+def _per_path(
+    payload: int, path: str, us: dict[str, float], peer: dict[str, float], floor: float
+) -> None:
+    """The lines of one data path at one payload size."""
+    name = f"iperf3 -u -b 0 -l {payload}"
+    emit(
+        f"rocev2_data_packets_per_s_{payload}B (higher is better)",
+        us["pps"],
+        "packets/s",
+        path=path,
+        peer=name,
+        peer_value=round(peer["pps"], 1),
+        ratio=round(us["pps"] / peer["pps"], 3),
+        sender_busy=us["sender_busy"],
+        receiver_busy=us["receiver_busy"],
+    )
+    us_core = us["pps"] * us["wall_s"] / max(us["cpu_s"], 1e-9)
+    peer_core = peer["pps"] * peer["wall_s"] / max(peer["cpu_s"], 1e-9)
+    emit(
+        f"rocev2_data_packets_per_sender_cpu_s_{payload}B (higher is better)",
+        us_core,
+        "packets/cpu-s",
+        path=path,
+        peer=name,
+        peer_value=round(peer_core, 1),
+        ratio=round(us_core / peer_core, 3),
+    )
+    emit(
+        f"payload_gbps_{payload}B (higher is better)",
+        us["gbps"],
+        "Gb/s",
+        path=path,
+        peer=name,
+        peer_value=round(peer["gbps"], 4),
+        ratio=round(us["gbps"] / peer["gbps"], 3),
+    )
+    cpu_per_gbps = us["cpu_s"] / us["wall_s"] / us["gbps"]
+    peer_cpu_per_gbps = peer["cpu_s"] / peer["wall_s"] / peer["gbps"]
+    emit(
+        f"sender_cpu_per_gbps_{payload}B (lower is better; ratio peer/ours)",
+        cpu_per_gbps,
+        "cores per Gb/s",
+        path=path,
+        peer=name,
+        peer_value=round(peer_cpu_per_gbps, 4),
+        ratio=round(peer_cpu_per_gbps / cpu_per_gbps, 3),
+    )
+    emit(f"retransmitted_packets_{payload}B", us["retransmitted"], "packets", path=path)
+    emit(
+        f"rocev2_data_packets_per_s_{payload}B_of_bare_gso_floor (higher is better)",
+        us["pps"],
+        "packets/s",
+        path=path,
+        peer=f"bare Python GSO sendmsg loop, {payload} B",
+        peer_value=round(floor, 1),
+        ratio=round(us["pps"] / floor, 3),
+    )
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
@@ -263,68 +344,21 @@ def main(argv: list[str]) -> int:
     if os.geteuid() != 0:
         print("bench.engine_throughput needs root (network namespaces)", file=sys.stderr)
         return 2
+    _, why_not = load("burst")
+    paths = [NATIVE, PYTHON]
+    if why_not:
+        print(
+            f"bench.engine_throughput: no native path ({why_not}): the Python path alone",
+            file=sys.stderr,
+        )
+        paths = [PYTHON]
+    main_path = paths[0]  # what the engine runs by default: the costs below are measured on it
     with NetnsBed() as bed:
         p = pair(bed)
         for payload in (1024, 4096):
-            us = ours(p, payload, args.seconds)
             peer = iperf3(p, payload, args.seconds)
-            name = f"iperf3 -u -b 0 -l {payload}"
-            emit(
-                f"rocev2_data_packets_per_s_{payload}B (higher is better)",
-                us["pps"],
-                "packets/s",
-                peer=name,
-                peer_value=round(peer["pps"], 1),
-                ratio=round(us["pps"] / peer["pps"], 3),
-            )
-            us_core = us["pps"] * us["wall_s"] / max(us["cpu_s"], 1e-9)
-            peer_core = peer["pps"] * peer["wall_s"] / max(peer["cpu_s"], 1e-9)
-            emit(
-                f"rocev2_data_packets_per_sender_cpu_s_{payload}B (higher is better)",
-                us_core,
-                "packets/cpu-s",
-                peer=name,
-                peer_value=round(peer_core, 1),
-                ratio=round(us_core / peer_core, 3),
-            )
-            emit(
-                f"payload_gbps_{payload}B (higher is better)",
-                us["gbps"],
-                "Gb/s",
-                peer=name,
-                peer_value=round(peer["gbps"], 4),
-                ratio=round(us["gbps"] / peer["gbps"], 3),
-            )
-            cpu_per_gbps = us["cpu_s"] / us["wall_s"] / us["gbps"]
-            peer_cpu_per_gbps = peer["cpu_s"] / peer["wall_s"] / peer["gbps"]
-            emit(
-                f"sender_cpu_per_gbps_{payload}B (lower is better; ratio peer/ours)",
-                cpu_per_gbps,
-                "cores per Gb/s",
-                peer=name,
-                peer_value=round(peer_cpu_per_gbps, 4),
-                ratio=round(peer_cpu_per_gbps / cpu_per_gbps, 3),
-            )
-            emit(f"retransmitted_packets_{payload}B", us["retransmitted"], "packets")
-            plain = ours(p, payload, args.seconds, latency=False)
-            emit(
-                f"one_way_latency_cost_{payload}B (packets/s with latency stamps / without)",
-                us["pps"] / plain["pps"],
-                "ratio",
-                peer="the engine without engine.one_way_latency",
-                peer_value=round(plain["pps"], 1),
-                ratio=round(us["pps"] / plain["pps"], 3),
-            )
-            tagged = ours(p, payload, args.seconds, tag=1)
-            emit(
-                f"attribution_tag_cost_{payload}B (packets/s with the BTH tag / without)",
-                tagged["pps"] / us["pps"],
-                "ratio",
-                peer="the engine without attribution tags",
-                peer_value=round(us["pps"], 1),
-                ratio=round(tagged["pps"] / us["pps"], 3),
-            )
             floor = bare_gso_floor(p, payload, args.seconds)
+            name = f"iperf3 -u -b 0 -l {payload}"
             emit(
                 f"bare_gso_floor_packets_per_s_{payload}B (a Python ceiling; ratio floor/iperf3)",
                 floor,
@@ -333,20 +367,48 @@ def main(argv: list[str]) -> int:
                 peer_value=round(peer["pps"], 1),
                 ratio=round(floor / peer["pps"], 3),
             )
+            measured = {path: ours(p, payload, args.seconds, path=path) for path in paths}
+            for path, us in measured.items():
+                _per_path(payload, path, us, peer, floor)
+            if len(measured) == 2:
+                emit(
+                    f"native_over_python_packets_per_s_{payload}B (higher is better)",
+                    measured[NATIVE]["pps"] / measured[PYTHON]["pps"],
+                    "ratio",
+                    path=NATIVE,
+                    peer="the engine's Python path (engine.native: off)",
+                    peer_value=round(measured[PYTHON]["pps"], 1),
+                    ratio=round(measured[NATIVE]["pps"] / measured[PYTHON]["pps"], 3),
+                )
+            us = measured[main_path]
+            plain = ours(p, payload, args.seconds, latency=False, path=main_path)
             emit(
-                f"rocev2_data_packets_per_s_{payload}B_of_bare_gso_floor (higher is better)",
-                us["pps"],
-                "packets/s",
-                peer=f"bare Python GSO sendmsg loop, {payload} B",
-                peer_value=round(floor, 1),
-                ratio=round(us["pps"] / floor, 3),
+                f"one_way_latency_cost_{payload}B (packets/s with latency stamps / without)",
+                us["pps"] / plain["pps"],
+                "ratio",
+                path=main_path,
+                peer="the engine without engine.one_way_latency",
+                peer_value=round(plain["pps"], 1),
+                ratio=round(us["pps"] / plain["pps"], 3),
             )
-        for rate in (10e6, 100e6, 1e9):
+            tagged = ours(p, payload, args.seconds, tag=1, path=main_path)
             emit(
-                f"pacing_error_{rate / 1e6:g}Mbps (receiver, 1 s window)",
-                pacing_error(p, rate),
-                "%",
+                f"attribution_tag_cost_{payload}B (packets/s with the BTH tag / without)",
+                tagged["pps"] / us["pps"],
+                "ratio",
+                path=main_path,
+                peer="the engine without attribution tags",
+                peer_value=round(us["pps"], 1),
+                ratio=round(tagged["pps"] / us["pps"], 3),
             )
+        for path in paths:
+            for rate in (10e6, 100e6, 1e9):
+                emit(
+                    f"pacing_error_{rate / 1e6:g}Mbps (receiver, 1 s window)",
+                    pacing_error(p, rate, path),
+                    "%",
+                    path=path,
+                )
     return 0
 
 

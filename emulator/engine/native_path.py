@@ -15,7 +15,7 @@ from typing import Any
 from emulator.engine.params import OffloadChoice
 from emulator.errors import EnvironmentProblem
 from emulator.native import load
-from emulator.native.burst import NativeBursts, self_check
+from emulator.native.burst import NativeBursts, NativeRunReader, self_check
 from emulator.transport.burst_wire import BurstBuffer
 
 NATIVE = "native"
@@ -24,9 +24,11 @@ PYTHON = "python"
 
 @dataclass(frozen=True)
 class DataPath:
-    """The path a worker chose: `bursts` is None on the Python path; `reason` says why."""
+    """The path a worker chose: `bursts` (its sends) and `reader` (its GRO reads) are None on
+    the Python path; `reason` says why."""
 
     bursts: NativeBursts | None
+    reader: NativeRunReader | None
     reason: str
 
     @property
@@ -37,21 +39,26 @@ class DataPath:
         return {"path": self.name, "reason": self.reason}
 
 
-def choose_data_path(choice: OffloadChoice, buffer: BurstBuffer, max_segments: int) -> DataPath:
-    """The native path for bursts laid out in `buffer` if `choice` allows and it works here."""
+def choose_data_path(
+    choice: OffloadChoice, send_buffer: BurstBuffer, receive_buffer: bytearray, max_segments: int
+) -> DataPath:
+    """The native path for bursts laid out in `send_buffer` and reads into `receive_buffer`,
+    if `choice` allows and it works here."""
     if choice == "off":
-        return DataPath(None, "engine.native: off")
+        return DataPath(None, None, "engine.native: off")
     module, why = load("burst")
     if module is not None:
         failed = self_check(module, max_segments)
         if not failed:
             return DataPath(
-                NativeBursts(module, buffer), "C burst layout and GSO send, self-checked"
+                NativeBursts(module, send_buffer),
+                NativeRunReader(module, receive_buffer),
+                "C burst layout, GSO send and GRO read parsing, self-checked",
             )
         why = f"emulator.native._burst failed its self-check: {failed}"
     if choice == "on":
         raise EnvironmentProblem(f"engine.native: on, but {why}")
-    return DataPath(None, why)
+    return DataPath(None, None, why)
 
 
 def summarize(paths: list[dict[str, Any]]) -> dict[str, Any]:

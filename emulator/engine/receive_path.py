@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from emulator.engine.clock import DilatedClock
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
 from emulator.engine.sockets import ANCILLARY_BYTES, read_ancillary, segments
+from emulator.native.burst import NativeRunReader
 from emulator.transport.burst_wire import read_ack_run, read_data_run
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import RETH_OPCODES, ROCEV2_UDP_PORT, DataPacket, Opcode, Packet
@@ -47,6 +48,7 @@ class ReceivePath:
     recv_conns: dict[int, RecvConn]
     buf: bytearray
     flush_now: bool
+    run_reader: NativeRunReader | None = None  # read_data_run in C on the native path
 
     if TYPE_CHECKING:  # the other parts' methods it calls
 
@@ -78,6 +80,7 @@ class ReceivePath:
         mv = memoryview(buf)
         now = self.clock.now()
         endpoint = rank.endpoint
+        reader = self.run_reader
         got = False
         for _ in range(READS_PER_WAKEUP):
             try:
@@ -104,7 +107,12 @@ class ReceivePath:
                     endpoint.senders[acks[0]].on_acks(now=now, psns=acks[1])
                     continue
             else:
-                run = read_data_run(buf, nbytes, gso_size) if nbytes else None
+                if not nbytes:
+                    run = None
+                elif reader is not None:
+                    run = reader.read(nbytes, gso_size)
+                else:
+                    run = read_data_run(buf, nbytes, gso_size)
                 if run is not None:
                     rq = endpoint.receivers.get(run.dest_qp)
                     if rq is not None and endpoint.receiver_peers.get(run.dest_qp) == source:

@@ -115,8 +115,9 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         self.latency = p.one_way_latency
         self.gso_buf = BurstBuffer(RECV_BUFFER_BYTES, stamps=self.latency)
         # the native burst path when it is built and passes its self-check (engine.native)
-        self.data_path = choose_data_path(p.native, self.gso_buf, p.gso_max_segments)
+        self.data_path = choose_data_path(p.native, self.gso_buf, self.buf, p.gso_max_segments)
         self.native = self.data_path.bursts
+        self.run_reader = self.data_path.reader
         self._native_flows = {}
         # one-way latency per traffic class as received (DSCP), target seconds
         self.latency_classes: dict[int, LatencyHistogram] = {}

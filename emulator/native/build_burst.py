@@ -1,4 +1,5 @@
-"""cffi builder of emulator.native._burst (burst.c): the burst layout and GSO send in C.
+"""cffi builder of emulator.native._burst (burst.c): the burst layout and GSO send, and the
+receive side's reading of a GRO read as one run, in C.
 
 `python -m emulator.native.build` compiles it (with every other build_*.py here); the
 prototypes below are burst.c's, which says what each does.
@@ -30,6 +31,9 @@ ffibuilder.cdef(
                             const uint8_t *opcodes, const uint32_t *ack_req_at,
                             uint32_t ack_reqs, int stamps, uint64_t departed_ns,
                             uint32_t spacing_ns, int fill);
+    long rocev2_read_data_run(const uint8_t *data, size_t nbytes, uint32_t segment_bytes,
+                              const uint8_t *run_opcodes, uint32_t max_count, uint32_t *fields,
+                              uint8_t *opcodes, uint32_t *acks);
     """
 )
 ffibuilder.set_source(

@@ -205,3 +205,67 @@ long rocev2_layout_send(int fd, uint32_t addr_be, uint16_t port_be, int tos, uin
     return rocev2_send(fd, buf, (size_t)used, count > 1 ? segment_bytes : 0, tos, addr_be,
                        port_be);
 }
+
+static inline uint32_t get_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* burst_wire.read_data_run in C: the datagrams of data[:nbytes], cut every segment_bytes (0:
+ * one datagram), when they are data packets without RETH (run_opcodes[opcode] set) of one QP
+ * with the same FECN/BECN (the reserved bits, the attribution tag, may differ), consecutive
+ * PSNs not wrapping within the run, the same flags but for the last and valid pad counts.
+ * Returns the number of segments and fills fields (dest QP, first PSN, payload bytes of all
+ * but the last, the last's payload bytes, how many carry AckReq), opcodes[] and acks[] (their
+ * indexes); 0: not such a run; -1: more than max_count segments (the caller decides). */
+long rocev2_read_data_run(const uint8_t *data, size_t nbytes, uint32_t segment_bytes,
+                          const uint8_t *run_opcodes, uint32_t max_count, uint32_t *fields,
+                          uint8_t *opcodes, uint32_t *acks)
+{
+    size_t count = 1, segment = nbytes;
+    if (segment_bytes > 0 && segment_bytes < nbytes) {
+        segment = segment_bytes;
+        count = (nbytes + segment - 1) / segment;
+    }
+    if (count > max_count)
+        return -1;
+    size_t last_bytes = nbytes - (count - 1) * segment;
+    if (last_bytes < BTH_BYTES + ICRC_BYTES)
+        return 0;
+    const uint32_t same_bits = 0xC0000000u | QPN_MASK; /* FECN, BECN, destination QP */
+    uint32_t first_qp = get_be32(data + 4);
+    uint8_t first_flags = data[1];
+    uint8_t last_flags = data[(count - 1) * segment + 1];
+    if ((first_flags | last_flags) & 0x0F)
+        return 0;
+    uint32_t psn = get_be32(data + 8) & PSN_MASK;
+    if (psn + count - 1 > PSN_MASK)
+        return 0; /* wraps: rare, left to the per-packet path */
+    uint32_t n_acks = 0;
+    const uint8_t *seg = data;
+    for (size_t i = 0; i < count; i++, seg += segment) {
+        uint8_t opcode = seg[0];
+        if (!run_opcodes[opcode])
+            return 0;
+        if ((get_be32(seg + 4) ^ first_qp) & same_bits)
+            return 0; /* another QP (or FECN/BECN) within the read */
+        if (i + 1 < count && seg[1] != first_flags)
+            return 0;
+        uint32_t word = get_be32(seg + 8);
+        if ((word & PSN_MASK) != psn + i)
+            return 0;
+        opcodes[i] = opcode;
+        if (word & ACK_REQ)
+            acks[n_acks++] = (uint32_t)i;
+    }
+    long payload = (long)segment - BTH_BYTES - ICRC_BYTES - ((first_flags >> 4) & 3);
+    long last_payload = (long)last_bytes - BTH_BYTES - ICRC_BYTES - ((last_flags >> 4) & 3);
+    if (payload < 0 || last_payload < 0)
+        return 0;
+    fields[0] = first_qp & QPN_MASK;
+    fields[1] = psn;
+    fields[2] = (uint32_t)payload;
+    fields[3] = (uint32_t)last_payload;
+    fields[4] = n_acks;
+    return (long)count;
+}

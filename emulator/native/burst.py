@@ -7,8 +7,10 @@ segments of a compact burst in C, anything else through the BurstWriter itself, 
 `layout_send` lays a burst out and hands it to the kernel as one UDP GSO send in one C call
 (the engine's send path, emulator/engine/send_path.py, is its only user).
 
-`self_check` compares the C layout with BurstWriter's on a few bursts: the engine runs it before
-it trusts the module (emulator/engine/native_path.py).
+`NativeRunReader` is the receive side's `read_data_run` in C (a GRO read as one DataRun).
+
+`self_check` compares the C layout with BurstWriter's and the C reader with read_data_run on a
+few bursts: the engine runs it before it trusts the module (emulator/engine/native_path.py).
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ import numpy.typing as npt
 
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import (
+    RUN_OPCODES,
     BurstBuffer,
     BurstWriter,
+    DataRun,
     full_segments,
     icrc_delta_rows,
+    read_data_run,
     template_icrc,
 )
 from emulator.transport.packets import PSN_MASK, QPN_MASK, Opcode
@@ -36,6 +41,7 @@ from emulator.transport.wire import FlowAddress, IcrcContext
 _U32 = struct.Struct("=I")  # network-order bytes read as the host's uint32 (sin_addr.s_addr)
 _U16 = struct.Struct("=H")
 _NET_U16 = struct.Struct("!H")
+_MAX_RUN = 128  # segments the C reader takes at once (a GRO read holds at most 64)
 
 
 class NativeBursts:
@@ -226,6 +232,49 @@ class NativeFlow:
         )
 
 
+class NativeRunReader:
+    """burst_wire.read_data_run in C for one receive buffer (a worker's): the same DataRun, or
+    None, for the GRO read held in buf[:nbytes]."""
+
+    __slots__ = ("_acks", "_buf", "_data", "_ffi", "_fields", "_lib", "_opcodes", "_run_opcodes")
+
+    def __init__(self, module: ModuleType, buf: bytearray) -> None:
+        self._ffi: Any = module.ffi
+        self._lib: Any = module.lib
+        self._data = buf
+        self._buf = self._ffi.from_buffer(buf)
+        self._fields = self._ffi.new("uint32_t[5]")
+        self._opcodes = self._ffi.new(f"uint8_t[{_MAX_RUN}]")
+        self._acks = self._ffi.new(f"uint32_t[{_MAX_RUN}]")
+        self._run_opcodes = bytes(1 if op in RUN_OPCODES else 0 for op in range(256))
+
+    def read(self, nbytes: int, segment_bytes: int) -> DataRun | None:
+        count = self._lib.rocev2_read_data_run(
+            self._buf,
+            nbytes,
+            segment_bytes,
+            self._run_opcodes,
+            _MAX_RUN,
+            self._fields,
+            self._opcodes,
+            self._acks,
+        )
+        if count <= 0:
+            if count < 0:  # more segments than a GRO read holds: read them in Python
+                return read_data_run(self._data, nbytes, segment_bytes)
+            return None
+        qp, psn, payload, last_payload, n_acks = self._fields
+        ffi = self._ffi
+        return DataRun(
+            qp,
+            psn,
+            ffi.buffer(self._opcodes, count)[:],
+            ffi.unpack(self._acks, n_acks) if n_acks else [],
+            payload,
+            last_payload,
+        )
+
+
 # -- the engine's self-check -------------------------------------------------------------
 
 _CHECK_ADDRESS = FlowAddress("10.11.12.13", "10.11.12.14", 49999, dscp=26)
@@ -290,7 +339,58 @@ def self_check(module: ModuleType, max_segments: int = 64) -> str:
             want = reference.write(burst, gso=gso, departed_ns=departed, spacing_ns=spacing)
             if got != want or ours.data[:got] != theirs.data[:want]:
                 return f"its layout differs from the Python writer's (check burst {i}, stamps {stamps})"
+    why = _check_reader(module)
+    if why:
+        return why
     sent = NativeBursts(module, BurstBuffer(64)).lib.rocev2_send(-1, b"x", 1, 0, -1, 0, 0)
     if sent != -errno.EBADF:
         return f"its send on a closed descriptor returned {sent}, not -EBADF"
+    return ""
+
+
+def _check_reader(module: ModuleType) -> str:
+    """The C reader against read_data_run on the check bursts as received (one GRO read each),
+    and on reads that are not runs (another QP, a gap, a RETH, a wrap, a bad pad count)."""
+    buf = bytearray(65535 * 2)
+    reader = NativeRunReader(module, buf)
+    writer = BurstWriter(IcrcContext(_CHECK_ADDRESS), BurstBuffer(65535 * 2), 64)
+    cases: list[tuple[bytes, int]] = []
+    for burst, gso, departed in _check_bursts():
+        used = writer.write(burst, gso=gso, departed_ns=departed)
+        data = bytes(writer.buf[:used])
+        cases.append((data, burst.segment_bytes))
+        segment = burst.segment_bytes
+        if burst.count > 2:
+            spoiled = bytearray(data)
+            spoiled[segment + 7] ^= 1  # the second segment's QP
+            cases.append((bytes(spoiled), segment))
+            spoiled = bytearray(data)
+            spoiled[2 * segment + 11] ^= 4  # a gap
+            cases.append((bytes(spoiled), segment))
+            spoiled = bytearray(data)
+            spoiled[segment] = Opcode.WRITE_FIRST  # a RETH
+            cases.append((bytes(spoiled), segment))
+            spoiled = bytearray(data)
+            spoiled[1] ^= 1  # a transport header version
+            cases.append((bytes(spoiled), segment))
+            spoiled = bytearray(data)
+            spoiled[segment + 4] ^= 0x15  # only the tag: still a run
+            cases.append((bytes(spoiled), segment))
+        cases.append((data[:segment], 0))  # one datagram alone
+        cases.append((data[:15], 0))  # too short
+    for i, (data, segment) in enumerate(cases):
+        buf[: len(data)] = data
+        got = reader.read(len(data), segment)
+        want = read_data_run(buf, len(data), segment)
+        if (got is None) != (want is None) or (
+            got is not None
+            and want is not None
+            and (
+                (got.dest_qp, got.psn, tuple(got.opcodes), got.ack_req_at)
+                != (want.dest_qp, want.psn, tuple(want.opcodes), want.ack_req_at)
+                or (got.payload_bytes, got.last_payload_bytes)
+                != (want.payload_bytes, want.last_payload_bytes)
+            )
+        ):
+            return f"its reader differs from read_data_run (check read {i})"
     return ""

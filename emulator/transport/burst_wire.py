@@ -432,13 +432,13 @@ class DataRun:
 
     dest_qp: int
     psn: int
-    opcodes: tuple[int, ...]
+    opcodes: Sequence[int]  # a tuple, or bytes (emulator/native's reader)
     ack_req_at: list[int]
     payload_bytes: int  # of every packet but the last
     last_payload_bytes: int
 
 
-_RUN_OPCODES = frozenset(int(op) for op in DATA_OPCODES - RETH_OPCODES)
+RUN_OPCODES = frozenset(int(op) for op in DATA_OPCODES - RETH_OPCODES)  # what a DataRun holds
 _RUN_FORMATS: dict[tuple[int, int], struct.Struct] = {}
 _NO_ACK_REQ_ABOVE = (1 << 31) - 1
 # FECN, BECN and the destination QP must agree within a run; the 6 reserved bits between them
@@ -474,7 +474,7 @@ def read_data_run(
         return None
     values = _run_format(segment, count).unpack_from(data)
     opcodes = values[0::5]
-    if not _RUN_OPCODES.issuperset(opcodes):
+    if not RUN_OPCODES.issuperset(opcodes):
         return None
     qp_words = values[3::5]
     first_word = qp_words[0]

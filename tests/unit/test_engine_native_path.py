@@ -24,8 +24,8 @@ MODULE, WHY_NOT = load("burst")
 
 
 def test_off_is_the_python_path_and_says_so() -> None:
-    path = choose_data_path("off", BurstBuffer(1024), 64)
-    assert path.bursts is None
+    path = choose_data_path("off", BurstBuffer(1024), bytearray(1024), 64)
+    assert path.bursts is None and path.reader is None
     assert path.to_json() == {"path": "python", "reason": "engine.native: off"}
 
 
@@ -34,25 +34,25 @@ def test_a_missing_module_falls_back_under_auto_and_refuses_under_on(
 ) -> None:
     why = "emulator.native._burst is not built (./setup.sh builds it)"
     monkeypatch.setattr(native_path, "load", lambda name: (None, why))
-    auto = choose_data_path("auto", BurstBuffer(1024), 64)
+    auto = choose_data_path("auto", BurstBuffer(1024), bytearray(1024), 64)
     assert auto.to_json() == {"path": "python", "reason": why}
     with pytest.raises(EnvironmentProblem, match=r"engine.native: on, but .*not built"):
-        choose_data_path("on", BurstBuffer(1024), 64)
+        choose_data_path("on", BurstBuffer(1024), bytearray(1024), 64)
 
 
 def test_a_failed_self_check_falls_back_and_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native_path, "load", lambda name: (object(), ""))
     monkeypatch.setattr(native_path, "self_check", lambda module, max_segments: "it differs")
-    path = choose_data_path("auto", BurstBuffer(1024), 64)
+    path = choose_data_path("auto", BurstBuffer(1024), bytearray(1024), 64)
     assert path.bursts is None
     assert path.reason == "emulator.native._burst failed its self-check: it differs"
 
 
 @pytest.mark.skipif(MODULE is None, reason=f"native path absent: {WHY_NOT}")
 def test_auto_takes_the_built_module() -> None:
-    path = choose_data_path("auto", BurstBuffer(65535 * 2), 64)
-    assert path.bursts is not None and path.name == "native"
-    assert choose_data_path("on", BurstBuffer(65535 * 2), 64).name == "native"
+    path = choose_data_path("auto", BurstBuffer(65535 * 2), bytearray(65535 * 2), 64)
+    assert path.bursts is not None and path.reader is not None and path.name == "native"
+    assert choose_data_path("on", BurstBuffer(65535 * 2), bytearray(65535 * 2), 64).name == "native"
 
 
 def test_the_runs_data_path_from_its_workers() -> None:

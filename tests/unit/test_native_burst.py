@@ -1,6 +1,6 @@
 """The native burst path (emulator/native/burst.c): built where it can be, the same bytes as the
-Python BurstWriter for every burst shape, valid RoCEv2 for scapy, and a send that reports the
-kernel's errors as -errno.
+Python BurstWriter for every burst shape, valid RoCEv2 for scapy, a send that reports the
+kernel's errors as -errno, and a GRO read parsed as read_data_run parses it.
 
 Without the extension these tests skip with the reason, except `test_extension_is_built`, which
 fails wherever a C compiler is present (CI runs ./setup.sh, which builds it).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import shutil
 import socket
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -22,9 +22,15 @@ from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
 from emulator.native import HERE, built_path, load, module_names, stale
-from emulator.native.burst import NativeBursts, self_check
+from emulator.native.burst import NativeBursts, NativeRunReader, self_check
 from emulator.transport.burst import Burst
-from emulator.transport.burst_wire import STAMP_BYTES, BurstBuffer, BurstWriter
+from emulator.transport.burst_wire import (
+    STAMP_BYTES,
+    BurstBuffer,
+    BurstWriter,
+    DataRun,
+    read_data_run,
+)
 from emulator.transport.packets import (
     BTH_BYTES,
     ICRC_BYTES,
@@ -223,28 +229,26 @@ def test_native_segments_are_valid_rocev2_for_scapy(burst: Burst, gso: bool, sta
 
 
 @needs_native
-def test_self_check_passes_and_catches_a_wrong_layout() -> None:
+def test_self_check_passes_and_catches_a_wrong_layout_or_reader() -> None:
     assert self_check(_module()) == ""
+    real = _module().lib
 
-    class Wrong:
-        """The module with its layout one bit off."""
+    def layout_one_bit_off(buf, *args):  # type: ignore[no-untyped-def]
+        used = real.rocev2_layout(buf, *args)
+        buf[used - 1] = bytes([buf[used - 1][0] ^ 1])  # the last ICRC byte
+        return used
 
-        def __init__(self, real: ModuleType) -> None:
-            self.ffi = real.ffi
-            lib = real.lib
+    def reader_finding_no_run(*args):  # type: ignore[no-untyped-def]
+        return 0
 
-            class Lib:
-                rocev2_send = lib.rocev2_send
-
-                @staticmethod
-                def rocev2_layout(buf, *args):  # type: ignore[no-untyped-def]
-                    used = lib.rocev2_layout(buf, *args)
-                    buf[used - 1] = bytes([buf[used - 1][0] ^ 1])  # the last ICRC byte
-                    return used
-
-            self.lib = Lib()
-
-    assert "differs" in self_check(Wrong(_module()))  # type: ignore[arg-type]
+    for name, wrong in (
+        ("rocev2_layout", layout_one_bit_off),
+        ("rocev2_read_data_run", reader_finding_no_run),
+    ):
+        functions = {f: getattr(real, f) for f in dir(real) if f.startswith("rocev2")}
+        lib = SimpleNamespace(**{**functions, name: wrong})
+        module = SimpleNamespace(ffi=_module().ffi, lib=lib)
+        assert "differs" in self_check(module)  # type: ignore[arg-type]
 
 
 @needs_native
@@ -284,3 +288,50 @@ def test_native_send_delivers_the_segments_and_reports_errors_as_errno() -> None
     finally:
         rx.close()
         tx.close()
+
+
+def _same_run(got: DataRun | None, want: DataRun | None) -> bool:
+    if got is None or want is None:
+        return got is want
+    return (
+        got.dest_qp,
+        got.psn,
+        tuple(got.opcodes),
+        got.ack_req_at,
+        got.payload_bytes,
+        got.last_payload_bytes,
+    ) == (
+        want.dest_qp,
+        want.psn,
+        tuple(want.opcodes),
+        want.ack_req_at,
+        want.payload_bytes,
+        want.last_payload_bytes,
+    )
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(
+    burst=bursts(),
+    flips=st.lists(st.tuples(st.integers(0, 63), st.integers(0, 15), st.integers(1, 255))),
+    cut=st.integers(0, 40),
+    gro=st.booleans(),
+)
+def test_native_reader_reads_gro_reads_as_read_data_run_does(
+    burst: Burst, flips: list[tuple[int, int, int]], cut: int, gro: bool
+) -> None:
+    """The C reader against read_data_run on a burst as one GRO read, its header bytes (BTH,
+    first payload bytes) spoiled here and there and its end cut: the same run, or neither."""
+    buf = BurstBuffer(BUFFER_BYTES)
+    used = BurstWriter(IcrcContext(ADDRESS), buf, 64).write(burst)
+    data = bytearray(buf.data[:used])
+    for index, at, xor in flips:
+        if index < burst.count:
+            data[index * burst.segment_bytes + at] ^= xor
+    nbytes = max(0, used - cut)
+    receive = bytearray(BUFFER_BYTES)
+    receive[:nbytes] = data[:nbytes]
+    reader = NativeRunReader(_module(), receive)
+    segment = burst.segment_bytes if gro else 0
+    assert _same_run(reader.read(nbytes, segment), read_data_run(receive, nbytes, segment))
