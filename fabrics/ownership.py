@@ -168,6 +168,8 @@ def describe(r: Resource) -> str:
         return f"namespace {r['name']}"
     if r["kind"] == "bpf_prog":
         return f"BPF program {r['id']} ({r.get('dev')}{where})"
+    if r["kind"] == "xdp":
+        return f"XDP program {r['id']} on {r.get('dev')}{where}"
     if r["kind"] == "qdisc":
         return f"qdisc {r['parent']} on {r['dev']}{where}"
     if r["kind"] == "address":
@@ -213,6 +215,8 @@ def _exists(r: Resource, live_netns: set[str]) -> bool:
     kind = r["kind"]
     if kind == "bpf_prog":
         return _loaded_tags().get(int(r["id"])) == r.get("tag")
+    if kind == "xdp":
+        return _loaded_tags().get(int(r["id"])) == r.get("tag") and _xdp_attached(r)
     if kind == "mtu":
         return False  # the interface is gone, or it failed for a reason already reported
     if kind in ("veth", "vxlan", "moved_link"):
@@ -248,6 +252,8 @@ def _release_group(group: list[Resource], live_netns: set[str]) -> tuple[list[st
             [describe(r) for r in present if r["name"] not in left],
             [r for r in present if r["name"] in left],
         )
+    if kind == "xdp":
+        return _release_xdp(group, live_netns)
     ns = group[0].get("netns")
     if ns and ns not in live_netns:
         return [], []
@@ -256,6 +262,46 @@ def _release_group(group: list[Resource], live_netns: set[str]) -> tuple[list[st
     failed = _failed_lines(stderr)
     removed = [describe(r) for i, r in enumerate(group) if i not in failed]
     still = [r for i, r in enumerate(group) if i in failed and _exists(r, live_netns)]
+    return removed, still
+
+
+def _xdp_attached(r: Resource) -> bool:
+    """Is the recorded XDP program (by id) the one attached to the recorded interface now?"""
+    out = run(ip("-d", "-j", "link", "show", "dev", r["dev"], netns=r.get("netns")), check=False)
+    xdp = (json.loads(out)[0].get("xdp") or {}) if out.strip() else {}
+    attached = [xdp.get("prog", {})] + [a.get("prog", {}) for a in xdp.get("attached", [])]
+    return any(int(p.get("id", 0)) == int(r["id"]) for p in attached)
+
+
+def _xdp_links(r: Resource) -> list[int]:
+    """The BPF links of the recorded XDP program (an AF_XDP port, emulator/engine/af_xdp.py,
+    attaches its program with one), found by program id."""
+    links = json.loads(run(Cmd("bpftool", ("-j", "link", "show"))) or "[]")
+    return [
+        int(link["id"])
+        for link in links
+        if link.get("type") == "xdp" and int(link.get("prog_id", -1)) == int(r["id"])
+    ]
+
+
+def _release_xdp(group: list[Resource], live_netns: set[str]) -> tuple[list[str], list[Resource]]:
+    """Detach recorded XDP programs through their links. A link dies with the last process
+    holding it, so after a kill there is usually nothing left; only the recorded program (id
+    and tag, attached to the recorded interface) is touched, never one found by name."""
+    removed: list[str] = []
+    still: list[Resource] = []
+    tags = _loaded_tags()
+    for r in group:
+        if r.get("netns") and r["netns"] not in live_netns:
+            continue
+        if tags.get(int(r["id"])) != r.get("tag") or not _xdp_attached(r):
+            continue
+        for link in _xdp_links(r):
+            run(Cmd("bpftool", ("link", "detach", "id", str(link))), check=False)
+        if _xdp_attached(r):
+            still.append(r)
+        else:
+            removed.append(describe(r))
     return removed, still
 
 
@@ -337,7 +383,7 @@ def _programs_still_loaded(
 ) -> list[Resource]:
     """BPF programs are freed after an RCU grace period (or when a deleted namespace is cleaned
     up, asynchronously): wait a bounded time for every recorded one to be gone."""
-    progs = [r for r in resources if r["kind"] == "bpf_prog" and r not in already]
+    progs = [r for r in resources if r["kind"] in ("bpf_prog", "xdp") and r not in already]
     if progs:
         time.sleep(0.05)  # freed after an RCU grace period; skip one useless poll
     deadline = time.monotonic() + wait_s
