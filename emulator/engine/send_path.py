@@ -60,6 +60,7 @@ class SendPath:
     # per-flow state
     native: NativeBursts | None = None
     _native_flows: dict[SendConn, NativeFlow]
+    _buffers_per_poll: int = 1  # GSO buffers a lone queue pair takes per poll (native: several)
 
     if TYPE_CHECKING:  # the other parts' methods it calls
 
@@ -105,13 +106,18 @@ class SendPath:
             # arbiter serves its queues packet by packet: whole-budget bursts to whoever is
             # first in turn would make equal flows finish far apart.
             share = max(1, (1 + budget // packet_wire) // len(order))
+            # One queue pair left in the round takes its next GSO buffers in a row anyway: on
+            # the native path it takes several in one poll, sent in one call (the same
+            # packets; the Python layer's cost per buffer divided by their number).
+            buffers = self._buffers_per_poll if len(order) == 1 else 1
             for qpn, conn in order:
                 burst = conn.qp.poll_burst(
                     now=now,
                     floor_s=floor,
-                    max_packets=min(max_segments, share, 1 + budget // packet_wire),
+                    max_packets=min(max_segments * buffers, share, 1 + budget // packet_wire),
                     max_bytes=GSO_MAX_BUFFER_BYTES,
                     count_lost=count_lost,
+                    buffers=buffers,
                 )
                 if burst is None:
                     continue
@@ -169,8 +175,10 @@ class SendPath:
         return used
 
     def _send_burst_native(self, conn: SendConn, burst: Burst) -> int:
-        """_send_burst on the native path: the same bytes, sends, counters and error handling,
-        the layout and the send in C (one call for a burst of full-size segments)."""
+        """_send_burst on the native path: the same bytes, counters and error handling, the
+        layout and the sends in C (one call for a burst of full-size segments). A burst of
+        more segments than one GSO buffer holds (see _serve_nic) leaves as several GSO
+        buffers in one sendmmsg, each counted as its own send."""
         flow = self._native_flows.get(conn)
         if flow is None:
             assert self.native is not None
@@ -186,35 +194,49 @@ class SendPath:
             spacing = int((segment + IPV4_FRAME_OVERHEAD_BYTES) * conn.rank.ns_per_byte)
         else:
             departed = spacing = 0
-        gso = self.offloads.gso
-        if (
-            gso
-            and burst.packets is None
-            and burst.last_payload_bytes == burst.payload_bytes
-            and count <= self.params.gso_max_segments
-        ):
-            used = count * segment
-            sent = flow.layout_send(burst, departed, spacing)
-        else:
-            used = flow.write(burst, gso=gso, departed_ns=departed, spacing_ns=spacing)
-            if gso or count == 1:
-                sent = flow.send(used, segment if count > 1 else 0)
+        if self.offloads.gso:
+            # segments per GSO buffer: the kernel's limit and 64 KB (IP ids restart in each)
+            per_buffer = min(self.params.gso_max_segments, GSO_MAX_BUFFER_BYTES // segment or 1)
+            if burst.packets is None and burst.last_payload_bytes == burst.payload_bytes:
+                used = count * segment
+                buffers = flow.layout_send(burst, departed, spacing, per_buffer)
             else:
-                sent = used
-                view = self.gso_view
-                for at in range(0, used, segment):
-                    end = min(at + segment, used)
-                    self._sendmsg(conn.sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
-        if sent < 0:
-            self._send_failed(
-                OSError(-sent, os.strerror(-sent)), [self.gso_view[:used]], conn.dest, conn.rank
-            )
-        elif count > 1 and gso:
-            self.counters["gso_sends"] += 1  # sends the kernel took
+                used = flow.write(
+                    burst, departed_ns=departed, spacing_ns=spacing, ids_every=per_buffer
+                )
+                buffers = flow.send(used, segment, per_buffer)
+            if buffers < 0:
+                raise ValueError(f"emulator.native refused a {count}-segment burst ({buffers})")
+            results = flow.results
+            buffer_bytes = per_buffer * segment
+            for b in range(buffers):
+                sent = results[b]
+                size = min(buffer_bytes, used - b * buffer_bytes)
+                if sent < 0:
+                    self._native_send_failed(-sent, size, conn)
+                elif size > segment:
+                    self.counters["gso_sends"] += 1  # sends the kernel took
+        elif count == 1:
+            used = flow.write(burst, gso=False, departed_ns=departed, spacing_ns=spacing)
+            sent = flow.send_datagram(used)
+            if sent < 0:
+                self._native_send_failed(-sent, used, conn)
+        else:
+            # one send per segment (no GSO here): the Python path's sends
+            used = flow.write(burst, gso=False, departed_ns=departed, spacing_ns=spacing)
+            view = self.gso_view
+            for at in range(0, used, segment):
+                end = min(at + segment, used)
+                self._sendmsg(conn.sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
         self.counters["data_packets_sent"] += count
         conn.rank.tx_bytes += used + IP_UDP_BYTES * count
         self._count_class(conn.tos, count, used, sent=True)
         return used
+
+    def _native_send_failed(self, error: int, size_bytes: int, conn: SendConn) -> None:
+        """A native send the kernel refused with errno `error`: as a refused Python send."""
+        failure = OSError(error, os.strerror(error))  # the errno's subclass, as Python raises
+        self._send_failed(failure, [self.gso_view[:size_bytes]], conn.dest, conn.rank)
 
     def _sendmsg(
         self,

@@ -49,7 +49,7 @@ from emulator.engine.counters import Counters, cpu_s
 from emulator.engine.flows import FlowStarts
 from emulator.engine.gcpause import GcPauses
 from emulator.engine.lateness import TickLateness
-from emulator.engine.native_path import choose_data_path
+from emulator.engine.native_path import NATIVE_BUFFERS_PER_POLL, choose_data_path
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import DEFAULT_PROFILE, EngineFlow, QpProfile, RankEndpoint
 from emulator.engine.ranks import RECV_BUFFER_BYTES, Rank, RankSockets, RecvConn, SendConn
@@ -63,7 +63,7 @@ from emulator.transport.burst_wire import BurstBuffer
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import BTH_BYTES, ICRC_BYTES
 from emulator.transport.params import TransportParams
-from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
+from emulator.transport.sender import GSO_MAX_BUFFER_BYTES, IPV4_FRAME_OVERHEAD_BYTES
 from emulator.transport.wire import ECN_NOT_ECT
 
 PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
@@ -113,11 +113,17 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         self.clock = DilatedClock(p.tdf)
         self.buf = bytearray(RECV_BUFFER_BYTES)
         self.latency = p.one_way_latency
-        self.gso_buf = BurstBuffer(RECV_BUFFER_BYTES, stamps=self.latency)
+        # room for the native path's sends of several GSO buffers at once (send_path.py)
+        self.gso_buf = BurstBuffer(
+            max(RECV_BUFFER_BYTES, NATIVE_BUFFERS_PER_POLL * GSO_MAX_BUFFER_BYTES),
+            stamps=self.latency,
+        )
         # the native burst path when it is built and passes its self-check (engine.native)
         self.data_path = choose_data_path(p.native, self.gso_buf, self.buf, p.gso_max_segments)
         self.native = self.data_path.bursts
         self.run_reader = self.data_path.reader
+        if self.native is not None:
+            self._buffers_per_poll = NATIVE_BUFFERS_PER_POLL
         self._native_flows = {}
         # one-way latency per traffic class as received (DSCP), target seconds
         self.latency_classes: dict[int, LatencyHistogram] = {}

@@ -1,4 +1,4 @@
-"""cffi builder of emulator.native._burst (burst.c): the burst layout and GSO send, and the
+"""cffi builder of emulator.native._burst (burst.c): the burst layout and GSO sends, and the
 receive side's reading of a GRO read as one run, in C.
 
 `python -m emulator.native.build` compiles it (with every other build_*.py here); the
@@ -21,16 +21,20 @@ ffibuilder.cdef(
                        uint32_t segment_bytes, uint32_t payload_bytes, uint32_t count,
                        uint32_t dest_qp, uint32_t tag, const uint8_t *tags, uint32_t psn,
                        const uint8_t *opcodes, const uint32_t *ack_req_at, uint32_t ack_reqs,
-                       int stamps, uint64_t departed_ns, uint32_t spacing_ns, int gso, int fill);
+                       int stamps, uint64_t departed_ns, uint32_t spacing_ns, uint32_t ids_every,
+                       int fill);
     long rocev2_send(int fd, const uint8_t *buf, size_t len, uint32_t gso_size, int tos,
                      uint32_t addr_be, uint16_t port_be);
+    long rocev2_send_buffers(int fd, uint32_t addr_be, uint16_t port_be, int tos,
+                             const uint8_t *buf, size_t len, uint32_t segment_bytes,
+                             uint32_t per_buffer, long *results);
     long rocev2_layout_send(int fd, uint32_t addr_be, uint16_t port_be, int tos, uint8_t *buf,
                             size_t buf_bytes, const uint32_t *tables, uint32_t base_crc,
                             uint32_t segment_bytes, uint32_t payload_bytes, uint32_t count,
                             uint32_t dest_qp, uint32_t tag, const uint8_t *tags, uint32_t psn,
                             const uint8_t *opcodes, const uint32_t *ack_req_at,
                             uint32_t ack_reqs, int stamps, uint64_t departed_ns,
-                            uint32_t spacing_ns, int fill);
+                            uint32_t spacing_ns, uint32_t per_buffer, int fill, long *results);
     long rocev2_read_data_run(const uint8_t *data, size_t nbytes, uint32_t segment_bytes,
                               const uint8_t *run_opcodes, uint32_t max_count, uint32_t *fields,
                               uint8_t *opcodes, uint32_t *acks);

@@ -1,5 +1,6 @@
 /* The engine's burst hot path in C: a burst's full-size RoCEv2 segments laid out back to back
- * with their ICRCs, and the UDP GSO send of the buffer.
+ * with their ICRCs, its UDP GSO sends (several GSO buffers in one sendmmsg), and the receive
+ * side's reading of a GRO read as one run of data packets.
  *
  * Built by emulator/native/build_burst.py (cffi, API mode) as emulator.native._burst; the Python
  * glue is emulator/native/burst.py. The bytes are those of emulator/transport/burst_wire.py's
@@ -12,6 +13,9 @@
  * the IP identification and the send stamp, so a segment's ICRC is the template's XOR one
  * table entry per varying byte (the tables come from Python: burst_wire.crc_byte_tables).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sendmmsg (Python.h, included first by cffi, defines it already) */
+#endif
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <netinet/in.h>
+#include <sys/uio.h>
 
 #define BTH_BYTES 12
 #define ICRC_BYTES 4
@@ -28,7 +33,6 @@
 #define ACK_REQ (1u << 31)
 #define PKEY_DEFAULT 0xFFFF
 #define TAG_SHIFT 24 /* packets.ATTRIBUTION_TAG_SHIFT */
-#define MAX_SEGMENTS 128
 
 /* Linux include/uapi/linux/udp.h and in.h */
 #ifndef SOL_UDP
@@ -76,16 +80,20 @@ static inline uint32_t word_crc(const uint32_t *tables, uint32_t word)
            t[768 + (word & 0xFF)];
 }
 
-/* Lay out `count` full segments of `segment_bytes` at buf[0:] (see rocev2_layout in the cdef of
- * build_burst.py). Returns the bytes written, or -EINVAL when they do not fit. */
+/* Lay out `count` full segments of `segment_bytes` at buf[0:]. Segment i's ICRC is for the IP
+ * id the kernel gives it: i % ids_every when the buffer goes out as GSO buffers of ids_every
+ * segments each (the ids restart at 0 in each), 0 when ids_every is 0 (one datagram per send).
+ * `fill`: write the template's zeros first. Returns the bytes written, or -EINVAL when they do
+ * not fit. */
 long rocev2_layout(uint8_t *buf, size_t buf_bytes, const uint32_t *tables, uint32_t base_crc,
                    uint32_t segment_bytes, uint32_t payload_bytes, uint32_t count,
                    uint32_t dest_qp, uint32_t tag, const uint8_t *tags, uint32_t psn,
                    const uint8_t *opcodes, const uint32_t *ack_req_at, uint32_t ack_reqs,
-                   int stamps, uint64_t departed_ns, uint32_t spacing_ns, int gso, int fill)
+                   int stamps, uint64_t departed_ns, uint32_t spacing_ns, uint32_t ids_every,
+                   int fill)
 {
     size_t used = (size_t)segment_bytes * count;
-    if (used > buf_bytes || segment_bytes < BTH_BYTES + ICRC_BYTES || count > MAX_SEGMENTS)
+    if (used > buf_bytes || segment_bytes < BTH_BYTES + ICRC_BYTES || ids_every > 0xFFFF)
         return -EINVAL;
     if (fill)
         memset(buf, 0, used); /* zero payload and pad: the template (burst_wire._Layout) */
@@ -111,6 +119,7 @@ long rocev2_layout(uint8_t *buf, size_t buf_bytes, const uint32_t *tables, uint3
     const uint32_t *t_id = tables + T_IP_ID * 256;
     uint32_t next_ack = ack_reqs ? ack_req_at[0] : UINT32_MAX;
     uint32_t a = 0;
+    uint32_t ip_id = 0;
     uint8_t *seg = buf;
     for (uint32_t i = 0; i < count; i++, seg += segment_bytes) {
         uint32_t word = (psn + i) & PSN_MASK;
@@ -130,40 +139,30 @@ long rocev2_layout(uint8_t *buf, size_t buf_bytes, const uint32_t *tables, uint3
         put_be32(seg + 8, word);
         if (stamped)
             memcpy(seg + BTH_BYTES, stamp, STAMP_BYTES);
-        uint32_t crc = crc_all ^ t_op[opcode] ^ word_crc(tables, word);
-        if (gso) /* the kernel numbers a GSO buffer's segments 0, 1, 2, ... */
-            crc ^= t_id[i >> 8] ^ t_id[256 + (i & 0xFF)];
+        /* the kernel numbers a GSO buffer's segments 0, 1, 2, ... (DESIGN.md "Data path
+         * speed"); the template's ICRC is for id 0 */
+        uint32_t crc = crc_all ^ t_op[opcode] ^ word_crc(tables, word) ^ t_id[ip_id >> 8] ^
+                       t_id[256 + (ip_id & 0xFF)];
         put_le32(seg + segment_bytes - ICRC_BYTES, crc);
+        if (ids_every && ++ip_id == ids_every)
+            ip_id = 0;
     }
     return (long)used;
 }
 
-/* One sendmsg of buf[0:len] to addr:port (network byte order), with UDP_SEGMENT = gso_size
- * when gso_size > 0 and IP_TOS = tos when tos >= 0, as emulator/engine/send_path.py sends.
- * Returns the bytes the kernel took, or -errno. */
-long rocev2_send(int fd, const uint8_t *buf, size_t len, uint32_t gso_size, int tos,
-                 uint32_t addr_be, uint16_t port_be)
-{
-    struct sockaddr_in to;
-    memset(&to, 0, sizeof to);
-    to.sin_family = AF_INET;
-    to.sin_port = port_be;
-    to.sin_addr.s_addr = addr_be;
-    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+/* The control messages of one send: UDP_SEGMENT = gso_size when gso_size > 0, IP_TOS = tos
+ * when tos >= 0 (as emulator/engine/send_path.py sends). Returns msg_controllen. */
+struct control {
     union {
         char bytes[CMSG_SPACE(sizeof(uint16_t)) + CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
-    } control;
-    memset(&control, 0, sizeof control);
-    struct msghdr msg = {
-        .msg_name = &to,
-        .msg_namelen = sizeof to,
-        .msg_iov = &iov,
-        .msg_iovlen = 1,
-        .msg_control = control.bytes,
-        .msg_controllen = 0,
-    };
-    struct cmsghdr *c = (struct cmsghdr *)control.bytes;
+    } u;
+};
+
+static size_t set_control(struct control *control, uint32_t gso_size, int tos)
+{
+    memset(control, 0, sizeof *control);
+    struct cmsghdr *c = (struct cmsghdr *)control->u.bytes;
     size_t space = 0;
     if (gso_size) {
         c->cmsg_level = SOL_UDP;
@@ -172,7 +171,7 @@ long rocev2_send(int fd, const uint8_t *buf, size_t len, uint32_t gso_size, int 
         uint16_t size = (uint16_t)gso_size;
         memcpy(CMSG_DATA(c), &size, sizeof size);
         space += CMSG_SPACE(sizeof(uint16_t));
-        c = (struct cmsghdr *)(control.bytes + space);
+        c = (struct cmsghdr *)(control->u.bytes + space);
     }
     if (tos >= 0) {
         c->cmsg_level = IPPROTO_IP;
@@ -181,29 +180,108 @@ long rocev2_send(int fd, const uint8_t *buf, size_t len, uint32_t gso_size, int 
         memcpy(CMSG_DATA(c), &tos, sizeof tos);
         space += CMSG_SPACE(sizeof(int));
     }
-    msg.msg_controllen = space;
-    if (!space)
-        msg.msg_control = NULL;
+    return space;
+}
+
+static void set_address(struct sockaddr_in *to, uint32_t addr_be, uint16_t port_be)
+{
+    memset(to, 0, sizeof *to);
+    to->sin_family = AF_INET;
+    to->sin_port = port_be;
+    to->sin_addr.s_addr = addr_be;
+}
+
+/* One sendmsg of buf[0:len] to addr:port (network byte order) with the control messages of
+ * set_control. Returns the bytes the kernel took, or -errno. */
+long rocev2_send(int fd, const uint8_t *buf, size_t len, uint32_t gso_size, int tos,
+                 uint32_t addr_be, uint16_t port_be)
+{
+    struct sockaddr_in to;
+    set_address(&to, addr_be, port_be);
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct control control;
+    size_t space = set_control(&control, gso_size, tos);
+    struct msghdr msg = {
+        .msg_name = &to,
+        .msg_namelen = sizeof to,
+        .msg_iov = &iov,
+        .msg_iovlen = 1,
+        .msg_control = space ? control.u.bytes : NULL,
+        .msg_controllen = space,
+    };
     ssize_t sent = sendmsg(fd, &msg, 0);
     return sent < 0 ? -(long)errno : (long)sent;
 }
 
-/* rocev2_layout, then rocev2_send of the `count` segments (one GSO send, or a plain send of a
- * single segment). Returns what rocev2_send returns; -EINVAL when the layout does not fit. */
+#define MAX_BUFFERS 16
+
+/* buf[0:len], laid out as segments of segment_bytes, sent as GSO buffers of per_buffer
+ * segments each (the last may hold fewer, its last segment may be shorter; a buffer of one
+ * segment goes without UDP_SEGMENT, as one datagram), in one sendmmsg where the kernel takes
+ * them all. results[b] is what buffer b's send returned: the bytes taken, or -errno; a buffer
+ * the kernel refuses is lost, the ones after it are still sent (each its own try, as separate
+ * sends would be). Returns the number of buffers, or -EINVAL (too many, nothing sent). */
+long rocev2_send_buffers(int fd, uint32_t addr_be, uint16_t port_be, int tos, const uint8_t *buf,
+                         size_t len, uint32_t segment_bytes, uint32_t per_buffer, long *results)
+{
+    size_t buffer_bytes = (size_t)segment_bytes * per_buffer;
+    if (!buffer_bytes || !len)
+        return -EINVAL;
+    size_t n = (len + buffer_bytes - 1) / buffer_bytes;
+    if (n > MAX_BUFFERS)
+        return -EINVAL;
+    struct sockaddr_in to;
+    set_address(&to, addr_be, port_be);
+    struct mmsghdr msgs[MAX_BUFFERS];
+    struct iovec iovs[MAX_BUFFERS];
+    struct control controls[MAX_BUFFERS];
+    memset(msgs, 0, sizeof(msgs[0]) * n);
+    for (size_t b = 0; b < n; b++) {
+        size_t at = b * buffer_bytes;
+        size_t bytes = len - at < buffer_bytes ? len - at : buffer_bytes;
+        iovs[b].iov_base = (void *)(buf + at);
+        iovs[b].iov_len = bytes;
+        size_t space = set_control(&controls[b], bytes > segment_bytes ? segment_bytes : 0, tos);
+        struct msghdr *m = &msgs[b].msg_hdr;
+        m->msg_name = &to;
+        m->msg_namelen = sizeof to;
+        m->msg_iov = &iovs[b];
+        m->msg_iovlen = 1;
+        m->msg_control = space ? controls[b].u.bytes : NULL;
+        m->msg_controllen = space;
+    }
+    size_t b = 0;
+    while (b < n) {
+        int sent = sendmmsg(fd, msgs + b, (unsigned int)(n - b), 0);
+        if (sent < 0) { /* buffer b refused: lost, go on with the next */
+            results[b] = -(long)errno;
+            b++;
+            continue;
+        }
+        for (int i = 0; i < sent; i++, b++)
+            results[b] = (long)msgs[b].msg_len;
+    }
+    return (long)n;
+}
+
+/* rocev2_layout of a burst of full-size segments for GSO buffers of per_buffer segments, then
+ * rocev2_send_buffers. Returns what rocev2_send_buffers returns (-EINVAL when the layout does
+ * not fit: nothing sent). */
 long rocev2_layout_send(int fd, uint32_t addr_be, uint16_t port_be, int tos, uint8_t *buf,
                         size_t buf_bytes, const uint32_t *tables, uint32_t base_crc,
                         uint32_t segment_bytes, uint32_t payload_bytes, uint32_t count,
                         uint32_t dest_qp, uint32_t tag, const uint8_t *tags, uint32_t psn,
                         const uint8_t *opcodes, const uint32_t *ack_req_at, uint32_t ack_reqs,
-                        int stamps, uint64_t departed_ns, uint32_t spacing_ns, int fill)
+                        int stamps, uint64_t departed_ns, uint32_t spacing_ns,
+                        uint32_t per_buffer, int fill, long *results)
 {
     long used = rocev2_layout(buf, buf_bytes, tables, base_crc, segment_bytes, payload_bytes,
                               count, dest_qp, tag, tags, psn, opcodes, ack_req_at, ack_reqs,
-                              stamps, departed_ns, spacing_ns, 1, fill);
+                              stamps, departed_ns, spacing_ns, per_buffer, fill);
     if (used < 0)
         return used;
-    return rocev2_send(fd, buf, (size_t)used, count > 1 ? segment_bytes : 0, tos, addr_be,
-                       port_be);
+    return rocev2_send_buffers(fd, addr_be, port_be, tos, buf, (size_t)used, segment_bytes,
+                               per_buffer, results);
 }
 
 static inline uint32_t get_be32(const uint8_t *p)

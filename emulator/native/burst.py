@@ -42,6 +42,8 @@ _U32 = struct.Struct("=I")  # network-order bytes read as the host's uint32 (sin
 _U16 = struct.Struct("=H")
 _NET_U16 = struct.Struct("!H")
 _MAX_RUN = 128  # segments the C reader takes at once (a GRO read holds at most 64)
+MAX_BUFFERS = 16  # GSO buffers in one send (burst.c MAX_BUFFERS)
+_NO_RESTART = 0xFFFF  # IP ids that never restart within a burst: one GSO buffer
 
 
 class NativeBursts:
@@ -88,6 +90,7 @@ class NativeFlow:
         "lib",
         "native",
         "port",
+        "results",
         "stamps",
         "tos",
         "writer",
@@ -112,6 +115,7 @@ class NativeFlow:
         self.addr = _U32.unpack(socket.inet_aton(dest[0]))[0] if sock is not None else 0
         self.port = _U16.unpack(_NET_U16.pack(dest[1]))[0]
         self.tos = tos
+        self.results = native.ffi.new(f"long[{MAX_BUFFERS}]")  # per GSO buffer of a send
 
     def _base(self, burst: Burst) -> tuple[int, Any]:
         key = (burst.segment_bytes, burst.payload_bytes, burst.dest_qp)
@@ -134,17 +138,28 @@ class NativeFlow:
         return 0
 
     def write(
-        self, burst: Burst, *, gso: bool = True, departed_ns: int = 0, spacing_ns: int = 0
+        self,
+        burst: Burst,
+        *,
+        gso: bool = True,
+        departed_ns: int = 0,
+        spacing_ns: int = 0,
+        ids_every: int = 0,
     ) -> int:
-        """BurstWriter.write, the full-size segments of a compact burst laid out in C."""
+        """BurstWriter.write (same arguments, same bytes), the full-size segments of a compact
+        burst laid out in C, whatever their number (up to what the buffer holds)."""
         writer = self.writer
-        if burst.packets is not None or burst.count > writer.max_segments:
-            return writer.write(burst, gso=gso, departed_ns=departed_ns, spacing_ns=spacing_ns)
+        if burst.packets is not None:
+            return writer.write(
+                burst, gso=gso, departed_ns=departed_ns, spacing_ns=spacing_ns, ids_every=ids_every
+            )
         if burst.wire_bytes > self.native.buf_bytes:
             raise ValueError(f"a {burst.wire_bytes}-byte burst does not fit the buffer")
         full = full_segments(burst)
         segment = burst.segment_bytes
         used = full * segment
+        # the IP ids: i % every (a GSO buffer of `every` segments at a time), all 0 without GSO
+        every = (ids_every or _NO_RESTART) if gso else 0
         if full:
             base, tables = self._base(burst)
             acks = burst.ack_req_at
@@ -168,7 +183,7 @@ class NativeFlow:
                 self.stamps,
                 departed_ns,
                 min(spacing_ns, 0xFFFFFFFF),
-                gso,
+                every,
                 self._fill(segment, burst.payload_bytes, used),
             )
             if done != used:
@@ -176,12 +191,12 @@ class NativeFlow:
         if full == burst.count:
             return used
         stamp = writer.send_stamp(burst, departed_ns, spacing_ns)
-        return writer.write_last(burst, used, stamp, gso)
+        return writer.write_last(burst, used, stamp, full % every if every else 0)
 
-    def layout_send(self, burst: Burst, departed_ns: int, spacing_ns: int) -> int:
-        """Lay out a compact burst whose segments are all full-size (see `sends_whole`) and
-        send it (one GSO send; a plain send for one segment): the bytes the kernel took, or
-        -errno."""
+    def layout_send(self, burst: Burst, departed_ns: int, spacing_ns: int, per_buffer: int) -> int:
+        """Lay out a compact burst whose segments are all full-size and send it as GSO buffers
+        of `per_buffer` segments (one sendmmsg; a buffer of one segment as a plain datagram):
+        the number of buffers; `results` holds what each send returned (bytes or -errno)."""
         segment = burst.segment_bytes
         count = burst.count
         base, tables = self._base(burst)
@@ -209,26 +224,34 @@ class NativeFlow:
                 self.stamps,
                 departed_ns,
                 min(spacing_ns, 0xFFFFFFFF),
+                per_buffer,
                 self._fill(segment, burst.payload_bytes, count * segment),
+                self.results,
             )
         )
 
-    def sends_whole(self, burst: Burst) -> bool:
-        """layout_send can take this burst: compact, every segment full-size, one buffer."""
-        return (
-            burst.packets is None
-            and burst.last_payload_bytes == burst.payload_bytes
-            and burst.count <= self.writer.max_segments
+    def send(self, used: int, segment_bytes: int, per_buffer: int) -> int:
+        """Send buf[:used] as laid out, as GSO buffers of `per_buffer` segments: as
+        layout_send."""
+        return int(
+            self.lib.rocev2_send_buffers(
+                self.fd,
+                self.addr,
+                self.port,
+                self.tos,
+                self.native.buf_ptr,
+                used,
+                segment_bytes,
+                per_buffer,
+                self.results,
+            )
         )
 
-    def send(self, used: int, gso_size: int) -> int:
-        """Send buf[:used] as laid out (gso_size > 0: one GSO send of that segment size):
-        the bytes the kernel took, or -errno."""
+    def send_datagram(self, used: int) -> int:
+        """Send buf[:used] as one datagram: the bytes the kernel took, or -errno."""
         native = self.native
         return int(
-            self.lib.rocev2_send(
-                self.fd, native.buf_ptr, used, gso_size, self.tos, self.addr, self.port
-            )
+            self.lib.rocev2_send(self.fd, native.buf_ptr, used, 0, self.tos, self.addr, self.port)
         )
 
 
@@ -335,10 +358,18 @@ def self_check(module: ModuleType, max_segments: int = 64) -> str:
         reference = BurstWriter(icrc, theirs, max_segments)
         for i, (burst, gso, departed) in enumerate(_check_bursts()):
             spacing = 8 * burst.segment_bytes
-            got = flow.write(burst, gso=gso, departed_ns=departed, spacing_ns=spacing)
-            want = reference.write(burst, gso=gso, departed_ns=departed, spacing_ns=spacing)
-            if got != want or ours.data[:got] != theirs.data[:want]:
-                return f"its layout differs from the Python writer's (check burst {i}, stamps {stamps})"
+            for every in (0, 7):  # one GSO buffer; GSO buffers of 7 segments each
+                got = flow.write(
+                    burst, gso=gso, departed_ns=departed, spacing_ns=spacing, ids_every=every
+                )
+                want = reference.write(
+                    burst, gso=gso, departed_ns=departed, spacing_ns=spacing, ids_every=every
+                )
+                if got != want or ours.data[:got] != theirs.data[:want]:
+                    return (
+                        "its layout differs from the Python writer's "
+                        f"(check burst {i}, stamps {stamps}, ids every {every})"
+                    )
     why = _check_reader(module)
     if why:
         return why

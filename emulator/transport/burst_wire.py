@@ -280,20 +280,28 @@ class BurstWriter:
         return pattern
 
     def write(
-        self, burst: Burst, *, gso: bool = True, departed_ns: int = 0, spacing_ns: int = 0
+        self,
+        burst: Burst,
+        *,
+        gso: bool = True,
+        departed_ns: int = 0,
+        spacing_ns: int = 0,
+        ids_every: int = 0,
     ) -> int:
         """Write the burst's segments back to back at buf[0:]; return the bytes used. Each
         segment's ICRC is for the IP id the wire will carry: its index in a GSO buffer, or 0
-        when `gso` is False (every segment then leaves as a datagram of its own). With a
-        stamping buffer, every segment carries the send stamp (see SEND_STAMP)."""
+        when `gso` is False (every segment then leaves as a datagram of its own); with
+        `ids_every`, the burst leaves as GSO buffers of that many segments each (the last may
+        hold fewer), whose ids each restart at 0. With a stamping buffer, every segment carries
+        the send stamp (see SEND_STAMP)."""
         stamp = self.send_stamp(burst, departed_ns, spacing_ns)
         count = burst.count
         segment = burst.segment_bytes
         if burst.wire_bytes > len(self.buf):
             raise ValueError(f"a {burst.wire_bytes}-byte burst does not fit the buffer")
-        if burst.packets is not None or count > self.max_segments:
+        if burst.packets is not None or count > self.max_segments or 0 < ids_every < count:
             tags = burst.tags if burst.tags is not None else bytes((burst.tag,)) * count
-            return self._write_packets(burst.to_packets(), gso, stamp, tags)
+            return self._write_packets(burst.to_packets(), gso, stamp, tags, ids_every)
         full = full_segments(burst)
         buf = self.buf
         if full:
@@ -358,7 +366,7 @@ class BurstWriter:
             icrc_field[...] = crc
         if full == count:
             return full * segment
-        return self.write_last(burst, full * segment, stamp, gso)
+        return self.write_last(burst, full * segment, stamp, count - 1 if gso else 0)
 
     def send_stamp(self, burst: Burst, departed_ns: int, spacing_ns: int) -> bytes:
         """The send stamp write() puts in the burst's segments (b"": the buffer does not stamp)."""
@@ -368,9 +376,9 @@ class BurstWriter:
             return bytes(STAMP_BYTES)  # the field may hold an earlier burst's stamp
         return b""
 
-    def write_last(self, burst: Burst, at: int, stamp: bytes, gso: bool) -> int:
-        """A shorter last segment at buf[at:], through the codec (it overwrites the template
-        there); returns its end."""
+    def write_last(self, burst: Burst, at: int, stamp: bytes, ip_id: int) -> int:
+        """A shorter last segment at buf[at:], its ICRC for `ip_id`, through the codec (it
+        overwrites the template there); returns its end."""
         buf = self.buf
         count = burst.count
         self.buffer.template_bytes = min(self.buffer.template_bytes, at)
@@ -386,11 +394,11 @@ class BurstWriter:
         buf[at + ATTRIBUTION_TAG_AT] = burst.tag if burst.tags is None else burst.tags[last]
         if stamp and packet.payload_bytes >= STAMP_BYTES:
             buf[at + BTH_BYTES : at + BTH_BYTES + STAMP_BYTES] = stamp
-        self.icrc.seal(last if gso else 0, buf, at, end)
+        self.icrc.seal(ip_id, buf, at, end)
         return end
 
     def _write_packets(
-        self, packets: Sequence[DataPacket], gso: bool, stamp: bytes, tags: bytes
+        self, packets: Sequence[DataPacket], gso: bool, stamp: bytes, tags: bytes, ids_every: int
     ) -> int:
         buf = self.buf
         self.buffer.template = None
@@ -405,7 +413,7 @@ class BurstWriter:
                 and packet.opcode not in RETH_OPCODES
             ):
                 buf[at + BTH_BYTES : at + BTH_BYTES + STAMP_BYTES] = stamp
-            self.icrc.seal(i if gso else 0, buf, at, end)
+            self.icrc.seal((i % ids_every if ids_every else i) if gso else 0, buf, at, end)
             at = end
         return at
 

@@ -343,6 +343,7 @@ class SendQueuePair:
         max_packets: int,
         max_bytes: int = GSO_MAX_BUFFER_BYTES,
         count_lost: bool = True,
+        buffers: int = 1,
     ) -> Burst | None:
         """The packets due by `now` that one GSO buffer can carry (all the size of the first, a
         shorter last one ends it; at most max_packets and max_bytes), each taken at its own due
@@ -350,6 +351,8 @@ class SendQueuePair:
         poll_transmit(now=max(due, floor_s)) while the due time is <= now, which is the engine's
         token bucket of depth now - floor_s (emulator.engine.pacing). None: nothing is due.
         For a queue pair made with max_burst_s = 0 (the floor bounds the credit instead).
+        With `buffers` > 1, what that many GSO buffers of max_bytes carry (max_packets still
+        bounds the whole): the same packets and state as that many calls in a row.
 
         Credit the floor cuts while the queue pair has been backlogged since its last burst (data
         and window room left) adds to pacing_lost_bytes, unless count_lost is False (the caller
@@ -374,7 +377,9 @@ class SendQueuePair:
         _, payload, segment = self._describe(m, k)
         spacing_s = (segment + self._overhead) * 8 / rate
         # packets of this size due by now, the first at t0 and the others one spacing apart
-        limit = min(max_packets, max(1, max_bytes // segment), int((now - t0) / spacing_s) + 1)
+        limit = min(
+            max_packets, buffers * max(1, max_bytes // segment), int((now - t0) / spacing_s) + 1
+        )
         count = 0
         first_seq = self._resend_seq if self._resend_seq is not None else self._next_seq
         opcodes = bytearray()

@@ -67,23 +67,24 @@ def test_the_runs_data_path_from_its_workers() -> None:
 
 
 class _Flow:
-    """A NativeFlow whose C calls return what the kernel would have."""
+    """A NativeFlow whose C calls return what the kernel would have: `results`, one per GSO
+    buffer of a send (bytes taken or -errno)."""
 
-    def __init__(self, result: int) -> None:
-        self.result = result
+    def __init__(self, *results: int) -> None:
+        self.results = list(results)
         self.calls: list[str] = []
 
-    def layout_send(self, burst: Burst, departed_ns: int, spacing_ns: int) -> int:
-        self.calls.append("layout_send")
-        return self.result
+    def layout_send(self, burst: Burst, departed_ns: int, spacing_ns: int, per_buffer: int) -> int:
+        self.calls.append(f"layout_send {per_buffer}")
+        return len(self.results)
 
-    def write(self, burst: Burst, **_kw: Any) -> int:
-        self.calls.append("write")
+    def write(self, burst: Burst, **kw: Any) -> int:
+        self.calls.append(f"write {kw.get('ids_every', 0)}")
         return burst.wire_bytes
 
-    def send(self, used: int, gso_size: int) -> int:
-        self.calls.append(f"send {used} {gso_size}")
-        return self.result
+    def send(self, used: int, segment_bytes: int, per_buffer: int) -> int:
+        self.calls.append(f"send {used} {segment_bytes} {per_buffer}")
+        return len(self.results)
 
 
 class _Conn(SimpleNamespace):
@@ -97,7 +98,7 @@ class _NativeSender(SendPath):
         self.transport = TransportParams(path_mtu_bytes=1024)
         self.counters = Counter()
         self.latency = False
-        self.gso_view = memoryview(bytearray(65536))
+        self.gso_view = memoryview(bytearray(4 * 65536))
         self.native = object()  # type: ignore[assignment]
         self.conn = _Conn(
             tos=0,
@@ -129,7 +130,7 @@ def test_native_send_results_count_as_the_python_paths(result: int, counter: str
     flow = _Flow(result)
     sender = _NativeSender(flow)
     assert sender._send_burst(sender.conn, _burst()) == 4 * 1040  # type: ignore[arg-type]
-    assert flow.calls == ["layout_send"]
+    assert flow.calls == ["layout_send 62"]  # 62 segments of 1040 bytes fill a 64 KB buffer
     assert sender.counters[counter] == 1
     assert sender.counters["data_packets_sent"] == 4
     if counter != "gso_sends":
@@ -150,8 +151,26 @@ def test_a_shorter_last_segment_is_written_then_sent() -> None:
     sender = _NativeSender(flow)
     burst = _burst(4, 100)
     sender._send_burst(sender.conn, burst)  # type: ignore[arg-type]
-    assert flow.calls == ["write", f"send {burst.wire_bytes} 1040"]
+    assert flow.calls == ["write 62", f"send {burst.wire_bytes} 1040 62"]
     assert sender.counters["gso_sends"] == 1
+
+
+def test_a_burst_of_several_gso_buffers_counts_each_as_a_send() -> None:
+    """150 segments leave as GSO buffers of 62, 62 and 26; the second refused (a full socket
+    buffer) is lost and counted as such, the others are sends; a buffer of one segment is a
+    plain datagram, not a GSO send."""
+    flow = _Flow(62 * 1040, -errno.EAGAIN, 26 * 1040)
+    sender = _NativeSender(flow)
+    assert sender._send_burst(sender.conn, _burst(150)) == 150 * 1040  # type: ignore[arg-type]
+    assert sender.counters["gso_sends"] == 2 and sender.counters["send_buffer_full"] == 1
+    assert sender.counters["data_packets_sent"] == 150
+    lone = _NativeSender(_Flow(62 * 1040, 1040))
+    lone._send_burst(lone.conn, _burst(63))  # type: ignore[arg-type]
+    assert lone.counters["gso_sends"] == 1
+    too_big = _NativeSender(_Flow(62 * 1040, -errno.EMSGSIZE))
+    # the refused buffer's size in the message: 11 segments of 1040 bytes
+    with pytest.raises(EnvironmentProblem, match=r"a 11440-byte RoCEv2 send"):
+        too_big._send_burst(too_big.conn, _burst(73))  # type: ignore[arg-type]
 
 
 def test_the_printed_summary_says_which_data_path_ran() -> None:

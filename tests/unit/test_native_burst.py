@@ -105,10 +105,11 @@ def _burst(
 
 
 @st.composite
-def bursts(draw: st.DrawFn) -> Burst:
+def bursts(draw: st.DrawFn, buffers: int = 1) -> Burst:
+    """Bursts as poll_burst cuts them for `buffers` GSO buffers of 64 KB and 64 segments."""
     payload = draw(st.integers(256, 4096))
     segment = BTH_BYTES + payload + (-payload & 3) + ICRC_BYTES
-    count = draw(st.integers(1, min(64, GSO_MAX_BUFFER_BYTES // segment)))  # as poll_burst cuts
+    count = draw(st.integers(1, buffers * min(64, GSO_MAX_BUFFER_BYTES // segment)))
     shorter = count > 1 and draw(st.booleans())
     last_payload = draw(st.integers(0, payload - 1)) if shorter else payload
     opcodes = draw(
@@ -253,13 +254,15 @@ def test_self_check_passes_and_catches_a_wrong_layout_or_reader() -> None:
 
 @needs_native
 def test_native_send_delivers_the_segments_and_reports_errors_as_errno() -> None:
-    """One GSO send over loopback arrives as the burst's datagrams; a send the kernel refuses
-    comes back as -errno (the engine's SendPath._send_failed takes it from there)."""
+    """GSO sends over loopback (one buffer; several in one sendmmsg) arrive as the burst's
+    datagrams; a send the kernel refuses comes back as -errno, per buffer (the engine's
+    SendPath._send_failed takes it from there)."""
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         rx.bind(("127.0.0.1", 0))
         rx.settimeout(5)
+        rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         tx.bind(("127.0.0.1", 0))
         tx.setblocking(False)
         address = FlowAddress("127.0.0.1", "127.0.0.1", tx.getsockname()[1])
@@ -267,24 +270,28 @@ def test_native_send_delivers_the_segments_and_reports_errors_as_errno() -> None
         writer = BurstWriter(IcrcContext(address), buf, 64)
         native = NativeBursts(_module(), buf)
         flow = native.flow(writer, tx, rx.getsockname(), tos=0x68)
-        middle = int(Opcode.SEND_MIDDLE)
-        burst = _burst(PSN_MASK - 1, 5, 1024, 1024, [middle] * 5, [4], None, 0, 9)
-        sent = flow.layout_send(burst, 0, 0)
-        assert sent == 5 * burst.segment_bytes
         reference = BurstWriter(IcrcContext(address), BurstBuffer(BUFFER_BYTES), 64)
-        expected = bytes(reference.buf[: reference.write(burst)])
-        got = b"".join(rx.recv(65535) for _ in range(5))
-        assert got == expected
-        # one datagram alone (no GSO control message) and a GSO segment above the MTU
+        middle = int(Opcode.SEND_MIDDLE)
+        burst = _burst(PSN_MASK - 1, 10, 1024, 1024, [middle] * 10, [4, 9], None, 0, 9)
+        for per_buffer, sizes in ((64, [10]), (4, [4, 4, 2])):
+            assert flow.layout_send(burst, 0, 0, per_buffer) == len(sizes)
+            assert list(flow.results[0 : len(sizes)]) == [n * burst.segment_bytes for n in sizes]
+            expected = reference.buf[: reference.write(burst, ids_every=per_buffer)]
+            assert b"".join(rx.recv(65535) for _ in range(10)) == expected
+        # one segment: a datagram alone (no GSO control message)
         single = _burst(7, 1, 1024, 1024, [int(Opcode.SEND_ONLY)], [0], None, 0, 9)
-        assert flow.layout_send(single, 0, 0) == single.segment_bytes
+        assert flow.layout_send(single, 0, 0, 64) == 1
+        assert flow.results[0] == single.segment_bytes
         assert decode(rx.recv(65535)).psn == 7  # type: ignore[union-attr]
-        # a datagram above what IPv4 carries, and a socket closed under the flow
-        assert flow.send(70_000, 0) == -errno.EMSGSIZE
+        # a datagram above what IPv4 carries, and a socket closed under the flow: every
+        # buffer of the send is refused on its own
+        assert flow.send_datagram(70_000) == -errno.EMSGSIZE
         dead = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         dead_flow = native.flow(writer, dead, rx.getsockname())
         dead.close()
-        assert dead_flow.send(10, 0) == -errno.EBADF
+        assert dead_flow.send_datagram(10) == -errno.EBADF
+        assert dead_flow.send(3 * 1040, 1040, 2) == 2
+        assert list(dead_flow.results[0:2]) == [-errno.EBADF, -errno.EBADF]
     finally:
         rx.close()
         tx.close()
@@ -335,3 +342,29 @@ def test_native_reader_reads_gro_reads_as_read_data_run_does(
     reader = NativeRunReader(_module(), receive)
     segment = burst.segment_bytes if gro else 0
     assert _same_run(reader.read(nbytes, segment), read_data_run(receive, nbytes, segment))
+
+
+@needs_native
+@settings(max_examples=150, deadline=None)
+@given(burst=bursts(buffers=4), stamps=st.booleans(), every=st.sampled_from([1, 5, 15, 62, 64]))
+def test_bursts_of_several_gso_buffers_restart_their_ip_ids_in_each(
+    burst: Burst, stamps: bool, every: int
+) -> None:
+    """A burst sent as GSO buffers of `every` segments (the native path's several buffers per
+    poll): the same bytes as the Python writer's for those IP ids, which scapy accepts."""
+    icrc = IcrcContext(ADDRESS)
+    ours = BurstBuffer(4 * BUFFER_BYTES, stamps=stamps)
+    flow = NativeBursts(_module(), ours).flow(BurstWriter(icrc, ours, 64))
+    reference = BurstWriter(icrc, BurstBuffer(4 * BUFFER_BYTES, stamps=stamps), 64)
+    got = flow.write(burst, departed_ns=11, spacing_ns=3, ids_every=every)
+    want = reference.write(burst, departed_ns=11, spacing_ns=3, ids_every=every)
+    assert got == want and ours.data[:got] == reference.buf[:want]
+    for i, segment in enumerate(_wire_segments(burst, bytes(ours.data[:got]))):
+        if i % 17 and i != burst.count - 1:
+            continue  # scapy is slow: a sample, and the last
+        wire = raw(
+            IP(src=ADDRESS.src, dst=ADDRESS.dst, id=i % every, flags="DF")
+            / UDP(sport=ADDRESS.sport, dport=4791)
+            / Raw(segment)
+        )
+        assert _scapy_icrc_ok(wire), f"segment {i}"
