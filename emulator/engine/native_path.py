@@ -15,7 +15,7 @@ from typing import Any
 from emulator.engine.params import OffloadChoice
 from emulator.errors import EnvironmentProblem
 from emulator.native import load
-from emulator.native.burst import NativeBursts, NativeRunReader, self_check
+from emulator.native.burst import NativeBursts, NativeReplies, NativeRunReader, self_check
 from emulator.transport.burst_wire import BurstBuffer
 
 NATIVE = "native"
@@ -28,11 +28,12 @@ NATIVE_BUFFERS_PER_POLL = 4
 
 @dataclass(frozen=True)
 class DataPath:
-    """The path a worker chose: `bursts` (its sends) and `reader` (its GRO reads) are None on
-    the Python path; `reason` says why."""
+    """The path a worker chose: `bursts` (its data sends), `reader` (its GRO reads) and
+    `replies` (its ACK sends) are None on the Python path; `reason` says why."""
 
     bursts: NativeBursts | None
     reader: NativeRunReader | None
+    replies: NativeReplies | None
     reason: str
 
     @property
@@ -44,12 +45,16 @@ class DataPath:
 
 
 def choose_data_path(
-    choice: OffloadChoice, send_buffer: BurstBuffer, receive_buffer: bytearray, max_segments: int
+    choice: OffloadChoice,
+    send_buffer: BurstBuffer,
+    receive_buffer: bytearray,
+    reply_buffer: bytearray,
+    max_segments: int,
 ) -> DataPath:
-    """The native path for bursts laid out in `send_buffer` and reads into `receive_buffer`,
-    if `choice` allows and it works here."""
+    """The native path for bursts laid out in `send_buffer`, reads into `receive_buffer` and
+    ACKs laid out in `reply_buffer`, if `choice` allows and it works here."""
     if choice == "off":
-        return DataPath(None, None, "engine.native: off")
+        return DataPath(None, None, None, "engine.native: off")
     module, why = load("burst")
     if module is not None:
         failed = self_check(module, max_segments)
@@ -57,12 +62,13 @@ def choose_data_path(
             return DataPath(
                 NativeBursts(module, send_buffer),
                 NativeRunReader(module, receive_buffer),
-                "C burst layout, GSO send and GRO read parsing, self-checked",
+                NativeReplies(module, reply_buffer),
+                "C burst layout and GSO sends, GRO read parsing and ACKs, self-checked",
             )
         why = f"emulator.native._burst failed its self-check: {failed}"
     if choice == "on":
         raise EnvironmentProblem(f"engine.native: on, but {why}")
-    return DataPath(None, None, why)
+    return DataPath(None, None, None, why)
 
 
 def summarize(paths: list[dict[str, Any]]) -> dict[str, Any]:

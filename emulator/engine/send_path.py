@@ -22,9 +22,16 @@ from emulator.engine.params import EngineParams
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
 from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
 from emulator.errors import EnvironmentProblem
-from emulator.native.burst import NativeBursts, NativeFlow
+from emulator.native.burst import NativeAckFlow, NativeBursts, NativeFlow, NativeReplies
 from emulator.transport.burst import Burst
-from emulator.transport.packets import AckPacket, CnpPacket, Packet
+from emulator.transport.packets import (
+    AETH_BYTES,
+    BTH_BYTES,
+    ICRC_BYTES,
+    AckPacket,
+    CnpPacket,
+    Packet,
+)
 from emulator.transport.params import TransportParams
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
 from emulator.transport.wire import encode, layout_gso
@@ -61,6 +68,8 @@ class SendPath:
     native: NativeBursts | None = None
     _native_flows: dict[SendConn, NativeFlow]
     _buffers_per_poll: int = 1  # GSO buffers a lone queue pair takes per poll (native: several)
+    native_replies: NativeReplies | None = None  # ACKs laid out and sent in C (native path)
+    _native_ack_flows: dict[RecvConn, NativeAckFlow]
 
     if TYPE_CHECKING:  # the other parts' methods it calls
 
@@ -299,7 +308,9 @@ class SendPath:
                     and replies[j].dest_qp == packet.dest_qp
                 ):
                     j += 1
-            if j - i > 1:
+            if type(packet) is AckPacket and self.native_replies is not None:
+                self._send_acks_native(conn, replies[i:j])  # type: ignore[arg-type]
+            elif j - i > 1:
                 used, segment = layout_gso(self.reply_buf, replies[i:j], conn.icrc, ip_id_first=0)
                 self._sendmsg(
                     conn.sock,
@@ -317,3 +328,20 @@ class SendPath:
                 conn.rank.tx_bytes += len(data) + IP_UDP_BYTES
                 self._count_class(tos, 1, len(data), sent=True)
             i = j
+
+    def _send_acks_native(self, conn: RecvConn, acks: list[AckPacket]) -> None:
+        """ACKs to one QP on the native path: the bytes, send and counters of the Python
+        path's (one GSO send, or one datagram for one ACK), laid out and sent in C."""
+        flow = self._native_ack_flows.get(conn)
+        if flow is None:
+            assert self.native_replies is not None
+            flow = self._native_ack_flows[conn] = self.native_replies.flow(
+                conn.icrc, conn.sock, conn.dest, self.tos_ack
+            )
+        sent = flow.send(acks)
+        used = len(acks) * (BTH_BYTES + AETH_BYTES + ICRC_BYTES)
+        if sent < 0:
+            failure = OSError(-sent, os.strerror(-sent))
+            self._send_failed(failure, [memoryview(self.reply_buf)[:used]], conn.dest, conn.rank)
+        conn.rank.tx_bytes += used + IP_UDP_BYTES * len(acks)
+        self._count_class(self.tos_ack, len(acks), used, sent=True)

@@ -119,9 +119,14 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
             stamps=self.latency,
         )
         # the native burst path when it is built and passes its self-check (engine.native)
-        self.data_path = choose_data_path(p.native, self.gso_buf, self.buf, p.gso_max_segments)
+        self.reply_buf = bytearray(RECV_BUFFER_BYTES)
+        self.data_path = choose_data_path(
+            p.native, self.gso_buf, self.buf, self.reply_buf, p.gso_max_segments
+        )
         self.native = self.data_path.bursts
         self.run_reader = self.data_path.reader
+        self.native_replies = self.data_path.replies
+        self._native_ack_flows = {}
         if self.native is not None:
             self._buffers_per_poll = NATIVE_BUFFERS_PER_POLL
         self._native_flows = {}
@@ -132,7 +137,6 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         self._target_s_per_ns = 1e-9 / p.tdf
         self.gso_view = memoryview(self.gso_buf.data)
         self._gso_cmsgs: dict[tuple[int, int], list[tuple[int, int, bytes]]] = {}
-        self.reply_buf = bytearray(RECV_BUFFER_BYTES)
         self.relay = set(spec.relay)
         self._completed: list[tuple[int, float]] = []
         self._handlers = self._event_handlers()

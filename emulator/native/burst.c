@@ -347,3 +347,72 @@ long rocev2_read_data_run(const uint8_t *data, size_t nbytes, uint32_t segment_b
     fields[4] = n_acks;
     return (long)count;
 }
+
+/* CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320: zlib's crc32) continuing from `value`
+ * as zlib.crc32(data, value) does: for the few bytes of an ACK after its pseudo-header. */
+static uint32_t crc_table[256];
+
+static void crc_table_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[n] = c;
+    }
+}
+
+static uint32_t crc32_more(uint32_t value, const uint8_t *data, size_t len)
+{
+    if (!crc_table[1])
+        crc_table_init();
+    uint32_t c = ~value;
+    for (size_t i = 0; i < len; i++)
+        c = crc_table[(c ^ data[i]) & 0xFF] ^ (c >> 8);
+    return ~c;
+}
+
+#define ACK_BYTES (BTH_BYTES + 4 + ICRC_BYTES) /* BTH, AETH, ICRC */
+#define OPCODE_ACKNOWLEDGE 0x11
+
+/* `count` ACKs to dest_qp (PSNs psns[], AETH words aeths[]: syndrome << 24 | MSN) laid out
+ * back to back at buf[0:] as wire.encode writes them, ACK i's ICRC for IP id i
+ * (prefix_crcs[i]: IcrcContext.prefix_crc(i, 20), the CRC after the pseudo-header). Returns
+ * the bytes written; -EINVAL when they do not fit. */
+long rocev2_layout_acks(uint8_t *buf, size_t buf_bytes, const uint32_t *prefix_crcs,
+                        uint32_t dest_qp, const uint32_t *psns, const uint32_t *aeths,
+                        uint32_t count)
+{
+    size_t used = (size_t)count * ACK_BYTES;
+    if (!count || used > buf_bytes)
+        return -EINVAL;
+    static const uint8_t masked = 0xFF; /* FECN, BECN, reserved: ones in the ICRC */
+    uint8_t *ack = buf;
+    for (uint32_t i = 0; i < count; i++, ack += ACK_BYTES) {
+        ack[0] = OPCODE_ACKNOWLEDGE;
+        ack[1] = 0;
+        ack[2] = PKEY_DEFAULT >> 8;
+        ack[3] = PKEY_DEFAULT & 0xFF;
+        put_be32(ack + 4, dest_qp & QPN_MASK);
+        put_be32(ack + 8, psns[i] & PSN_MASK);
+        put_be32(ack + 12, aeths[i]);
+        uint32_t crc = crc32_more(prefix_crcs[i], ack, 4);
+        crc = crc32_more(crc, &masked, 1);
+        crc = crc32_more(crc, ack + 5, BTH_BYTES + 4 - 5);
+        put_le32(ack + BTH_BYTES + 4, crc);
+    }
+    return (long)used;
+}
+
+/* rocev2_layout_acks, then one GSO send of the 20-byte ACKs (one datagram for a single ACK),
+ * as send_path.SendPath._send_replies sends them. Returns the bytes the kernel took, or
+ * -errno (-EINVAL: they do not fit, nothing sent). */
+long rocev2_send_acks(int fd, uint32_t addr_be, uint16_t port_be, int tos, uint8_t *buf,
+                      size_t buf_bytes, const uint32_t *prefix_crcs, uint32_t dest_qp,
+                      const uint32_t *psns, const uint32_t *aeths, uint32_t count)
+{
+    long used = rocev2_layout_acks(buf, buf_bytes, prefix_crcs, dest_qp, psns, aeths, count);
+    if (used < 0)
+        return used;
+    return rocev2_send(fd, buf, (size_t)used, count > 1 ? ACK_BYTES : 0, tos, addr_be, port_be);
+}

@@ -7,7 +7,8 @@ segments of a compact burst in C, anything else through the BurstWriter itself, 
 `layout_send` lays a burst out and hands it to the kernel as one UDP GSO send in one C call
 (the engine's send path, emulator/engine/send_path.py, is its only user).
 
-`NativeRunReader` is the receive side's `read_data_run` in C (a GRO read as one DataRun).
+`NativeRunReader` is the receive side's `read_data_run` in C (a GRO read as one DataRun), and
+`NativeReplies` lays out and sends the ACKs a read produces.
 
 `self_check` compares the C layout with BurstWriter's and the C reader with read_data_run on a
 few bursts: the engine runs it before it trusts the module (emulator/engine/native_path.py).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import errno
 import socket
 import struct
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -35,14 +37,25 @@ from emulator.transport.burst_wire import (
     read_data_run,
     template_icrc,
 )
-from emulator.transport.packets import PSN_MASK, QPN_MASK, Opcode
-from emulator.transport.wire import FlowAddress, IcrcContext
+from emulator.transport.packets import (
+    AETH_BYTES,
+    AETH_NAK_PSN_SEQUENCE_ERROR,
+    BTH_BYTES,
+    ICRC_BYTES,
+    PSN_MASK,
+    QPN_MASK,
+    AckPacket,
+    Opcode,
+)
+from emulator.transport.wire import FlowAddress, IcrcContext, encode, layout_gso
 
 _U32 = struct.Struct("=I")  # network-order bytes read as the host's uint32 (sin_addr.s_addr)
 _U16 = struct.Struct("=H")
 _NET_U16 = struct.Struct("!H")
 _MAX_RUN = 128  # segments the C reader takes at once (a GRO read holds at most 64)
 MAX_BUFFERS = 16  # GSO buffers in one send (burst.c MAX_BUFFERS)
+_ACK_BYTES = BTH_BYTES + AETH_BYTES + ICRC_BYTES
+_MAX_ACKS = 128  # in one GSO send (engine.gso_max_segments at most)
 _NO_RESTART = 0xFFFF  # IP ids that never restart within a burst: one GSO buffer
 
 
@@ -298,6 +311,86 @@ class NativeRunReader:
         )
 
 
+class NativeReplies:
+    """The ACKs (and NAKs) one read produces, laid out and sent by burst.c in one call, in a
+    worker's reply buffer: the bytes wire.encode and wire.layout_gso write."""
+
+    def __init__(self, module: ModuleType, buf: bytearray) -> None:
+        self.ffi: Any = module.ffi
+        self.lib: Any = module.lib
+        self.buf = buf
+        self.buf_ptr = self.ffi.from_buffer(buf)
+        self.buf_bytes = len(buf)
+
+    def flow(
+        self, icrc: IcrcContext, sock: socket.socket | None, dest: tuple[str, int], tos: int
+    ) -> NativeAckFlow:
+        """The ACKs of one receive queue pair (its ICRC context, socket and peer; tos >= 0:
+        an IP_TOS control message per send)."""
+        return NativeAckFlow(self, icrc, sock, dest, tos)
+
+
+class NativeAckFlow:
+    """One receive queue pair's ACKs through burst.c."""
+
+    __slots__ = ("addr", "fd", "lib", "port", "prefixes", "replies", "tos")
+
+    def __init__(
+        self,
+        replies: NativeReplies,
+        icrc: IcrcContext,
+        sock: socket.socket | None,
+        dest: tuple[str, int],
+        tos: int,
+    ) -> None:
+        self.replies = replies
+        self.lib = replies.lib
+        # the CRC after the pseudo-header of a 20-byte ACK with each IP id a GSO send gives
+        self.prefixes = replies.ffi.new(
+            f"uint32_t[{_MAX_ACKS}]", [icrc.prefix_crc(i, _ACK_BYTES) for i in range(_MAX_ACKS)]
+        )
+        self.fd = sock.fileno() if sock is not None else -1
+        self.addr = _U32.unpack(socket.inet_aton(dest[0]))[0] if sock is not None else 0
+        self.port = _U16.unpack(_NET_U16.pack(dest[1]))[0]
+        self.tos = tos
+
+    @staticmethod
+    def _fields(acks: Sequence[AckPacket]) -> tuple[list[int], list[int]]:
+        return [a.psn for a in acks], [a.syndrome << 24 | (a.msn & 0xFFFFFF) for a in acks]
+
+    def layout(self, acks: Sequence[AckPacket]) -> int:
+        """Lay the ACKs (one destination QP, at most _MAX_ACKS) out at the buffer's start:
+        the bytes used."""
+        psns, aeths = self._fields(acks)
+        r = self.replies
+        return int(
+            self.lib.rocev2_layout_acks(
+                r.buf_ptr, r.buf_bytes, self.prefixes, acks[0].dest_qp, psns, aeths, len(acks)
+            )
+        )
+
+    def send(self, acks: Sequence[AckPacket]) -> int:
+        """layout, then one GSO send (a datagram for one ACK): the bytes the kernel took, or
+        -errno."""
+        psns, aeths = self._fields(acks)
+        r = self.replies
+        return int(
+            self.lib.rocev2_send_acks(
+                self.fd,
+                self.addr,
+                self.port,
+                self.tos,
+                r.buf_ptr,
+                r.buf_bytes,
+                self.prefixes,
+                acks[0].dest_qp,
+                psns,
+                aeths,
+                len(acks),
+            )
+        )
+
+
 # -- the engine's self-check -------------------------------------------------------------
 
 _CHECK_ADDRESS = FlowAddress("10.11.12.13", "10.11.12.14", 49999, dscp=26)
@@ -370,7 +463,7 @@ def self_check(module: ModuleType, max_segments: int = 64) -> str:
                         "its layout differs from the Python writer's "
                         f"(check burst {i}, stamps {stamps}, ids every {every})"
                     )
-    why = _check_reader(module)
+    why = _check_reader(module) or _check_acks(module)
     if why:
         return why
     sent = NativeBursts(module, BurstBuffer(64)).lib.rocev2_send(-1, b"x", 1, 0, -1, 0, 0)
@@ -424,4 +517,26 @@ def _check_reader(module: ModuleType) -> str:
             )
         ):
             return f"its reader differs from read_data_run (check read {i})"
+    return ""
+
+
+def _check_acks(module: ModuleType) -> str:
+    """The C ACK layout against wire.encode (one ACK) and wire.layout_gso (several)."""
+    icrc = IcrcContext(_CHECK_ADDRESS)
+    buf = bytearray(65535)
+    flow = NativeReplies(module, buf).flow(icrc, None, ("", 0), -1)
+    groups = [
+        [AckPacket(0x00ABCD, PSN_MASK, 0x1F, 0xFFFFFF)],
+        [AckPacket(0x123456, 5, AETH_NAK_PSN_SEQUENCE_ERROR, 77)],
+        [AckPacket(0x000777, (PSN_MASK - 3 + i) & PSN_MASK, 0x1F, i) for i in range(9)],
+    ]
+    for i, acks in enumerate(groups):
+        used = flow.layout(acks)
+        if len(acks) == 1:
+            want = encode(acks[0], icrc, 0)
+        else:
+            reference = bytearray(65535)
+            want = bytes(reference[: layout_gso(reference, acks, icrc, ip_id_first=0)[0]])
+        if bytes(buf[:used]) != want:
+            return f"its ACKs differ from the codec's (check group {i})"
     return ""

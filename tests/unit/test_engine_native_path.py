@@ -18,14 +18,16 @@ from emulator.errors import EnvironmentProblem
 from emulator.native import load
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import BurstBuffer
+from emulator.transport.packets import AckPacket, CnpPacket
 from emulator.transport.params import TransportParams
+from emulator.transport.wire import FlowAddress, IcrcContext, encode
 
 MODULE, WHY_NOT = load("burst")
 
 
 def test_off_is_the_python_path_and_says_so() -> None:
-    path = choose_data_path("off", BurstBuffer(1024), bytearray(1024), 64)
-    assert path.bursts is None and path.reader is None
+    path = choose_data_path("off", BurstBuffer(1024), bytearray(1024), bytearray(1024), 64)
+    assert path.bursts is None and path.reader is None and path.replies is None
     assert path.to_json() == {"path": "python", "reason": "engine.native: off"}
 
 
@@ -34,25 +36,33 @@ def test_a_missing_module_falls_back_under_auto_and_refuses_under_on(
 ) -> None:
     why = "emulator.native._burst is not built (./setup.sh builds it)"
     monkeypatch.setattr(native_path, "load", lambda name: (None, why))
-    auto = choose_data_path("auto", BurstBuffer(1024), bytearray(1024), 64)
+    auto = choose_data_path("auto", BurstBuffer(1024), bytearray(1024), bytearray(1024), 64)
     assert auto.to_json() == {"path": "python", "reason": why}
     with pytest.raises(EnvironmentProblem, match=r"engine.native: on, but .*not built"):
-        choose_data_path("on", BurstBuffer(1024), bytearray(1024), 64)
+        choose_data_path("on", BurstBuffer(1024), bytearray(1024), bytearray(1024), 64)
 
 
 def test_a_failed_self_check_falls_back_and_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native_path, "load", lambda name: (object(), ""))
     monkeypatch.setattr(native_path, "self_check", lambda module, max_segments: "it differs")
-    path = choose_data_path("auto", BurstBuffer(1024), bytearray(1024), 64)
+    path = choose_data_path("auto", BurstBuffer(1024), bytearray(1024), bytearray(1024), 64)
     assert path.bursts is None
     assert path.reason == "emulator.native._burst failed its self-check: it differs"
 
 
 @pytest.mark.skipif(MODULE is None, reason=f"native path absent: {WHY_NOT}")
 def test_auto_takes_the_built_module() -> None:
-    path = choose_data_path("auto", BurstBuffer(65535 * 2), bytearray(65535 * 2), 64)
-    assert path.bursts is not None and path.reader is not None and path.name == "native"
-    assert choose_data_path("on", BurstBuffer(65535 * 2), bytearray(65535 * 2), 64).name == "native"
+    path = choose_data_path(
+        "auto", BurstBuffer(65535 * 2), bytearray(65535 * 2), bytearray(65535), 64
+    )
+    assert path.bursts is not None and path.reader is not None and path.replies is not None
+    assert path.name == "native"
+    assert (
+        choose_data_path(
+            "on", BurstBuffer(65535 * 2), bytearray(65535 * 2), bytearray(65535), 64
+        ).name
+        == "native"
+    )
 
 
 def test_the_runs_data_path_from_its_workers() -> None:
@@ -183,3 +193,54 @@ def test_the_printed_summary_says_which_data_path_ran() -> None:
     assert "engine data path: python (engine.native: off)" in python
     assert not any("data path" in line for line in printed({"path": "unknown", "reason": "x"}))
     assert "data path" not in summary_table({"collectives": {}})
+
+
+class _AckFlow:
+    """A NativeAckFlow whose send returns `result` (bytes taken or -errno)."""
+
+    def __init__(self, result: int | None = None) -> None:
+        self.result = result
+        self.sends: list[list[int]] = []
+
+    def send(self, acks: list[AckPacket]) -> int:
+        self.sends.append([a.psn for a in acks])
+        return 20 * len(acks) if self.result is None else self.result
+
+
+class _Socket:
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def sendmsg(self, buffers: list[bytes], *_args: Any) -> int:
+        self.sent.append(b"".join(buffers))
+        return len(self.sent[-1])
+
+
+def _replier(flow: _AckFlow) -> tuple[_NativeSender, Any]:
+    sender = _NativeSender(_Flow())
+    conn = _Conn(
+        rank=SimpleNamespace(tx_bytes=0, spec=SimpleNamespace(rank=4)),
+        sock=_Socket(),
+        dest=("10.0.0.1", 4791),
+        icrc=IcrcContext(FlowAddress("10.0.0.2", "10.0.0.1", 50000)),
+    )
+    sender.recv_conns = {5: conn}
+    sender.tos_ack = 0xB8
+    sender.tos_cnp = 0xB8
+    sender.reply_buf = bytearray(65535)
+    sender.native_replies = object()  # type: ignore[assignment]
+    sender._native_ack_flows = {conn: flow}  # type: ignore[dict-item]
+    return sender, conn
+
+
+def test_native_acks_of_a_read_leave_in_one_send_and_count_as_the_python_paths() -> None:
+    flow = _AckFlow()
+    sender, conn = _replier(flow)
+    acks = [AckPacket(5, psn) for psn in (15, 31, 47)]
+    sender._send_replies([*acks, CnpPacket(5), AckPacket(5, 63)])
+    assert flow.sends == [[15, 31, 47], [63]]  # the CNP between them goes through the codec
+    assert conn.sock.sent == [encode(CnpPacket(5), conn.icrc, 0)]
+    assert conn.rank.tx_bytes == 4 * (20 + 28) + len(conn.sock.sent[0]) + 28
+    refused, _ = _replier(_AckFlow(-errno.ENOBUFS))
+    refused._send_replies(acks)
+    assert refused.counters["send_no_buffers"] == 1

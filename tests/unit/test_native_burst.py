@@ -1,6 +1,7 @@
 """The native burst path (emulator/native/burst.c): built where it can be, the same bytes as the
 Python BurstWriter for every burst shape, valid RoCEv2 for scapy, a send that reports the
-kernel's errors as -errno, and a GRO read parsed as read_data_run parses it.
+kernel's errors as -errno, a GRO read parsed as read_data_run parses it, and ACKs with the
+codec's bytes.
 
 Without the extension these tests skip with the reason, except `test_extension_is_built`, which
 fails wherever a C compiler is present (CI runs ./setup.sh, which builds it).
@@ -22,7 +23,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
 from emulator.native import HERE, built_path, load, module_names, stale
-from emulator.native.burst import NativeBursts, NativeRunReader, self_check
+from emulator.native.burst import NativeBursts, NativeReplies, NativeRunReader, self_check
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import (
     STAMP_BYTES,
@@ -32,15 +33,17 @@ from emulator.transport.burst_wire import (
     read_data_run,
 )
 from emulator.transport.packets import (
+    AETH_NAK_PSN_SEQUENCE_ERROR,
     BTH_BYTES,
     ICRC_BYTES,
     PSN_MASK,
     QPN_MASK,
+    AckPacket,
     DataPacket,
     Opcode,
 )
 from emulator.transport.sender import GSO_MAX_BUFFER_BYTES
-from emulator.transport.wire import FlowAddress, IcrcContext, decode
+from emulator.transport.wire import FlowAddress, IcrcContext, decode, encode, layout_gso
 
 ADDRESS = FlowAddress("10.1.0.1", "10.1.0.2", 49152, dscp=26)
 BUFFER_BYTES = 65535 * 2
@@ -368,3 +371,40 @@ def test_bursts_of_several_gso_buffers_restart_their_ip_ids_in_each(
             / Raw(segment)
         )
         assert _scapy_icrc_ok(wire), f"segment {i}"
+
+
+@needs_native
+@settings(max_examples=200, deadline=None)
+@given(
+    acks=st.lists(
+        st.tuples(
+            st.integers(0, PSN_MASK),
+            st.sampled_from([0x1F, 0x00, AETH_NAK_PSN_SEQUENCE_ERROR]),
+            st.integers(0, (1 << 24) - 1),
+        ),
+        min_size=1,
+        max_size=64,
+    ),
+    dest_qp=st.integers(0, QPN_MASK),
+)
+def test_native_acks_are_the_codecs(acks: list[tuple[int, int, int]], dest_qp: int) -> None:
+    """The ACKs (and NAKs) of one read to one QP: wire.encode's bytes for one, layout_gso's
+    for several (ICRC for IP ids 0, 1, ...), which scapy accepts."""
+    icrc = IcrcContext(ADDRESS)
+    buf = bytearray(65535)
+    packets = [AckPacket(dest_qp, psn, syndrome, msn) for psn, syndrome, msn in acks]
+    used = NativeReplies(_module(), buf).flow(icrc, None, ("", 0), -1).layout(packets)
+    if len(packets) == 1:
+        assert bytes(buf[:used]) == encode(packets[0], icrc, 0)
+    else:
+        reference = bytearray(65535)
+        want, segment = layout_gso(reference, packets, icrc, ip_id_first=0)
+        assert used == want and buf[:used] == reference[:want] and segment == 20
+    for i in (0, len(packets) - 1):
+        wire = raw(
+            IP(src=ADDRESS.src, dst=ADDRESS.dst, id=i, flags="DF")
+            / UDP(sport=ADDRESS.sport, dport=4791)
+            / Raw(bytes(buf[20 * i : 20 * i + 20]))
+        )
+        assert _scapy_icrc_ok(wire)
+        assert decode(wire[28:]) == packets[i]
