@@ -10,6 +10,8 @@ the ACKs released) is handled before the callback returns.
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -33,6 +35,7 @@ from emulator.transport.wire import (
 )
 
 READS_PER_WAKEUP = 64  # bound the work of one readable callback so ticks keep their pace
+_NOTHING_TO_READ = (-errno.EAGAIN, -errno.EWOULDBLOCK, -errno.EINTR)  # as recvmsg_into's
 
 
 class ReceivePath:
@@ -81,14 +84,22 @@ class ReceivePath:
         now = self.clock.now()
         endpoint = rank.endpoint
         reader = self.run_reader
+        fd = sock.fileno()
         got = False
         for _ in range(READS_PER_WAKEUP):
-            try:
-                nbytes, anc, _flags, source = sock.recvmsg_into([buf], ANCILLARY_BYTES)
-            except (BlockingIOError, InterruptedError):
-                break
+            if reader is not None:  # the native path: the same read in one C call
+                nbytes, tos, gso_size, rx_ns, source = reader.recv(fd)
+                if nbytes < 0:
+                    if nbytes in _NOTHING_TO_READ:
+                        break
+                    raise OSError(-nbytes, os.strerror(-nbytes))
+            else:
+                try:
+                    nbytes, anc, _flags, source = sock.recvmsg_into([buf], ANCILLARY_BYTES)
+                except (BlockingIOError, InterruptedError):
+                    break
+                tos, gso_size, rx_ns = read_ancillary(anc)
             got = True
-            tos, gso_size, rx_ns = read_ancillary(anc)
             ce = (tos & 3) == ECN_CE
             count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
             rank.rx_bytes += nbytes + IP_UDP_BYTES * count

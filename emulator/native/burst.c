@@ -24,6 +24,8 @@
 #include <sys/types.h>
 #include <netinet/in.h>
 #include <sys/uio.h>
+#include <arpa/inet.h>
+#include <time.h>
 
 #define BTH_BYTES 12
 #define ICRC_BYTES 4
@@ -415,4 +417,67 @@ long rocev2_send_acks(int fd, uint32_t addr_be, uint16_t port_be, int tos, uint8
     if (used < 0)
         return used;
     return rocev2_send(fd, buf, (size_t)used, count > 1 ? ACK_BYTES : 0, tos, addr_be, port_be);
+}
+
+/* Linux include/uapi/asm-generic/socket.h; include/uapi/linux/udp.h */
+#ifndef SO_TIMESTAMPNS
+#define SO_TIMESTAMPNS 35
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+/* One recvmsg into buf[0:len] from a rank socket, with the control messages it asks for, read
+ * as emulator/engine/sockets.py read_ancillary reads them. fields: [0] the ToS byte, [1] the
+ * GRO segment size (0: none), [2] the source address (network order), [3] the source port;
+ * *rx_ns: the kernel's receive time (CLOCK_REALTIME ns, 0: none). Returns the bytes read, or
+ * -errno (-EAGAIN: nothing to read). */
+long rocev2_recv(int fd, uint8_t *buf, size_t len, uint32_t *fields, uint64_t *rx_ns)
+{
+    struct sockaddr_in from;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    union {
+        char bytes[256];
+        struct cmsghdr align;
+    } control;
+    struct msghdr msg = {
+        .msg_name = &from,
+        .msg_namelen = sizeof from,
+        .msg_iov = &iov,
+        .msg_iovlen = 1,
+        .msg_control = control.bytes,
+        .msg_controllen = sizeof control.bytes,
+    };
+    ssize_t got = recvmsg(fd, &msg, 0);
+    if (got < 0)
+        return -(long)errno;
+    uint32_t tos = 0, gso_size = 0;
+    uint64_t stamp = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        size_t data_len = c->cmsg_len - CMSG_LEN(0);
+        const uint8_t *data = CMSG_DATA(c);
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_TOS && data_len >= 1) {
+            tos = data[0];
+        } else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SO_TIMESTAMPNS &&
+                   data_len >= sizeof(struct timespec)) {
+            struct timespec ts;
+            memcpy(&ts, data, sizeof ts);
+            stamp = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        } else if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO && data_len >= 2) {
+            /* the kernel writes gso_size as an int (udp_cmsg_recv in net/ipv4/udp.c) */
+            if (data_len >= sizeof(int)) {
+                int size;
+                memcpy(&size, data, sizeof size);
+                gso_size = (uint32_t)size;
+            } else {
+                gso_size = data[0];
+            }
+        }
+    }
+    fields[0] = tos;
+    fields[1] = gso_size;
+    fields[2] = from.sin_addr.s_addr;
+    fields[3] = ntohs(from.sin_port);
+    *rx_ns = stamp;
+    return (long)got;
 }

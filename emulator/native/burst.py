@@ -269,10 +269,23 @@ class NativeFlow:
 
 
 class NativeRunReader:
-    """burst_wire.read_data_run in C for one receive buffer (a worker's): the same DataRun, or
-    None, for the GRO read held in buf[:nbytes]."""
+    """A worker's reads in C, into one receive buffer: `recv` (recvmsg_into and read_ancillary
+    of emulator/engine/sockets.py in one call) and `read` (burst_wire.read_data_run: the same
+    DataRun, or None, for the GRO read held in buf[:nbytes])."""
 
-    __slots__ = ("_acks", "_buf", "_data", "_ffi", "_fields", "_lib", "_opcodes", "_run_opcodes")
+    __slots__ = (
+        "_acks",
+        "_buf",
+        "_data",
+        "_ffi",
+        "_fields",
+        "_lib",
+        "_opcodes",
+        "_run_opcodes",
+        "_rx",
+        "_rx_ns",
+        "_sources",
+    )
 
     def __init__(self, module: ModuleType, buf: bytearray) -> None:
         self._ffi: Any = module.ffi
@@ -283,6 +296,25 @@ class NativeRunReader:
         self._opcodes = self._ffi.new(f"uint8_t[{_MAX_RUN}]")
         self._acks = self._ffi.new(f"uint32_t[{_MAX_RUN}]")
         self._run_opcodes = bytes(1 if op in RUN_OPCODES else 0 for op in range(256))
+        self._rx = self._ffi.new("uint32_t[4]")
+        self._rx_ns = self._ffi.new("uint64_t[1]")
+        self._sources: dict[int, tuple[str, int]] = {}  # source address and port, as Python's
+
+    def recv(self, fd: int) -> tuple[int, int, int, int, tuple[str, int]]:
+        """One read from socket `fd` into the buffer: (bytes read, ToS byte, GRO segment size
+        or 0, kernel receive time in ns or 0, (source address, port)); bytes read is -errno
+        when the read failed (-EAGAIN: nothing to read)."""
+        got = self._lib.rocev2_recv(fd, self._buf, len(self._data), self._rx, self._rx_ns)
+        if got < 0:
+            return got, 0, 0, 0, ("", 0)
+        rx = self._rx
+        key = rx[2] << 16 | rx[3]
+        source = self._sources.get(key)
+        if source is None:
+            if len(self._sources) >= 4096:  # strangers must not grow it without bound
+                self._sources.clear()
+            source = self._sources[key] = (socket.inet_ntoa(_U32.pack(rx[2])), rx[3])
+        return got, rx[0], rx[1], self._rx_ns[0], source
 
     def read(self, nbytes: int, segment_bytes: int) -> DataRun | None:
         count = self._lib.rocev2_read_data_run(

@@ -1,7 +1,7 @@
 """The native burst path (emulator/native/burst.c): built where it can be, the same bytes as the
 Python BurstWriter for every burst shape, valid RoCEv2 for scapy, a send that reports the
-kernel's errors as -errno, a GRO read parsed as read_data_run parses it, and ACKs with the
-codec's bytes.
+kernel's errors as -errno, a read and its control messages as Python reads them, a GRO read
+parsed as read_data_run parses it, and ACKs with the codec's bytes.
 
 Without the extension these tests skip with the reason, except `test_extension_is_built`, which
 fails wherever a C compiler is present (CI runs ./setup.sh, which builds it).
@@ -10,6 +10,7 @@ fails wherever a C compiler is present (CI runs ./setup.sh, which builds it).
 from __future__ import annotations
 
 import errno
+import select
 import shutil
 import socket
 from types import ModuleType, SimpleNamespace
@@ -22,6 +23,16 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
+from emulator.engine.sockets import (
+    ANCILLARY_BYTES,
+    IP_RECVTOS,
+    SO_TIMESTAMPNS,
+    SOL_UDP,
+    UDP_GRO,
+    gso_cmsg,
+    read_ancillary,
+    tos_cmsg,
+)
 from emulator.native import HERE, built_path, load, module_names, stale
 from emulator.native.burst import NativeBursts, NativeReplies, NativeRunReader, self_check
 from emulator.transport.burst import Burst
@@ -408,3 +419,49 @@ def test_native_acks_are_the_codecs(acks: list[tuple[int, int, int]], dest_qp: i
         )
         assert _scapy_icrc_ok(wire)
         assert decode(wire[28:]) == packets[i]
+
+
+@needs_native
+def test_native_recv_reads_what_recvmsg_into_and_read_ancillary_read() -> None:
+    """A rank socket's read over loopback (a GSO send arrives whole at a UDP_GRO socket, with
+    its ToS, GRO segment size and kernel time): the same bytes and fields either way."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        for level, option in ((socket.IPPROTO_IP, IP_RECVTOS), (socket.SOL_SOCKET, SO_TIMESTAMPNS)):
+            rx.setsockopt(level, option, 1)
+        gro = True
+        try:
+            rx.setsockopt(SOL_UDP, UDP_GRO, 1)
+        except OSError:
+            gro = False  # a kernel without UDP GRO: plain datagrams
+        rx.setblocking(False)
+        tx.bind(("127.0.0.1", 0))
+        receive = bytearray(BUFFER_BYTES)
+        reader = NativeRunReader(_module(), receive)
+        assert reader.recv(rx.fileno())[0] == -errno.EAGAIN
+        payload = bytes(range(256)) * 12
+        cmsgs = [gso_cmsg(1024), tos_cmsg(0x6A)]
+        reads = []
+        for native in (True, False):
+            tx.sendmsg([payload], cmsgs, 0, rx.getsockname())
+            select.select([rx], [], [], 5)
+            if native:
+                nbytes, tos, gso_size, rx_ns, source = reader.recv(rx.fileno())
+                data = bytes(receive[:nbytes])
+            else:
+                data_buf = bytearray(BUFFER_BYTES)
+                nbytes, anc, _, source = rx.recvmsg_into([data_buf], ANCILLARY_BYTES)
+                tos, gso_size, rx_ns = read_ancillary(anc)
+                data = bytes(data_buf[:nbytes])
+            assert rx_ns > 0
+            reads.append((nbytes, data, tos, gso_size, source))
+        assert reads[0] == reads[1]
+        expected_size = len(payload) if gro else 1024
+        assert reads[0][0] == expected_size and reads[0][2] == 0x6A
+        assert reads[0][3] == (1024 if gro else 0)
+        assert reads[0][4] == tx.getsockname()
+    finally:
+        rx.close()
+        tx.close()
