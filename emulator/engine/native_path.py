@@ -1,8 +1,8 @@
 """Which data path a worker runs: the native burst path (emulator.native, C) or the pure-Python one.
 
 `engine.native` (EngineParams): auto takes the native path when its module is built, current and
-lays out the self-check's bursts byte for byte as the Python writer does; otherwise the worker
-runs the Python path, which stays complete. on refuses to start without it (one line saying
+passes the self-check (the check bursts, reads and ACKs byte for byte as the Python code lays
+them out and reads them); otherwise the worker runs the Python path, which stays complete. on refuses to start without it (one line saying
 what is missing); off is the Python path. Either way the worker reports which path it took and
 why, and the coordinator puts it in the run's metadata (summary.json engine.data_path).
 """
@@ -63,7 +63,7 @@ def choose_data_path(
                 NativeBursts(module, send_buffer),
                 NativeRunReader(module, receive_buffer),
                 NativeReplies(module, reply_buffer),
-                "C burst layout and GSO sends, GRO read parsing and ACKs, self-checked",
+                "C burst layout, GSO sends, reads and ACKs; self-checked",
             )
         why = f"emulator.native._burst failed its self-check: {failed}"
     if choice == "on":

@@ -55,10 +55,11 @@ class EngineParams:
     )
     native: OffloadChoice = param(
         "auto",
-        doc="The native (C) burst path: each GSO burst's segments, ICRCs and send in one call "
-        "(emulator/native/, built by ./setup.sh). auto uses it when it is built and passes its "
-        "self-check at worker start, else the pure-Python path; on refuses to run without it; "
-        "off is the Python path. The run's metadata says which ran and why (engine.data_path)",
+        doc="The native (C) data path: bursts laid out with their ICRCs and sent, several GSO "
+        "buffers per call, socket reads and ACKs in C (emulator/native/, built by ./setup.sh). "
+        "auto uses it when it is built and passes its self-check at worker start, else the "
+        "pure-Python path; on refuses to run without it; off is the Python path. The run's "
+        "metadata says which ran and why (engine.data_path)",
     )
     gso_max_segments: int = param(
         64,
