@@ -5,7 +5,7 @@ One AfXdpPort per interface (in its network namespace, which may be the root one
 XDP socket on each receive queue (copy mode, XDP_COPY, unless zero-copy is asked for and the
 driver can), an XDP program that steers IPv4 UDP to port 4791 for the port's addresses into them
 and passes everything else (ARP, ICMP, other traffic) to the kernel stack, and a token bucket in
-front of the TX ring. The C side is emulator/native/xsk.c (module `_xsk`, built by
+front of the TX ring. The C side is emulator/native/xsk_*.c (module `_xsk`, built by
 `python -m emulator.native.build`); this module adds the checks, the next-hop MACs, the ledger
 record and the Python types.
 
@@ -80,7 +80,8 @@ __all__ = [
 ]
 
 ETHERNET_WIRE_EXTRA_BYTES = 24  # FCS 4 + preamble/SFD 8 + inter-frame gap 12 (IEEE 802.3)
-NS_PER_BYTE_TOKEN = 1_000_000_000  # the bucket counts tokens in 1e-9 bytes (see xsk.c)
+DEFAULT_BURST_S = 50e-6  # the bucket's default depth in time at the cap (see depth_bytes)
+NS_PER_BYTE_TOKEN = 1_000_000_000  # the bucket counts tokens in 1e-9 bytes (xsk_frame.c)
 _ERR_BYTES = 512
 _XDP_MODES = {"auto": 0, "native": 1, "generic": 2}
 _ATTACH_MODES = {1: "native", 2: "generic", 3: "offloaded"}  # XDP_ATTACHED_* (linux/if_link.h)
@@ -93,7 +94,7 @@ def wire_bytes(frame_bytes: int) -> int:
 
 @dataclass
 class TokenBucket:
-    """The bucket of xsk.c in Python (the same integer arithmetic), for tests and for reasoning
+    """The bucket of xsk_frame.c in Python (the same integer arithmetic), for tests and for reasoning
     about a cap: RFC 2697 section 3's committed bucket (CIR = rate_bytes_per_s, CBS =
     depth_bytes), full at start, used as a shaper (a non-conforming packet waits). Time is an
     argument (the sans-I/O rule); a time earlier than the last refills nothing."""
@@ -137,8 +138,7 @@ class TokenBucket:
 @dataclass(frozen=True)
 class AfXdpConfig:
     """How a port is set up. `rate_bps`: the cap in wire bits/s (Ethernet framing included;
-    None: no cap); `burst_bytes`: the bucket depth (None: four of the largest frames on the
-    wire). Frames are UMEM chunks of `frame_bytes`; each receive queue owns
+    None: no cap); `burst_bytes`: the bucket depth (None: see depth_bytes). Frames are UMEM chunks of `frame_bytes`; each receive queue owns
     `rx_frames_per_queue` of them, the transmit side `tx_frames` (its backlog's capacity)."""
 
     path_mtu_bytes: int
@@ -153,8 +153,13 @@ class AfXdpConfig:
     tx_frames: int = 4096
 
     def depth_bytes(self) -> int:
+        """The bucket's depth: `burst_bytes`, else four of the largest frames or 50 us at the
+        cap, whichever is more (a software pacer is not woken more often than every few tens
+        of microseconds: a smaller depth would lose tokens, and rate, between wakeups); never
+        less than one largest frame (RFC 2697: CBS at least the largest packet)."""
         largest = wire_bytes(max_frame_bytes(self.path_mtu_bytes))
-        return max(self.burst_bytes or 4 * largest, largest)
+        default = max(4 * largest, int((self.rate_bps or 0) / 8 * DEFAULT_BURST_S))
+        return max(self.burst_bytes or default, largest)
 
 
 class RxRun(NamedTuple):

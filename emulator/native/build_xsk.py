@@ -1,5 +1,6 @@
-"""cffi builder of emulator.native._xsk (xsk.c): the AF_XDP port, its token bucket and header
-writer, linked against Debian's libxdp and libbpf (packages libxdp-dev, libbpf-dev).
+"""cffi builder of emulator.native._xsk: the AF_XDP port (xsk_port.c, xsk_tx.c, xsk_rx.c), its
+token bucket and header writer (xsk_frame.c), linked against Debian's libxdp and libbpf
+(packages libxdp-dev, libbpf-dev).
 
 `python -m emulator.native.build` compiles it with every other build_*.py here (or, alone,
 `python emulator/native/build_xsk.py`). The declarations are xsk_api.h's, read as they are, so
@@ -16,14 +17,15 @@ from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
 API = HERE / "xsk_api.h"
-SOURCES = (HERE / "xsk.c", API)  # what the built module depends on besides this file
+C_FILES = tuple(HERE / f"xsk_{part}.c" for part in ("frame", "port", "tx", "rx"))
+SOURCES = (*C_FILES, API, HERE / "xsk_internal.h")  # what the module is built from
 
 ffibuilder = FFI()
 ffibuilder.cdef(API.read_text())
 ffibuilder.set_source(
     "emulator.native._xsk",
     '#include <stdint.h>\n#include "xsk_api.h"\n',
-    sources=[str(HERE / "xsk.c")],
+    sources=[str(c) for c in C_FILES],
     include_dirs=[str(HERE)],
     libraries=["xdp", "bpf"],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall"],

@@ -1,6 +1,7 @@
-/* The C API of emulator.native._xsk (xsk.c): an AF_XDP port for RoCEv2, its token bucket and
+/* The C API of emulator.native._xsk (xsk_*.c): an AF_XDP port for RoCEv2, its token bucket and
  * its header writer. Plain declarations only: build_xsk.py hands this file to cffi's cdef as is,
- * and xsk.c includes it, so the two cannot disagree. What each function does is in xsk.c. */
+ * and the C files include it, so the two cannot disagree. What each function does is said
+ * where it is defined. */
 
 /* --- token bucket (RFC 2697 section 3, one bucket, used as a shaper) ------------------------ */
 struct xsk_bucket {

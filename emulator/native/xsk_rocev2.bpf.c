@@ -28,7 +28,7 @@
 #define MAX_QUEUES 256
 #define MAX_ADDRESSES 64
 
-/* counters (per CPU, summed by the reader); indexes mirror xsk.c XSK_PROG_* */
+/* counters (per CPU, summed by the reader); indexes mirror xsk_internal.h PROG_* */
 #define C_REDIRECTED 0
 #define C_PASSED 1
 #define C_NO_SOCKET 2

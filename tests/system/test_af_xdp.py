@@ -219,7 +219,7 @@ def test_rate_cap_holds_over_every_2ms_window(
     # The bucket lets through at most rate x W + depth in any window W of decisions; the
     # capture stamps each packet when the kernel sends it, a few microseconds after its
     # decision, or later if the sender is preempted in between, so what was decided but not
-    # yet sent (at most one more depth) can join a window: rate x W + 2 x depth (xsk.c, pump).
+    # yet sent (at most one more depth) can join a window: rate x W + 2 x depth (xsk_tx.c, pump).
     window_ns = 2_000_000
     allowed = rate_bps / 8 * window_ns / 1e9 + 2 * config.depth_bytes()
     times = [t for t, _ in frames]

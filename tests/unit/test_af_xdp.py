@@ -1,4 +1,4 @@
-"""The AF_XDP port's pure parts (emulator/engine/af_xdp.py, emulator/native/xsk.c): the headers
+"""The AF_XDP port's pure parts (emulator/engine/af_xdp.py, emulator/native/xsk_*.c): the headers
 it writes (checked with scapy's parser), its token bucket (a simulated clock, never the wall
 clock), frame sizes and the multi-buffer refusal, the refusal lines.
 
@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from emulator.engine.af_xdp import AfXdpConfig, TokenBucket, _reason, wire_bytes
+from emulator.engine import af_xdp
+from emulator.engine.af_xdp import AfXdpConfig, AfXdpUnavailable, TokenBucket, _reason, wire_bytes
 from emulator.engine.af_xdp_setup import (
+    LinkState,
     frame_room,
     max_frame_bytes,
     multi_buffer_refusal,
@@ -109,9 +111,10 @@ def test_refusal_reasons_from_the_c_side() -> None:
     assert _reason("map the UMEM: Cannot allocate memory", mtu4k).startswith("cannot map the")
 
 
-def test_bucket_depth_default_holds_four_frames() -> None:
-    cfg = AfXdpConfig(path_mtu_bytes=4096, rate_bps=1e9)
-    assert cfg.depth_bytes() == 4 * wire_bytes(4170)
+def test_bucket_depth_default_is_four_frames_or_50us_at_the_cap() -> None:
+    assert AfXdpConfig(path_mtu_bytes=4096, rate_bps=1e9).depth_bytes() == 4 * wire_bytes(4170)
+    assert AfXdpConfig(path_mtu_bytes=4096, rate_bps=100e9).depth_bytes() == 625_000
+    # never below one largest frame, whatever is asked
     assert AfXdpConfig(path_mtu_bytes=4096, burst_bytes=10).depth_bytes() == wire_bytes(4170)
 
 
@@ -189,3 +192,63 @@ def test_c_bucket_is_the_python_bucket(seed, rate, depth) -> None:
         assert bool(lib.xsk_bucket_take(c, now, nbytes)) == py.take(now, nbytes)
         assert c.tokens_nb == py.tokens_nb and c.last_ns == py.last_ns
         assert lib.xsk_bucket_ready_ns(c, nbytes) == py.ready_ns(nbytes)
+
+
+# --- start-up detection: every refusal is one line naming the interface ----------------------
+
+
+def _link(**over: object) -> LinkState:
+    base = dict(
+        ifname="p1",
+        netns="emu-r1",
+        ifindex=7,
+        up=True,
+        ethernet=True,
+        mac=bytes(6),
+        mtu_bytes=9000,
+        rx_queues=4,
+        tx_queues=4,
+        xdp_prog_id=0,
+        addresses=frozenset({"10.1.0.1"}),
+    )
+    base.update(over)
+    return LinkState(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("env", "link", "config", "reason"),
+    [
+        ({"euid": 1000}, {}, {}, "needs root"),
+        ({"module": None}, {}, {}, "emulator.native._xsk is not built"),
+        ({}, {"ethernet": False}, {}, "not an Ethernet interface"),
+        ({}, {"up": False}, {}, "the interface is down"),
+        ({}, {"addresses": frozenset()}, {}, "10.1.0.1 is not an address of the interface"),
+        ({}, {"mtu_bytes": 1500}, {"path_mtu_bytes": 4096}, "MTU 1500 is below the 4156-byte"),
+        ({}, {"xdp_prog_id": 42}, {}, "another XDP program (id 42) is attached"),
+        ({"kernel": (6, 1)}, {}, {"path_mtu_bytes": 4096}, "(Linux 6.1 < 6.6)"),
+        ({}, {}, {"path_mtu_bytes": 4096, "zero_copy": True}, "not offered with zero-copy"),
+    ],
+)
+def test_check_interface_refuses_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, env, link, config, reason
+) -> None:
+    monkeypatch.setattr(af_xdp.os, "geteuid", lambda: env.get("euid", 0))
+    missing = (None, "emulator.native._xsk is not built (./setup.sh builds it)")
+    monkeypatch.setattr(af_xdp, "load", lambda name: missing if "module" in env else (object(), ""))
+    monkeypatch.setattr(af_xdp, "link_state", lambda ifname, netns: _link(**link))
+    monkeypatch.setattr(af_xdp, "kernel_release", lambda: env.get("kernel", (6, 18)))
+    cfg = AfXdpConfig(**{"path_mtu_bytes": 1024, **config})
+    with pytest.raises(AfXdpUnavailable) as e:
+        af_xdp.check_interface("p1", "emu-r1", ["10.1.0.1"], cfg)
+    text = str(e.value)
+    assert "\n" not in text
+    assert text.startswith("engine.send_path af_xdp on p1 (namespace emu-r1): ")
+    assert reason in text
+
+
+def test_check_interface_passes_a_capable_interface(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(af_xdp.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(af_xdp, "load", lambda name: (object(), ""))
+    monkeypatch.setattr(af_xdp, "link_state", lambda ifname, netns: _link())
+    monkeypatch.setattr(af_xdp, "kernel_release", lambda: (6, 6))
+    af_xdp.check_interface("p1", "emu-r1", ["10.1.0.1"], AfXdpConfig(path_mtu_bytes=4096))
