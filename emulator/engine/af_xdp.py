@@ -449,6 +449,8 @@ class AfXdpPort:
 
     @property
     def backlog(self) -> int:
+        """Packets waiting for tokens, plus 1 while the TX ring holds descriptors the kernel
+        has not taken yet (0: everything handed over)."""
         return int(self._lib.xsk_port_backlog(self._p))
 
     # --- receive ----------------------------------------------------------------------------
