@@ -138,8 +138,9 @@ class TokenBucket:
 @dataclass(frozen=True)
 class AfXdpConfig:
     """How a port is set up. `rate_bps`: the cap in wire bits/s (Ethernet framing included;
-    None: no cap); `burst_bytes`: the bucket depth (None: see depth_bytes). Frames are UMEM chunks of `frame_bytes`; each receive queue owns
-    `rx_frames_per_queue` of them, the transmit side `tx_frames` (its backlog's capacity)."""
+    None: no cap); `burst_bytes`: the bucket depth (None: see depth_bytes). Frames are UMEM
+    chunks of `frame_bytes`; each receive queue owns rx_frames(queues) of them, the transmit
+    side `tx_frames` (its backlog's capacity)."""
 
     path_mtu_bytes: int
     rate_bps: float | None = None
@@ -149,8 +150,16 @@ class AfXdpConfig:
     queues: int | None = None  # receive queues 0..queues-1 (None: all of the interface's)
     frame_bytes: int = 4096
     ring_size: int = 2048
-    rx_frames_per_queue: int = 2048
+    rx_frames_per_queue: int | None = None  # None: 2048, fewer per queue beyond 2 queues
     tx_frames: int = 4096
+
+    def rx_frames(self, queues: int) -> int:
+        """Receive frames per queue: the UMEM holds queues x this x frame_bytes, so a NIC with
+        many queues gets fewer per queue (64 queues: 256 each, 64 MiB in all at 4 KiB)."""
+        if self.rx_frames_per_queue is not None:
+            return self.rx_frames_per_queue
+        share = max(256, 4096 // max(queues, 1))
+        return min(2048, 1 << (share.bit_length() - 1))
 
     def depth_bytes(self) -> int:
         """The bucket's depth: `burst_bytes`, else four of the largest frames or 50 us at the
@@ -333,7 +342,7 @@ class AfXdpPort:
                 "queues": queues,
                 "frame_bytes": config.frame_bytes,
                 "ring_size": config.ring_size,
-                "rx_frames_per_queue": config.rx_frames_per_queue,
+                "rx_frames_per_queue": config.rx_frames(queues),
                 "tx_frames": config.tx_frames,
                 "max_frame_bytes": max_frame_bytes(config.path_mtu_bytes),
                 "zero_copy": int(config.zero_copy),
@@ -433,11 +442,12 @@ class AfXdpPort:
             raise OSError(-n, os.strerror(-n))
         return int(n)
 
-    def drain(self, timeout_s: float) -> int:
-        """Send the backlog at the capped rate, waiting for tokens, for at most timeout_s;
-        returns what is left."""
+    def drain(self, timeout_s: float, *, stop_on_rx: bool = False) -> int:
+        """Send the backlog at the capped rate, waiting for tokens (asleep for long waits,
+        spinning for short ones), for at most timeout_s; with stop_on_rx, return as soon as a
+        packet was received too (read it, then drain again). Returns what is left."""
         deadline = self._lib.xsk_now_ns() + int(timeout_s * 1e9)
-        n = self._lib.xsk_port_drain(self._p, deadline)
+        n = self._lib.xsk_port_drain(self._p, deadline, int(stop_on_rx))
         if n < 0:
             raise OSError(-n, os.strerror(-n))
         return int(n)

@@ -1,6 +1,7 @@
 /* Transmit side of an AF_XDP port (xsk_port.c has the whole story): payloads written into UMEM
  * frames behind their headers, a backlog, the token bucket in front of the TX ring, and the
  * sendto wakeups that make copy mode transmit. */
+#define _GNU_SOURCE /* ppoll */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <poll.h>
 #include <sys/prctl.h>
 
 #include "xsk_internal.h"
@@ -253,24 +255,48 @@ uint64_t xsk_port_next_release_ns(const struct xsk_port *p)
 	return xsk_bucket_ready_ns(&p->bucket, xsk_wire_bytes(frame_bytes));
 }
 
-static void wait_until(uint64_t t_ns)
+/* Are received descriptors waiting on any RX ring? */
+static int rx_waiting(struct xsk_port *p)
+{
+	uint32_t i;
+
+	for (i = 0; i < p->nq; i++)
+		if (xsk_cons_nb_avail(&p->q[i].rx, 1))
+			return 1;
+	return 0;
+}
+
+/* Sleep most of a long wait (in ppoll on the sockets when a receive should end it), spin the
+ * rest: a sleep overshoots by tens of microseconds, a spin does not. */
+static void wait_until(struct xsk_port *p, uint64_t t_ns, int stop_on_rx)
 {
 	uint64_t now = xsk_now_ns();
 
-	if (t_ns > now + 100000) { /* sleep most of a long wait, spin the rest */
-		uint64_t wake = t_ns - 50000;
-		struct timespec ts = {.tv_sec = wake / 1000000000ull, .tv_nsec = wake % 1000000000ull};
+	if (t_ns > now + 100000) {
+		uint64_t nap = t_ns - 50000 - now;
+		struct timespec ts = {.tv_sec = nap / 1000000000ull, .tv_nsec = nap % 1000000000ull};
 
-		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		if (stop_on_rx) {
+			struct pollfd fds[p->nq];
+			uint32_t i;
+
+			for (i = 0; i < p->nq; i++)
+				fds[i] = (struct pollfd){.fd = xsk_socket__fd(p->q[i].xsk), .events = POLLIN};
+			ppoll(fds, p->nq, &ts, NULL);
+		} else {
+			nanosleep(&ts, NULL);
+		}
 	}
 	while (xsk_now_ns() < t_ns)
-		;
+		if (stop_on_rx && rx_waiting(p))
+			return;
 }
 
 /* Pump until the backlog is sent or `deadline_ns` (CLOCK_MONOTONIC) passes, waiting for tokens
- * in between (the thread's timer slack is set to 1 us meanwhile). Returns what is left (packets
- * in the backlog, +1 if the TX ring still holds some), or -errno. */
-int64_t xsk_port_drain(struct xsk_port *p, uint64_t deadline_ns)
+ * in between (the thread's timer slack is set to 1 us meanwhile); with `stop_on_rx`, also
+ * return as soon as something was received (the caller reads it, then drains again). Returns
+ * what is left (packets in the backlog, +1 if the TX ring still holds some), or -errno. */
+int64_t xsk_port_drain(struct xsk_port *p, uint64_t deadline_ns, int stop_on_rx)
 {
 	int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 	int64_t rc = 0;
@@ -282,10 +308,12 @@ int64_t xsk_port_drain(struct xsk_port *p, uint64_t deadline_ns)
 		rc = xsk_port_pump(p, 0);
 		if (rc < 0 || (!p->bl_packets && !ring_pending(p)) || now >= deadline_ns)
 			break;
+		if (stop_on_rx && rx_waiting(p))
+			break;
 		next = p->bl_packets && !ring_pending(p) ? xsk_port_next_release_ns(p) : 0;
 		if (next <= now)
 			next = now + 20000; /* the ring or the device is busy: look again shortly */
-		wait_until(next < deadline_ns ? next : deadline_ns);
+		wait_until(p, next < deadline_ns ? next : deadline_ns, stop_on_rx);
 	}
 	if (slack > 0)
 		prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0);

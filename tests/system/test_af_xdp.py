@@ -449,3 +449,28 @@ def test_a_link_going_down_is_a_lost_send_not_a_dead_port(xdp_pair: PairInfo) ->
                 time.sleep(0.05)  # the carrier comes back a moment after `up`
         assert sent == -(-len(data) // segment)
         assert port.drain(5.0) == 0
+
+
+def test_drain_returns_when_a_packet_arrives(xdp_pair: PairInfo) -> None:
+    """A port pacing a long backlog at 10 Mb/s stops draining as soon as its peer's packet is
+    on its RX ring (the engine reads it, then drains again), and the pacing goes on after."""
+    p = xdp_pair
+    slow = AfXdpConfig(path_mtu_bytes=1024, rate_bps=10e6)
+    with (
+        AfXdpPort.open(p.sender_if, p.sender_ns, [p.sender_addr], slow) as a,
+        AfXdpPort.open(p.receiver_if, p.receiver_ns, [p.receiver_addr], AfXdpConfig(1024)) as b,
+    ):
+        to_b = a.flow(p.sender_addr, p.receiver_addr, SPORT)
+        to_a = b.flow(p.receiver_addr, p.sender_addr, SPORT)
+        bursts = payload_bursts(p, 1024, 200)
+        data, segment = next(bursts)
+        a.send(to_b, TOS, data, len(data), segment)  # 62 packets: 55 ms at 10 Mb/s
+        assert a.backlog > 1
+        b.send(to_a, TOS, data[:segment], segment, segment)
+        b.drain(1.0)
+        buf = bytearray(1 << 16)
+        left = a.drain(5.0, stop_on_rx=True)
+        assert left > 0  # stopped for the packet, not because the backlog was sent
+        runs = a.receive(buf)
+        assert [(r.source, r.segments) for r in runs] == [((p.receiver_addr, SPORT), 1)]
+        assert a.drain(5.0) == 0

@@ -111,6 +111,12 @@ def test_refusal_reasons_from_the_c_side() -> None:
     assert _reason("map the UMEM: Cannot allocate memory", mtu4k).startswith("cannot map the")
 
 
+def test_receive_frames_shrink_per_queue_on_many_queue_nics() -> None:
+    cfg = AfXdpConfig(path_mtu_bytes=1024)
+    assert [cfg.rx_frames(q) for q in (1, 2, 3, 4, 16, 64)] == [2048, 2048, 1024, 1024, 256, 256]
+    assert AfXdpConfig(path_mtu_bytes=1024, rx_frames_per_queue=64).rx_frames(64) == 64
+
+
 def test_bucket_depth_default_is_four_frames_or_50us_at_the_cap() -> None:
     assert AfXdpConfig(path_mtu_bytes=4096, rate_bps=1e9).depth_bytes() == 4 * wire_bytes(4170)
     assert AfXdpConfig(path_mtu_bytes=4096, rate_bps=100e9).depth_bytes() == 625_000
