@@ -29,7 +29,7 @@ from scapy.compat import raw
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP
 
-from emulator.engine.af_xdp import AfXdpConfig, AfXdpPort, AfXdpUnavailable, wire_bytes
+from emulator.engine.af_xdp import AfXdpConfig, AfXdpPort, AfXdpUnavailable, RxRun, wire_bytes
 from emulator.engine.af_xdp_setup import attached_prog_id
 from emulator.engine.sockets import SO_TIMESTAMPNS
 from emulator.engine.testbed import PairInfo
@@ -474,3 +474,30 @@ def test_drain_returns_when_a_packet_arrives(xdp_pair: PairInfo) -> None:
         runs = a.receive(buf)
         assert [(r.source, r.segments) for r in runs] == [((p.receiver_addr, SPORT), 1)]
         assert a.drain(5.0) == 0
+
+
+def test_malformed_rocev2_is_counted_and_dropped_other_udp_passes(xdp_pair: PairInfo) -> None:
+    """A datagram to port 4791 too short to be RoCEv2 is counted and dropped by the receiving
+    port, never fatal; UDP to another port goes to the kernel; valid packets still arrive."""
+    p = xdp_pair
+    with AfXdpPort.open(p.receiver_if, p.receiver_ns, [p.receiver_addr], AfXdpConfig(1024)) as rx:
+        with in_netns(p.sender_ns):
+            plain = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            plain.sendto(b"short", (p.receiver_addr, 4791))
+            plain.sendto(bytes(100), (p.receiver_addr, 9))
+        finally:
+            plain.close()
+        data, segment = next(payload_bursts(p, 1024, 8))
+        with AfXdpPort.open(p.sender_if, p.sender_ns, [p.sender_addr], AfXdpConfig(1024)) as tx:
+            tx.send(tx.flow(p.sender_addr, p.receiver_addr, SPORT), TOS, data, len(data), segment)
+            tx.drain(1.0)
+        buf = bytearray(1 << 16)
+        runs: list[RxRun] = []
+        deadline = time.monotonic() + 5
+        while sum(r.segments for r in runs) < 8 and time.monotonic() < deadline:
+            runs += rx.receive(buf)
+        counters = rx.counters()
+    assert sum(r.segments for r in runs) == 8 and all(r.source[1] == SPORT for r in runs)
+    assert counters["rx_malformed"] == 1
+    assert counters["non_roce_passed"] >= 1  # the datagram to port 9 (and ARP)
