@@ -15,7 +15,10 @@ from typing import Any
 from emulator.engine.params import OffloadChoice
 from emulator.errors import EnvironmentProblem
 from emulator.native import load
-from emulator.native.burst import NativeBursts, NativeReplies, NativeRunReader, self_check
+from emulator.native.acks import NativeReplies
+from emulator.native.burst import NativeBursts
+from emulator.native.reads import NativeRunReader
+from emulator.native.selfcheck import self_check
 from emulator.transport.burst_wire import BurstBuffer
 
 NATIVE = "native"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from emulator.engine.clock import DilatedClock
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
 from emulator.engine.sockets import ANCILLARY_BYTES, read_ancillary, segments
-from emulator.native.burst import NativeRunReader
+from emulator.native.reads import NativeRunReader
 from emulator.transport.burst_wire import read_ack_run, read_data_run
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import RETH_OPCODES, ROCEV2_UDP_PORT, DataPacket, Opcode, Packet

@@ -22,7 +22,8 @@ from emulator.engine.params import EngineParams
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
 from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
 from emulator.errors import EnvironmentProblem
-from emulator.native.burst import NativeAckFlow, NativeBursts, NativeFlow, NativeReplies
+from emulator.native.acks import NativeAckFlow, NativeReplies
+from emulator.native.burst import NativeBursts, NativeFlow
 from emulator.transport.burst import Burst
 from emulator.transport.packets import (
     AETH_BYTES,

@@ -7,9 +7,10 @@ module's sources is newer than what it built: `sources`). Nothing here is
 required: a module that is missing, stale or fails the engine's self-check leaves the engine on
 its pure-Python path, and the run's metadata says which path ran and why (`load` gives the why).
 
-- `_burst` (burst.c, glue in burst.py): the engine's data path over UDP sockets: a burst's
-  segments laid out with their ICRCs and sent (several GSO buffers in one sendmmsg), a socket
-  read with its control messages, a GRO read parsed as one run, and the ACKs a read produces.
+- `_burst` (burst.c): the engine's data path over UDP sockets: a burst's segments laid out with
+  their ICRCs and sent, several GSO buffers in one sendmmsg (glue: burst.py), a socket read with
+  its control messages and a GRO read parsed as one run (reads.py), the ACKs a read produces
+  (acks.py); selfcheck.py is what a worker checks before it trusts the module.
 """
 
 from __future__ import annotations

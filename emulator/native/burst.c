@@ -3,8 +3,9 @@
  * side's reading of a GRO read as one run of data packets.
  *
  * Built by emulator/native/build_burst.py (cffi, API mode) as emulator.native._burst; the Python
- * glue is emulator/native/burst.py. The bytes are those of emulator/transport/burst_wire.py's
- * BurstWriter (the engine checks it at start, tests/unit/test_native_burst.py for many shapes).
+ * glue is emulator/native/burst.py, reads.py and acks.py. The bytes are those of the Python
+ * code (emulator/transport/burst_wire.py's BurstWriter and read_data_run, wire.py's encode):
+ * selfcheck.py checks it at every worker start, tests/unit/test_native_burst.py on many shapes.
  *
  * ICRC (IBA vol. 1 annex A17, RoCEv2): CRC-32 over a pseudo-header and the packet, see
  * emulator/transport/wire.py. CRC-32 is affine over GF(2): for inputs of one length,
@@ -44,7 +45,7 @@
 #define UDP_SEGMENT 103
 #endif
 
-/* Rows of the table block, 256 uint32 each (emulator/native/burst.py TABLE_ROWS). */
+/* Rows of the table block, 256 uint32 each (burst_wire.py DELTA_ROW_POSITIONS). */
 enum {
     T_OPCODE = 0,
     T_PSN_WORD = 1, /* 4 rows: the PSN word's bytes as sent (AckReq byte first) */

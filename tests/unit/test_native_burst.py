@@ -34,7 +34,10 @@ from emulator.engine.sockets import (
     tos_cmsg,
 )
 from emulator.native import HERE, built_path, load, module_names, stale
-from emulator.native.burst import NativeBursts, NativeReplies, NativeRunReader, self_check
+from emulator.native.acks import NativeReplies
+from emulator.native.burst import NativeBursts
+from emulator.native.reads import NativeRunReader
+from emulator.native.selfcheck import self_check
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import (
     STAMP_BYTES,
