@@ -216,6 +216,11 @@ def check_interface(
     """What can be told without touching the interface: root, the extension, the interface
     (exists, up, Ethernet, holds the addresses, MTU, no other XDP program) and multi-buffer
     where the path MTU needs it. Raises AfXdpUnavailable (one line) when af_xdp cannot run."""
+    for address in addresses:
+        try:
+            ipaddress.IPv4Address(address)
+        except ValueError:
+            raise refuse(ifname, netns, f"{address} is not IPv4 (RoCEv2 over IPv4 only)") from None
     if os.geteuid() != 0:
         raise refuse(ifname, netns, "needs root (CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW)")
     _module(ifname, netns)

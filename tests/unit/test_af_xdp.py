@@ -224,6 +224,7 @@ def _link(**over: object) -> LinkState:
 @pytest.mark.parametrize(
     ("env", "link", "config", "reason"),
     [
+        ({"address": "fd00::1"}, {}, {}, "fd00::1 is not IPv4"),
         ({"euid": 1000}, {}, {}, "needs root"),
         ({"module": None}, {}, {}, "emulator.native._xsk is not built"),
         ({}, {"ethernet": False}, {}, "not an Ethernet interface"),
@@ -245,7 +246,7 @@ def test_check_interface_refuses_in_one_line(
     monkeypatch.setattr(af_xdp, "kernel_release", lambda: env.get("kernel", (6, 18)))
     cfg = AfXdpConfig(**{"path_mtu_bytes": 1024, **config})
     with pytest.raises(AfXdpUnavailable) as e:
-        af_xdp.check_interface("p1", "emu-r1", ["10.1.0.1"], cfg)
+        af_xdp.check_interface("p1", "emu-r1", [env.get("address", "10.1.0.1")], cfg)
     text = str(e.value)
     assert "\n" not in text
     assert text.startswith("engine.send_path af_xdp on p1 (namespace emu-r1): ")
