@@ -18,9 +18,9 @@ record and the Python types.
   here. (RFC 6864 section 4.1: the id of an atomic datagram, DF set and not a fragment, carries
   no meaning, so repeating 0, 1, 2, ... per burst is legal, as it is for the kernel's GSO.)
 - Rate cap: AF_XDP bypasses the qdisc where the DUT backend puts HTB, so the bucket enforces
-  `rate_bps` (wire bits: frame, FCS, preamble, gap) with a depth of a few frames; packets beyond
-  it wait in the port's backlog (UMEM frames), `pump`/`drain` release them as tokens come;
-  `send` returns how many segments it took.
+  `rate_bps` (wire bits: frame, FCS, preamble, gap) with a depth of four frames (or 50 us at the
+  cap when that is more); packets beyond it wait in the port's backlog (UMEM frames),
+  `pump`/`drain` release them as tokens come; `send` returns how many segments it took.
 - Receive: `receive(buf)` copies waiting payloads into buf as runs of one source and ToS (like a
   UDP_GRO read: all but the last of a run have one size), for `read_data_run` unchanged.
 - Multi-buffer (XDP_USE_SG, Linux >= 6.6) when the path MTU's frames exceed a UMEM frame
@@ -76,7 +76,9 @@ __all__ = [
     "TokenBucket",
     "XdpFlow",
     "check_interface",
+    "frame_room",
     "probe",
+    "wire_bytes",
 ]
 
 ETHERNET_WIRE_EXTRA_BYTES = 24  # FCS 4 + preamble/SFD 8 + inter-frame gap 12 (IEEE 802.3)
@@ -556,6 +558,3 @@ def _be32(address: str) -> int:
     """An IPv4 address as the uint32 whose memory holds it in network order (the C side
     memcpy's it into the header)."""
     return int.from_bytes(ipaddress.IPv4Address(address).packed, sys.byteorder)
-
-
-__all__ += ["frame_room", "wire_bytes"]
