@@ -4,10 +4,10 @@ Two backends can tell whose packet is whose:
 
 - the simulator, exactly: every frame carries its flow and collective instance. It sends
   PortAttribution samples: per port and sample window, each instance's bytes in the queue at the
-  window's end and its bytes sent, marks and drops in the window, every marked packet's flow,
-  and how long PFC paused the port in the window, charged to the instances by their share of
-  what it held (pause_s). A queue's byte-time is what it held at the end of each window times
-  the window (sample and hold at the sample interval; so is the pause's share);
+  window's end, its queue byte-time in the window (its queued bytes integrated over the window:
+  each of its frames' size times its wait, exact), its bytes sent, marks and drops in the
+  window, every marked packet's flow, and how long PFC paused the port in the window, charged
+  to the instances by their share of the queue's byte-time (pause_s);
 - the emulated fabric, by class: the engine writes an attribution class (a collective type,
   emulator/run/attribution.py) into the 6 reserved bits of every data packet's BTH, and each
   switch port's eBPF marker counts per class (PortClassSample, cumulative): bytes, packets, ECN
@@ -82,10 +82,12 @@ class AttributionRow:
     tx_bytes: int  # sent in the window
     ecn_marks: int
     drops: int
-    # emulated (per class, collective_id -1): the class's packets, measured queue byte-time
-    # (target byte-seconds), time at or above XOFF charged to it and its rises to XOFF, and the
-    # class number (emulator.run.attribution); simulated: pause_s is the port's PFC-paused time
-    # in the window times the instance's share of the queue held
+    # queue byte-time (target byte-seconds: the queued bytes integrated over the window), exact
+    # per instance in simulation, per class from the marker's phantom FIFO when emulated;
+    # emulated (per class, collective_id -1): the class's packets, time at or above XOFF
+    # charged to it and its rises to XOFF, and the class number (emulator.run.attribution);
+    # simulated: pause_s is the port's PFC-paused time in the window times the instance's
+    # share of the queue's byte-time
     packets: int | None = None
     queue_byte_s: float | None = None
     pause_s: float | None = None
@@ -182,10 +184,10 @@ class AttributionTable:
     ) -> None:
         self.measured = True
         # PFC held the port's queue for paused_s of the window: charged to the instances by
-        # their share of what it holds at the window's end (sample and hold, as queue_bytes)
-        held = sum(queued for _, queued, *_ in event.by_instance)
-        for instance, queued, tx, marks, drops in event.by_instance:
-            paused = event.paused_s * queued / held if held and event.paused_s > 0 else None
+        # their share of the queue's byte-time in the window
+        held = sum(e[5] for e in event.by_instance)
+        for instance, queued, tx, marks, drops, byte_s in event.by_instance:
+            paused = event.paused_s * byte_s / held if held and event.paused_s > 0 else None
             self.rows.append(
                 AttributionRow(
                     event.time_s,
@@ -198,6 +200,7 @@ class AttributionTable:
                     tx,
                     marks,
                     drops,
+                    queue_byte_s=byte_s,
                     pause_s=paused,
                     job=job_of(instance),
                 )
@@ -378,7 +381,8 @@ def slow_flow_marks(
     attribution: pa.Table, marks: pa.Table, flows: pa.Table, kind: str = "ALL_TO_ALL"
 ) -> list[dict[str, Any]]:
     """For the slowest 1% of `kind` flows: the ports where their packets were marked, and the
-    share of those ports' queues each collective type held in the windows of the marks."""
+    share of those ports' queue byte-time each collective type held in the windows of the
+    marks (a queue that drains within a window still counts: the byte-time, not a snapshot)."""
     done = [
         (fct, fid)
         for fid, k, fct in _rows(flows, ("flow_id", "collective_type", "fct_s"))
@@ -388,11 +392,12 @@ def slow_flow_marks(
         return []
     done.sort(reverse=True)
     slow = done[: max(1, round(len(done) * SLOW_SHARE))]
-    held: dict[tuple[float, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for t, sw, port, ckind, queued in _rows(
-        attribution, ("time_s", "switch", "port", "collective_type", "queue_bytes")
+    held: dict[tuple[float, str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    names = ("time_s", "switch", "port", "collective_type", "queue_bytes", "interval_s")
+    for t, sw, port, ckind, queued, interval, byte_s in _rows(
+        attribution, (*names, "queue_byte_s")
     ):
-        held[(t, sw, port)][ckind] += queued
+        held[(t, sw, port)][ckind] += byte_s if byte_s is not None else queued * interval
     by_flow: dict[int, list[tuple[float, str, str]]] = defaultdict(list)
     for t, sw, port, fid in _rows(marks, ("time_s", "switch", "port", "flow_id")):
         by_flow[fid].append((t, sw, port))
@@ -400,7 +405,7 @@ def slow_flow_marks(
     for fct, fid in slow:
         at: dict[str, dict[str, Any]] = {}
         for t, sw, port in by_flow.get(fid, []):
-            entry = at.setdefault(f"{sw}:{port}", {"marks": 0, "queue": defaultdict(int)})
+            entry = at.setdefault(f"{sw}:{port}", {"marks": 0, "queue": defaultdict(float)})
             entry["marks"] += 1
             for ckind, queued in held.get((t, sw, port), {}).items():
                 entry["queue"][ckind] += queued

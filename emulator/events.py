@@ -133,8 +133,9 @@ class CpuSample:
 class PortAttribution:
     """Whose traffic one switch egress port holds and sends, per collective instance, from a
     backend that tags every packet (the simulator), over the sample window of `interval_s`
-    ending at time_s: (instance, queue bytes now, and bytes sent, ECN marks and drops in the
-    window); `marked_flows`: the flow of each packet marked in it (a flow once per mark);
+    ending at time_s: (instance, queue bytes now, and bytes sent, ECN marks, drops and the
+    queue's byte-seconds (its queued bytes integrated over the window) in the window);
+    `marked_flows`: the flow of each packet marked in it (a flow once per mark);
     `paused_s`: how long PFC paused the port's data queue in the window. A port with nothing
     queued and nothing counted sends no sample for the window."""
 
@@ -142,7 +143,7 @@ class PortAttribution:
     interval_s: float
     switch: str
     port: str
-    by_instance: tuple[tuple[int, int, int, int, int], ...]
+    by_instance: tuple[tuple[int, int, int, int, int, float], ...]
     marked_flows: tuple[int, ...] = ()
     paused_s: float = 0.0  # the port's time paused by PFC in the window
 

@@ -22,7 +22,7 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from emulator.sim.engine import Simulator
 from emulator.transport.marking import EcnMarker
@@ -221,9 +221,10 @@ class Port:
         self.max_queued_bytes = 0
         self.queue_samples: list[tuple[float, int]] | None = None
         # attribution (None: off): per tag (collective instance) [bytes queued now, and bytes
-        # sent, marks, drops since the last take_attribution] of the data queue, and the flow
-        # of every frame marked here since then
-        self.attribution: dict[int, list[int]] | None = None
+        # sent, marks, drops and the queue's byte-time (byte-seconds) since the last
+        # take_attribution, and when its queued bytes last changed] of the data queue, and the
+        # flow of every frame marked here since then
+        self.attribution: dict[int, list[Any]] | None = None
         self.marked_flows: list[int] = []
 
     def send(self, frame: Frame) -> None:
@@ -250,7 +251,7 @@ class Port:
                 frame.marked_here = True
             self.queued_bytes = queued
             if self.attribution is not None:
-                self._account(frame.tag)[0] += frame.size_bytes
+                self._queue_change(self._account(frame.tag), frame.size_bytes)
             if queued > self.max_queued_bytes:
                 self.max_queued_bytes = queued
             if self.queue_samples is not None:
@@ -261,27 +262,42 @@ class Port:
 
     def take_attribution(
         self,
-    ) -> tuple[tuple[tuple[int, int, int, int, int], ...], tuple[int, ...]]:
-        """Since the last call: (tag, bytes queued now, bytes sent, marks, drops) of every tag
-        with any, and the flows marked. The counts start again; a tag with nothing queued is
-        forgotten until its next frame."""
+    ) -> tuple[tuple[tuple[int, int, int, int, int, float], ...], tuple[int, ...]]:
+        """Since the last call: (tag, bytes queued now, bytes sent, marks, drops, queue
+        byte-seconds) of every tag with any, and the flows marked. The byte-seconds are exact:
+        the integral of the tag's queued bytes over the window (each frame's size times its
+        wait), as the emulated fabric's marker measures it (fabrics/ecn/phantom_marker.c).
+        The counts start again; a tag with nothing queued is forgotten until its next frame."""
         assert self.attribution is not None
+        now = self.sim.now
+        for entry in self.attribution.values():
+            entry[4] += entry[0] * (now - entry[5])
+            entry[5] = now
         held = tuple(
-            (tag, q, tx, m, d)
-            for tag, (q, tx, m, d) in self.attribution.items()
-            if q or tx or m or d
+            (tag, q, tx, m, d, byte_s)
+            for tag, (q, tx, m, d, byte_s, _) in self.attribution.items()
+            if q or tx or m or d or byte_s
         )
-        self.attribution = {tag: [e[0], 0, 0, 0] for tag, e in self.attribution.items() if e[0]}
+        self.attribution = {
+            tag: [e[0], 0, 0, 0, 0.0, now] for tag, e in self.attribution.items() if e[0]
+        }
         marked = tuple(self.marked_flows)
         self.marked_flows.clear()
         return held, marked
 
-    def _account(self, tag: int) -> list[int]:
+    def _account(self, tag: int) -> list[Any]:
         assert self.attribution is not None
         entry = self.attribution.get(tag)
         if entry is None:
-            entry = self.attribution[tag] = [0, 0, 0, 0]
+            entry = self.attribution[tag] = [0, 0, 0, 0, 0.0, self.sim.now]
         return entry
+
+    def _queue_change(self, entry: list[Any], delta_bytes: int) -> None:
+        """A tag's queued bytes change now: what they held since the last change first."""
+        now = self.sim.now
+        entry[4] += entry[0] * (now - entry[5])
+        entry[5] = now
+        entry[0] += delta_bytes
 
     def _mark(self, frame: Frame) -> None:
         frame.ecn = ECN_CE
@@ -308,7 +324,7 @@ class Port:
             self.queued_bytes -= frame.size_bytes
             if self.attribution is not None:
                 entry = self._account(frame.tag)
-                entry[0] -= frame.size_bytes
+                self._queue_change(entry, -frame.size_bytes)
                 entry[1] += frame.size_bytes
             if frame.ingress is not None:
                 frame.ingress.release(frame.size_bytes)
@@ -407,7 +423,7 @@ class Port:
         self._data.clear()
         self.queued_bytes = 0
         for entry in (self.attribution or {}).values():
-            entry[0] = 0
+            self._queue_change(entry, -entry[0])
 
 
 def _set_ce(ip_packet: bytes) -> bytes:

@@ -29,18 +29,28 @@ FLOW_INSTANCE = {10: 1, 20: 2, 21: 2}
 def _table() -> AttributionTable:
     table = AttributionTable()
     samples = [
-        # window (0, 1]: AR holds 3000 B and sent 1000, A2A holds 1000 B, sent 500 and had
-        # flow 20 marked once
+        # window (0, 1]: AR holds 3000 B at its end, 2500 B.s over it, sent 1000; A2A holds
+        # 1000 B, 500 B.s, sent 500 and had flow 20 marked once
         PortAttribution(
-            1.0, 1.0, "l0", "l0-h0", ((1, 3000, 1000, 0, 0), (2, 1000, 500, 1, 0)), (20,)
+            1.0,
+            1.0,
+            "l0",
+            "l0-h0",
+            ((1, 3000, 1000, 0, 0, 2500.0), (2, 1000, 500, 1, 0, 500.0)),
+            (20,),
         ),
-        # window (1, 2]: AR holds 1000 B, sent 4000 and had flow 10 marked twice; A2A empty,
-        # sent 1000
+        # window (1, 2]: AR holds 1000 B, 1500 B.s, sent 4000 and had flow 10 marked twice;
+        # A2A empty at the end but 500 B.s in the window (a queue that drained), sent 1000
         PortAttribution(
-            2.0, 1.0, "l0", "l0-h0", ((1, 1000, 4000, 2, 0), (2, 0, 1000, 0, 0)), (10, 10)
+            2.0,
+            1.0,
+            "l0",
+            "l0-h0",
+            ((1, 1000, 4000, 2, 0, 1500.0), (2, 0, 1000, 0, 0, 500.0)),
+            (10, 10),
         ),
         # another port, quiet in (0, 1] (no sample), in (1, 2]: only A2A, one drop
-        PortAttribution(2.0, 1.0, "s0", "s0-l0", ((2, 500, 100, 0, 1),), ()),
+        PortAttribution(2.0, 1.0, "s0", "s0-l0", ((2, 500, 100, 0, 1, 250.0),), ()),
     ]
     for s in samples:
         table.add(s, TYPES.__getitem__, FLOW_INSTANCE.__getitem__)
@@ -106,8 +116,8 @@ def test_summary_shares_top_interferer_and_the_slowest_flows() -> None:
         flows=_flows(), attribution=t.rows, marks=t.marks, attribution_measured=True
     )
     s = attribution_summary(tables.attribution, tables.marks, tables.flows, True)
-    # queue byte-seconds at l0-h0: AR 3000x1 + 1000x1 = 4000, A2A 1000x1 + 0 = 1000;
-    # at s0-l0: A2A 500 x 1 s = 500: l0-h0 ranks first
+    # queue byte-seconds (the integral, not the window-end snapshot) at l0-h0: AR 2500 +
+    # 1500 = 4000, A2A 500 + 500 = 1000; at s0-l0: A2A 250: l0-h0 ranks first
     assert congested_ports(tables.attribution) == [("l0", "l0-h0"), ("s0", "s0-l0")]
     first = s["ports"][0]
     assert first["queue_share"] == pytest.approx({"ALL_REDUCE": 0.8, "ALL_TO_ALL": 0.2})
@@ -118,13 +128,17 @@ def test_summary_shares_top_interferer_and_the_slowest_flows() -> None:
     assert first["ecn_marks"] == {"ALL_REDUCE": 2, "ALL_TO_ALL": 1}
     assert s["ports"][1]["drops"] == {"ALL_TO_ALL": 1}
     assert s["cnps_by_marked_collective"] == {"ALL_REDUCE": 2, "ALL_TO_ALL": 1}
-    # the slowest 1% of two A2A flows is one: flow 20, marked at l0-h0 at t=1, when the
-    # queue held 3000 B of AR and 1000 B of A2A
+    # the slowest 1% of two A2A flows is one: flow 20, marked at l0-h0 in (0, 1], when the
+    # queue's byte-time was 2500 AR and 500 A2A
     (slow,) = s["slowest_all_to_all"]
     assert slow["flow_id"] == 20
     assert slow["marked_at"] == {
-        "l0:l0-h0": {"marks": 1, "queue_share": {"ALL_REDUCE": 0.75, "ALL_TO_ALL": 0.25}}
+        "l0:l0-h0": {
+            "marks": 1,
+            "queue_share": pytest.approx({"ALL_REDUCE": 5 / 6, "ALL_TO_ALL": 1 / 6}),
+        }
     }
+    assert [r.queue_byte_s for r in t.rows] == [2500.0, 500.0, 1500.0, 500.0, 250.0]
 
 
 def test_a_backend_that_cannot_tag_says_so_and_writes_no_table() -> None:
@@ -312,10 +326,11 @@ def test_job_classes_split_into_job_and_type_and_ports_name_the_top_job() -> Non
     assert "queue_share_by_job" not in port
 
 
-def test_a_pfc_pause_is_charged_to_the_instances_by_their_share_of_the_queue() -> None:
+def test_a_pfc_pause_is_charged_to_the_instances_by_their_share_of_the_queues_byte_time() -> None:
     table = AttributionTable()
-    # the port was paused 2 ms of the 10 ms window, holding AR 3000 B and A2A 1000 B
-    held = ((1, 3000, 0, 0, 0), (2, 1000, 0, 0, 0))
+    # the port was paused 2 ms of the 10 ms window, AR holding 30 B.s of its queue and A2A
+    # 10 B.s (at the window's end 1000 B and 3000 B: the byte-time decides, not the snapshot)
+    held = ((1, 1000, 0, 0, 0, 30.0), (2, 3000, 0, 0, 0, 10.0))
     table.add(
         PortAttribution(0.01, 0.01, "l0", "l0-s0", held, (), 0.002),
         TYPES.__getitem__,
