@@ -200,17 +200,21 @@ def plot_switch_queue(tables: RunTables, path: Path, title: str) -> Path:
 
 def plot_attribution(tables: RunTables, path: Path, title: str) -> Path:
     """Stacked queue occupancy by collective type over time at the most congested ports (the
-    most queue byte-time): who held the queues that marked whom."""
+    most queue byte-time): who held the queues that marked whom. Each window shows the mean
+    queue over it (its byte-time over its length; the window-end bytes where a row has no
+    byte-time)."""
     ports = congested_ports(tables.attribution) or [("", "")]
     fig, axes = _grid(len(ports))
     kinds = sorted(set(tables.attribution.column("collective_type").to_pylist()))
+    names = ("time_s", "switch", "port", "collective_type", "queue_bytes", "interval_s")
     for ax, (switch, port) in zip(axes, ports, strict=True):
-        held: dict[float, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for t, sw, p, kind, queued in rows(
-            tables.attribution, ("time_s", "switch", "port", "collective_type", "queue_bytes")
+        held: dict[float, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for t, sw, p, kind, queued, interval, byte_s in rows(
+            tables.attribution, (*names, "queue_byte_s")
         ):
             if (sw, p) == (switch, port):
-                held[t][kind] += queued
+                mean = byte_s / interval if byte_s is not None and interval else queued
+                held[t][kind] += mean
         if not held:
             _empty(ax, "attributed queue")
             continue
@@ -219,7 +223,7 @@ def plot_attribution(tables: RunTables, path: Path, title: str) -> Path:
         ax.stackplot(times, *stack, labels=kinds, step="pre")
         ax.set_title(f"{switch}:{port}", fontsize="medium")
         ax.set_xlabel("time (s, target timescale)")
-        ax.set_ylabel("queue (KB)")
+        ax.set_ylabel("mean queue in the window (KB)")
         ax.legend(fontsize="small", title="held by", loc="upper right")
         ax.grid(alpha=0.3)
         _from_zero(ax)
