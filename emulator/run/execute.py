@@ -37,7 +37,7 @@ from emulator.run.progress import ProgressLine
 from emulator.run.replay import Replay
 from emulator.run.tdf import TdfChoice
 from emulator.run.tester import TesterResults
-from emulator.run.verdict import burst_reason, slowest_link_bps
+from emulator.run.verdict import burst_reason, dependency_reason, slowest_link_bps
 from emulator.run.workload import PlannedWorkload, traffic_of
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
@@ -131,6 +131,11 @@ def run_planned(
     )
     if short is not None:
         reasons.append(short)
+    late_start = dependency_reason(
+        report.metadata.get("dependency_latency") or {}, column(tables.flows, "fct_s")
+    )
+    if late_start is not None:
+        reasons.append(late_start)
     if replay.unpaired:
         reasons.append(
             f"{len(replay.unpaired)} collectives had no ideal-time counterpart: "

@@ -26,6 +26,11 @@ BURST_SHARE_LIMIT = 0.05  # a flow may pass at most this share of its bytes abov
 # busbw 14.14-14.74 GB/s, 4%), and the measured rates are the machine's, not DCQCN's. (1% made
 # verdicts flip between runs of a 4 s job on a 2-core machine: 1.3% and 3.4% at one factor.)
 PACING_DEFICIT_LIMIT = 0.05
+# Dependency latency: a flow released by another's completion starts after the completion has
+# gone through the coordinator (and, over a cluster, through the driver), a delay no NIC of the
+# target has. Each step of a multi-step collective adds it: judged, like the pacing deficit,
+# at 5% of the median flow's FCT.
+DEPENDENCY_SHARE_LIMIT = 0.05
 
 
 def burst_reason(
@@ -69,6 +74,33 @@ def burst_reason(
         f"the median flow ({median} bytes) is short next to the shaped links' burst tolerance "
         f"({hops}): its FCT can read up to {burst / median:.0%} short and busbw high; use "
         "larger messages or a higher TDF"
+    )
+
+
+def dependency_reason(latency: dict[str, Any], fct_s: list[float]) -> str | None:
+    """The engine's dependency latency (`latency`: summary engine.dependency_latency, per
+    same_server / cross_server the target-time p50 of completion -> released flow) against the
+    median measured FCT: a collective of k steps in a row reads about k x p50 slower than the
+    fabric makes it, its busbw low by about p50 over a step's FCT."""
+    fcts = sorted(f for f in fct_s if f and f > 0)
+    timed = {
+        label: v["target_p50_us"] * 1e-6
+        for label, v in latency.items()
+        if isinstance(v, dict) and v.get("count") and v.get("target_p50_us") is not None
+    }
+    if not fcts or not timed:
+        return None
+    median_fct = fcts[len(fcts) // 2]
+    label = max(timed, key=lambda k: timed[k])
+    p50_s = timed[label]
+    if p50_s <= DEPENDENCY_SHARE_LIMIT * median_fct:
+        return None
+    where = " across servers" if label == "cross_server" else ""
+    return (
+        f"flows released by another flow's completion{where} started {p50_s * 1e6:.3g} us "
+        f"(target time, p50) after it, {p50_s / median_fct:.0%} of the median flow's FCT "
+        f"({median_fct * 1e6:.3g} us): the engine's control path, not the fabric; each step of "
+        "a multi-step collective reads that much slower and its busbw low; raise the TDF"
     )
 
 

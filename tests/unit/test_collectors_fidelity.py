@@ -255,3 +255,20 @@ def test_each_part_of_a_backend_is_judged_on_what_it_held() -> None:
     printed = summary_table({"fidelity": fidelity.to_json(), "collectives": {}})
     assert "  server a: ok" in printed
     assert "  server b: degraded (switch ports dropped 9" in printed
+
+
+def test_the_engines_dependency_latency_is_judged_against_the_median_fct() -> None:
+    """A flow released by a completion starts that late (the coordinator's path, across
+    servers the driver's): over 5% of the median FCT it is a reason, naming where."""
+    from emulator.run.verdict import dependency_reason
+
+    fcts = [10e-6, 20e-6, 40e-6]  # median 20 us
+    on_time = {"same_server": {"count": 50, "target_p50_us": 0.5, "target_p99_us": 3.0}}
+    assert dependency_reason(on_time, fcts) is None  # 2.5%
+    across = {**on_time, "cross_server": {"count": 7, "target_p50_us": 2.0}}
+    reason = dependency_reason(across, fcts)
+    assert reason is not None and "across servers" in reason
+    assert "2 us (target time, p50)" in reason and "10% of the median flow's FCT (20 us)" in reason
+    # nothing released, or no FCT: nothing to judge
+    assert dependency_reason({"cross_server": {"count": 0, "target_p50_us": None}}, fcts) is None
+    assert dependency_reason(across, []) is None
