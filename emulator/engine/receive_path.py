@@ -5,7 +5,9 @@ A GRO read of data for one known QP goes to `ReceiveQueuePair.on_data_run` in on
 ACKs to `SendQueuePair.on_acks`; anything else (CE marks, gaps, NAKs, unknown QPs) goes packet by
 packet through the codec. A receive queue pair opens when a QP's first packet arrives from one of
 the run's ranks, so a receiver needs no plan. What the reads produce (replies, events, packets
-the ACKs released) is handled before the callback returns.
+the ACKs released) is handled before the callback returns. On the native path (emulator/native)
+each read, and what it is read as, is one C call, and the ACK reads in a row for one sender QP
+go to it in one call.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from emulator.engine.clock import DilatedClock
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
 from emulator.engine.sockets import ANCILLARY_BYTES, read_ancillary, segments
 from emulator.native.reads import NativeRunReader
-from emulator.transport.burst_wire import read_ack_run, read_data_run
+from emulator.transport.burst_wire import DataRun, read_ack_run, read_data_run
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import RETH_OPCODES, ROCEV2_UDP_PORT, DataPacket, Opcode, Packet
 from emulator.transport.params import TransportParams
@@ -78,28 +80,21 @@ class ReceivePath:
         def _sport_socket(self, rank: Rank, sport: int) -> socket.socket: ...
 
     def _on_readable(self, rank: Rank) -> None:
+        if self.run_reader is not None:
+            self._on_readable_native(rank, self.run_reader)
+            return
         sock = rank.rx_sock
         buf = self.buf
-        mv = memoryview(buf)
         now = self.clock.now()
         endpoint = rank.endpoint
-        reader = self.run_reader
-        fd = sock.fileno()
         got = False
         for _ in range(READS_PER_WAKEUP):
-            if reader is not None:  # the native path: the same read in one C call
-                nbytes, tos, gso_size, rx_ns, source = reader.recv(fd)
-                if nbytes < 0:
-                    if nbytes in _NOTHING_TO_READ:
-                        break
-                    raise OSError(-nbytes, os.strerror(-nbytes))
-            else:
-                try:
-                    nbytes, anc, _flags, source = sock.recvmsg_into([buf], ANCILLARY_BYTES)
-                except (BlockingIOError, InterruptedError):
-                    break
-                tos, gso_size, rx_ns = read_ancillary(anc)
+            try:
+                nbytes, anc, _flags, source = sock.recvmsg_into([buf], ANCILLARY_BYTES)
+            except (BlockingIOError, InterruptedError):
+                break
             got = True
+            tos, gso_size, rx_ns = read_ancillary(anc)
             ce = (tos & 3) == ECN_CE
             count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
             rank.rx_bytes += nbytes + IP_UDP_BYTES * count
@@ -118,59 +113,143 @@ class ReceivePath:
                     endpoint.senders[acks[0]].on_acks(now=now, psns=acks[1])
                     continue
             else:
-                if not nbytes:
-                    run = None
-                elif reader is not None:
-                    run = reader.read(nbytes, gso_size)
-                else:
-                    run = read_data_run(buf, nbytes, gso_size)
-                if run is not None:
-                    rq = endpoint.receivers.get(run.dest_qp)
-                    if rq is not None and endpoint.receiver_peers.get(run.dest_qp) == source:
-                        replies = rq.on_data_run(
-                            now=now,
-                            psn=run.psn,
-                            opcodes=run.opcodes,
-                            ack_req_at=run.ack_req_at,
-                            payload_bytes=run.payload_bytes,
-                            last_payload_bytes=run.last_payload_bytes,
-                            ce=ce,
-                        )
-                        if rx_ns:
-                            self._observe(run.dest_qp, tos, buf, nbytes, run.psn, rx_ns)
-                        if replies:
-                            self._send_replies(replies)
-                        continue
-            for a, b in segments(nbytes, gso_size):
-                try:
-                    packet = decode(mv[a:b])
-                except MalformedPacket:
-                    endpoint.drop(now, "malformed")
-                    continue
-                if type(packet) is DataPacket and packet.dest_qp not in endpoint.receivers:
-                    if source[0] not in self.rank_addresses:
-                        # only the run's ranks open receive QPs: a stranger's first packet
-                        # must not make its address the QP's peer
-                        endpoint.drop(now, "foreign_source", packet.dest_qp)
-                        continue
-                    self._open_receiver(rank, packet.dest_qp, source)
-                replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
-                if (
-                    rx_ns
-                    and a == 0  # the segment the kernel's stamp is for (see _observe)
-                    and type(packet) is DataPacket
-                    and packet.opcode not in RETH_OPCODES
-                    and endpoint.receiver_peers.get(packet.dest_qp) == source
+                run = read_data_run(buf, nbytes, gso_size) if nbytes else None
+                if run is not None and self._data_run(
+                    rank, run, now, nbytes, tos, ce, rx_ns, source
                 ):
-                    self._observe(packet.dest_qp, tos, mv[a:b], b - a, packet.psn, rx_ns)
-                if replies:
-                    self._send_replies(replies)
+                    continue
+            self._read_packets(rank, now, nbytes, gso_size, tos, ce, rx_ns, source)
         if got:
-            self._handle_events()
-            if self.active:
-                self._pump(self.clock.now())
-            if self.flush_now:
-                self._flush(now)
+            self._after_reads(now)
+
+    def _on_readable_native(self, rank: Rank, reader: NativeRunReader) -> None:
+        """_on_readable on the native path: each read and what it is read as in C. ACK reads
+        in a row for one sender QP go to its on_acks together, before anything else is read
+        (the same state and events as one call per read: SendQueuePair.on_acks)."""
+        fd = rank.rx_sock.fileno()
+        buf = self.buf
+        now = self.clock.now()
+        endpoint = rank.endpoint
+        senders = endpoint.senders
+        got = False
+        acks_qp = -1  # the sender QP whose ACKs are waiting in acks_psns
+        acks_psns: list[int] = []
+        for _ in range(READS_PER_WAKEUP):
+            nbytes, tos, gso_size, rx_ns, source = reader.recv(fd)
+            if nbytes < 0:
+                if nbytes in _NOTHING_TO_READ:
+                    break
+                raise OSError(-nbytes, os.strerror(-nbytes))
+            got = True
+            count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
+            rank.rx_bytes += nbytes + IP_UDP_BYTES * count
+            self.counters["packets_received"] += count
+            self._count_class(tos, count, nbytes, sent=False)
+            qp = reader.ack_qp
+            if qp >= 0 and qp in senders and endpoint.sender_peers.get(qp) == source:
+                if qp == acks_qp:
+                    acks_psns += reader.ack_psns()
+                else:
+                    if acks_psns:
+                        senders[acks_qp].on_acks(now=now, psns=acks_psns)
+                    acks_qp = qp
+                    acks_psns = reader.ack_psns()
+                continue
+            if acks_psns:
+                senders[acks_qp].on_acks(now=now, psns=acks_psns)
+                acks_psns = []
+                acks_qp = -1
+            ce = (tos & 3) == ECN_CE
+            if nbytes and buf[0] != Opcode.ACKNOWLEDGE:
+                run = reader.read(nbytes, gso_size)
+                if run is not None and self._data_run(
+                    rank, run, now, nbytes, tos, ce, rx_ns, source
+                ):
+                    continue
+            self._read_packets(rank, now, nbytes, gso_size, tos, ce, rx_ns, source)
+        if acks_psns:
+            senders[acks_qp].on_acks(now=now, psns=acks_psns)
+        if got:
+            self._after_reads(now)
+
+    def _data_run(
+        self,
+        rank: Rank,
+        run: DataRun,
+        now: float,
+        nbytes: int,
+        tos: int,
+        ce: bool,
+        rx_ns: int,
+        source: tuple[str, int],
+    ) -> bool:
+        """A read of data for one QP to its receive queue pair in one call, if it is a known
+        QP's from its own peer (False: the caller takes it packet by packet)."""
+        endpoint = rank.endpoint
+        rq = endpoint.receivers.get(run.dest_qp)
+        if rq is None or endpoint.receiver_peers.get(run.dest_qp) != source:
+            return False
+        replies = rq.on_data_run(
+            now=now,
+            psn=run.psn,
+            opcodes=run.opcodes,
+            ack_req_at=run.ack_req_at,
+            payload_bytes=run.payload_bytes,
+            last_payload_bytes=run.last_payload_bytes,
+            ce=ce,
+        )
+        if rx_ns:
+            self._observe(run.dest_qp, tos, self.buf, nbytes, run.psn, rx_ns)
+        if replies:
+            self._send_replies(replies)
+        return True
+
+    def _read_packets(
+        self,
+        rank: Rank,
+        now: float,
+        nbytes: int,
+        gso_size: int,
+        tos: int,
+        ce: bool,
+        rx_ns: int,
+        source: tuple[str, int],
+    ) -> None:
+        """A read packet by packet through the codec (anything the fast paths do not take)."""
+        endpoint = rank.endpoint
+        mv = memoryview(self.buf)
+        for a, b in segments(nbytes, gso_size):
+            try:
+                packet = decode(mv[a:b])
+            except MalformedPacket:
+                endpoint.drop(now, "malformed")
+                continue
+            if type(packet) is DataPacket and packet.dest_qp not in endpoint.receivers:
+                if source[0] not in self.rank_addresses:
+                    # only the run's ranks open receive QPs: a stranger's first packet
+                    # must not make its address the QP's peer
+                    endpoint.drop(now, "foreign_source", packet.dest_qp)
+                    continue
+                self._open_receiver(rank, packet.dest_qp, source)
+            replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
+            if (
+                rx_ns
+                and a == 0  # the segment the kernel's stamp is for (see _observe)
+                and type(packet) is DataPacket
+                and packet.opcode not in RETH_OPCODES
+                and endpoint.receiver_peers.get(packet.dest_qp) == source
+            ):
+                self._observe(packet.dest_qp, tos, mv[a:b], b - a, packet.psn, rx_ns)
+            if replies:
+                self._send_replies(replies)
+
+    def _after_reads(self, now: float) -> None:
+        """What the reads produced: events handled, packets the ACKs released sent."""
+        self._handle_events()
+        if self.active:
+            self._pump(self.clock.now())
+        if self.flush_now:
+            self._flush(now)
 
     def _open_receiver(self, rank: Rank, qpn: int, source: tuple[str, int]) -> None:
         qp = ReceiveQueuePair(qpn=qpn, remote_qp=qpn, params=self.transport, events=self.events)

@@ -41,7 +41,8 @@ ffibuilder.cdef(
     long rocev2_send_acks(int fd, uint32_t addr_be, uint16_t port_be, int tos, uint8_t *buf,
                           size_t buf_bytes, const uint32_t *prefix_crcs, uint32_t dest_qp,
                           const uint32_t *psns, const uint32_t *aeths, uint32_t count);
-    long rocev2_recv(int fd, uint8_t *buf, size_t len, uint32_t *fields, uint64_t *rx_ns);
+    long rocev2_recv(int fd, uint8_t *buf, size_t len, uint32_t *fields, uint64_t *rx_ns,
+                     uint32_t max_psns, uint32_t *psns);
     long rocev2_read_data_run(const uint8_t *data, size_t nbytes, uint32_t segment_bytes,
                               const uint8_t *run_opcodes, uint32_t max_count, uint32_t *fields,
                               uint8_t *opcodes, uint32_t *acks);

@@ -428,12 +428,40 @@ long rocev2_send_acks(int fd, uint32_t addr_be, uint16_t port_be, int tos, uint8
 #define UDP_GRO 104
 #endif
 
+/* burst_wire.read_ack_run in C: the datagrams of data[:nbytes] (cut every segment_bytes, 0: one)
+ * when every one is an ACK (not a NAK: AETH syndrome bits 6..5 not both set) with transport
+ * version 0 and the same FECN/BECN/destination QP word: their PSNs into psns (at most
+ * max_psns) and the QP into *qp; returns how many, 0 when they are not such a run. */
+static long read_ack_run(const uint8_t *data, size_t nbytes, uint32_t segment_bytes,
+                         uint32_t max_psns, uint32_t *psns, uint32_t *qp)
+{
+    size_t size = segment_bytes > 0 && segment_bytes < nbytes ? segment_bytes : nbytes;
+    if (size != ACK_BYTES || nbytes % size)
+        return 0;
+    size_t count = nbytes / size;
+    if (count > max_psns)
+        return 0;
+    uint32_t first_word = get_be32(data + 4);
+    const uint8_t *ack = data;
+    for (size_t i = 0; i < count; i++, ack += ACK_BYTES) {
+        if (ack[0] != OPCODE_ACKNOWLEDGE || ack[1] & 0x0F || get_be32(ack + 4) != first_word)
+            return 0;
+        if ((ack[BTH_BYTES] & 0x60) == 0x60)
+            return 0; /* a NAK */
+        psns[i] = get_be32(ack + 8) & PSN_MASK;
+    }
+    *qp = first_word & QPN_MASK;
+    return (long)count;
+}
+
 /* One recvmsg into buf[0:len] from a rank socket, with the control messages it asks for, read
  * as emulator/engine/sockets.py read_ancillary reads them. fields: [0] the ToS byte, [1] the
- * GRO segment size (0: none), [2] the source address (network order), [3] the source port;
- * *rx_ns: the kernel's receive time (CLOCK_REALTIME ns, 0: none). Returns the bytes read, or
- * -errno (-EAGAIN: nothing to read). */
-long rocev2_recv(int fd, uint8_t *buf, size_t len, uint32_t *fields, uint64_t *rx_ns)
+ * GRO segment size (0: none), [2] the source address (network order), [3] the source port,
+ * [4] the destination QP when the read is a run of ACKs (read_ack_run; else 0xFFFFFFFF), [5]
+ * how many (their PSNs in psns, room for max_psns); *rx_ns: the kernel's receive time
+ * (CLOCK_REALTIME ns, 0: none). Returns the bytes read, or -errno (-EAGAIN: nothing to read). */
+long rocev2_recv(int fd, uint8_t *buf, size_t len, uint32_t *fields, uint64_t *rx_ns,
+                 uint32_t max_psns, uint32_t *psns)
 {
     struct sockaddr_in from;
     struct iovec iov = {.iov_base = buf, .iov_len = len};
@@ -479,6 +507,16 @@ long rocev2_recv(int fd, uint8_t *buf, size_t len, uint32_t *fields, uint64_t *r
     fields[1] = gso_size;
     fields[2] = from.sin_addr.s_addr;
     fields[3] = ntohs(from.sin_port);
+    fields[4] = 0xFFFFFFFFu;
+    fields[5] = 0;
+    if (got > 0 && buf[0] == OPCODE_ACKNOWLEDGE) {
+        uint32_t qp;
+        long n = read_ack_run(buf, (size_t)got, gso_size, max_psns, psns, &qp);
+        if (n > 0) {
+            fields[4] = qp;
+            fields[5] = (uint32_t)n;
+        }
+    }
     *rx_ns = stamp;
     return (long)got;
 }

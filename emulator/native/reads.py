@@ -15,10 +15,12 @@ _MAX_RUN = 128  # segments the C reader takes at once (a GRO read holds at most 
 
 class NativeRunReader:
     """A worker's reads in C, into one receive buffer: `recv` (recvmsg_into and read_ancillary
-    of emulator/engine/sockets.py in one call) and `read` (burst_wire.read_data_run: the same
-    DataRun, or None, for the GRO read held in buf[:nbytes])."""
+    of emulator/engine/sockets.py in one call, and burst_wire.read_ack_run of what it read:
+    `ack_qp`, `ack_psns`) and `read` (burst_wire.read_data_run: the same DataRun, or None, for
+    the GRO read held in buf[:nbytes])."""
 
     __slots__ = (
+        "_ack_psns",
         "_acks",
         "_buf",
         "_data",
@@ -41,7 +43,8 @@ class NativeRunReader:
         self._opcodes = self._ffi.new(f"uint8_t[{_MAX_RUN}]")
         self._acks = self._ffi.new(f"uint32_t[{_MAX_RUN}]")
         self._run_opcodes = bytes(1 if op in RUN_OPCODES else 0 for op in range(256))
-        self._rx = self._ffi.new("uint32_t[4]")
+        self._rx = self._ffi.new("uint32_t[6]")
+        self._ack_psns = self._ffi.new(f"uint32_t[{_MAX_RUN}]")
         self._rx_ns = self._ffi.new("uint64_t[1]")
         self._sources: dict[int, tuple[str, int]] = {}  # source address and port, as Python's
 
@@ -49,7 +52,9 @@ class NativeRunReader:
         """One read from socket `fd` into the buffer: (bytes read, ToS byte, GRO segment size
         or 0, kernel receive time in ns or 0, (source address, port)); bytes read is -errno
         when the read failed (-EAGAIN: nothing to read)."""
-        got = self._lib.rocev2_recv(fd, self._buf, len(self._data), self._rx, self._rx_ns)
+        got = self._lib.rocev2_recv(
+            fd, self._buf, len(self._data), self._rx, self._rx_ns, _MAX_RUN, self._ack_psns
+        )
         if got < 0:
             return got, 0, 0, 0, ("", 0)
         rx = self._rx
@@ -60,6 +65,17 @@ class NativeRunReader:
                 self._sources.clear()
             source = self._sources[key] = (source_address(rx[2]), rx[3])
         return got, rx[0], rx[1], self._rx_ns[0], source
+
+    @property
+    def ack_qp(self) -> int:
+        """The destination QP of the last read when it was a run of ACKs (read_ack_run), else
+        -1."""
+        return -1 if self._rx[5] == 0 else int(self._rx[4])
+
+    def ack_psns(self) -> list[int]:
+        """The PSNs the last read's ACKs acknowledge (when ack_qp >= 0)."""
+        psns: list[int] = self._ffi.unpack(self._ack_psns, self._rx[5])
+        return psns
 
     def read(self, nbytes: int, segment_bytes: int) -> DataRun | None:
         count = self._lib.rocev2_read_data_run(

@@ -9,6 +9,7 @@ fails wherever a C compiler is present (CI runs ./setup.sh, which builds it).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import select
 import shutil
@@ -44,6 +45,7 @@ from emulator.transport.burst_wire import (
     BurstBuffer,
     BurstWriter,
     DataRun,
+    read_ack_run,
     read_data_run,
 )
 from emulator.transport.packets import (
@@ -465,6 +467,50 @@ def test_native_recv_reads_what_recvmsg_into_and_read_ancillary_read() -> None:
         assert reads[0][0] == expected_size and reads[0][2] == 0x6A
         assert reads[0][3] == (1024 if gro else 0)
         assert reads[0][4] == tx.getsockname()
+    finally:
+        rx.close()
+        tx.close()
+
+
+@needs_native
+def test_native_recv_reads_ack_runs_as_read_ack_run() -> None:
+    """ACKs sent over loopback as the engine sends them (several in one GSO send, arriving as
+    one read at a UDP_GRO socket; one alone): the reader's ack_qp and ack_psns are
+    read_ack_run's; a NAK among them, or another QP, is no run (-1)."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("127.0.0.1", 0))
+        # without GRO each ACK is its own read: still read_ack_run's answer
+        with contextlib.suppress(OSError):
+            rx.setsockopt(SOL_UDP, UDP_GRO, 1)
+        rx.setblocking(False)
+        tx.bind(("127.0.0.1", 0))
+        icrc = IcrcContext(FlowAddress("127.0.0.1", "127.0.0.1", tx.getsockname()[1]))
+        receive = bytearray(BUFFER_BYTES)
+        reader = NativeRunReader(_module(), receive)
+        cases = [
+            [AckPacket(0x0ABCDE, psn) for psn in (PSN_MASK, 0, 15)],
+            [AckPacket(7, 99)],
+            [AckPacket(7, 1), AckPacket(7, 2, AETH_NAK_PSN_SEQUENCE_ERROR)],
+            [AckPacket(7, 1), AckPacket(8, 2)],
+        ]
+        for acks in cases:
+            out = bytearray(4096)
+            used, segment = layout_gso(out, acks, icrc, ip_id_first=0)
+            cmsgs = [gso_cmsg(segment)] if len(acks) > 1 else []
+            tx.sendmsg([out[:used]], cmsgs, 0, rx.getsockname())
+            while True:
+                select.select([rx], [], [], 5)
+                nbytes, _, gso_size, _, _ = reader.recv(rx.fileno())
+                want = read_ack_run(receive, nbytes, gso_size)
+                if want is None:
+                    assert reader.ack_qp == -1
+                else:
+                    assert (reader.ack_qp, reader.ack_psns()) == want
+                if select.select([rx], [], [], 0.05)[0] == []:
+                    break  # without GRO: the ACKs one by one
+        assert reader.ack_qp == -1  # the last case: two QPs
     finally:
         rx.close()
         tx.close()
