@@ -1,6 +1,7 @@
-/* The engine's burst hot path in C: a burst's full-size RoCEv2 segments laid out back to back
- * with their ICRCs, its UDP GSO sends (several GSO buffers in one sendmmsg), and the receive
- * side's reading of a GRO read as one run of data packets.
+/* The engine's data path in C: a burst's full-size RoCEv2 segments laid out back to back with
+ * their ICRCs and its UDP GSO sends (several GSO buffers in one sendmmsg); a rank socket's read
+ * with its control messages, read as a run of data packets or of ACKs; the ACKs a read
+ * produces, laid out and sent.
  *
  * Built by emulator/native/build_burst.py (cffi, API mode) as emulator.native._burst; the Python
  * glue is emulator/native/burst.py, reads.py and acks.py. The bytes are those of the Python
