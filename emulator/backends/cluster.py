@@ -477,7 +477,10 @@ def per_server_tdf(
         options.say(f"cluster: server {share.name} calibrates {shape.key()}")
         calibration = ray.get(
             actors[share.name].calibrate.remote(
-                scenario.transport.path_mtu_bytes, shape, options.recalibrate
+                scenario.transport.path_mtu_bytes,
+                shape,
+                options.recalibrate,
+                scenario.engine.native,
             ),
             timeout=CALIBRATE_TIMEOUT_S,
         )

@@ -26,6 +26,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from emulator.engine.params import OffloadChoice
 from emulator.engine.worker import WorkerSpec, worker_main
 from emulator.events import RunEvent
 from fabrics.ownership import STATE_DIR_ENV, clean_state, state_path
@@ -138,11 +139,14 @@ class EngineServer:
             "said": said,
         }
 
-    def calibrate(self, path_mtu_bytes: int, shape: Any, refresh: bool) -> Any:
-        """This server's load curve for its share (emulator.run.calibrate; cached here)."""
+    def calibrate(
+        self, path_mtu_bytes: int, shape: Any, refresh: bool, native: OffloadChoice
+    ) -> Any:
+        """This server's load curve for its share on the data path its workers will take
+        (engine.native `native`; emulator.run.calibrate; cached here)."""
         from emulator.run.calibrate import calibrate
 
-        return calibrate(path_mtu_bytes, shape, refresh=refresh)
+        return calibrate(path_mtu_bytes, shape, native=native, refresh=refresh)
 
     def launch(self, spec: WorkerSpec, start_method: str) -> int:
         return self._spawner.submit(self._launch, spec, start_method).result()

@@ -76,6 +76,22 @@ def choose_data_path(
     return DataPath(None, None, None, why)
 
 
+def expected_path(choice: OffloadChoice, max_segments: int = 64) -> str:
+    """The path a worker with `choice` takes on this machine (the same load and self-check, run
+    here), for what must match the run's path: the auto TDF's calibration and its cache."""
+    if choice == "off":
+        return PYTHON
+    module, why = load("burst")
+    if module is not None:
+        failed = self_check(module, max_segments)
+        if not failed:
+            return NATIVE
+        why = f"emulator.native._burst failed its self-check: {failed}"
+    if choice == "on":
+        raise EnvironmentProblem(f"engine.native: on, but {why}")
+    return PYTHON
+
+
 def summarize(paths: list[dict[str, Any]]) -> dict[str, Any]:
     """The run's data path from its workers' reports (empty: not reported yet): native, python
     or mixed (some workers each), and why; unknown before any worker reported."""

@@ -13,7 +13,9 @@ p99 and maximum lateness of the workers' ticks, and the busiest worker's CPU sha
 emulator.run.tdf turns the curve into the lowest TDF at which a scenario's peak load (every NIC
 at line rate) lands on a point where those checks hold once lateness is divided by that TDF.
 
-The result is cached per machine (CPU model, core count, kernel release), shape and path MTU, in
+The measurement runs the engine's data path the run will take (`engine.native`: the native C
+burst path or the Python one, which carry different loads per core), and the result is cached
+per machine (CPU model, core count, kernel release), shape, path MTU and data path, in
 $CHAKRA_EMULATOR_CACHE_DIR or ~/.cache/chakra-emulator, because it takes several seconds and
 the machine does not change between runs; `emulate run --recalibrate` measures again.
 """
@@ -28,11 +30,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from emulator.engine.params import OffloadChoice
 from emulator.errors import EnvironmentProblem
 
 CACHE_ENV = "CHAKRA_EMULATOR_CACHE_DIR"
 CACHE_FILE = "calibration.json"
-CALIBRATION_VERSION = 2
+CALIBRATION_VERSION = 3  # 3: keyed by the data path (native or Python)
 LINK_GBPS = 1000.0  # far above what the machine carries: the links never limit the measurement
 # Offered aggregate loads, wall-clock bits per second; the curve stops at the first point that
 # delivers less than STOP_RATIO of its offer.
@@ -66,6 +69,7 @@ class Calibration:
     measured_at: str
     cached: bool = False
     points: tuple[LoadPoint, ...] = ()
+    data_path: str = "python"  # the engine's data path it measured (emulator.engine.native_path)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,7 +103,9 @@ class Shape:
         )
 
 
-def machine_key(path_mtu_bytes: int, shape: Shape | None = None) -> str:
+def machine_key(
+    path_mtu_bytes: int, shape: Shape | None = None, data_path: str | None = None
+) -> str:
     cpu = "unknown cpu"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -110,7 +116,9 @@ def machine_key(path_mtu_bytes: int, shape: Shape | None = None) -> str:
         pass
     return (
         f"v{CALIBRATION_VERSION}|{cpu}|{os.cpu_count()} cores|{platform.release()}|"
-        f"mtu {path_mtu_bytes}" + (f"|{shape.key()}" if shape is not None else "")
+        f"mtu {path_mtu_bytes}"
+        + (f"|{shape.key()}" if shape is not None else "")
+        + (f"|{data_path} data path" if data_path is not None else "")
     )
 
 
@@ -121,12 +129,15 @@ def cache_path() -> Path:
 
 
 def load_cached(
-    path_mtu_bytes: int, path: Path | None = None, shape: Shape | None = None
+    path_mtu_bytes: int,
+    path: Path | None = None,
+    shape: Shape | None = None,
+    data_path: str | None = None,
 ) -> Calibration | None:
     path = path or cache_path()
     try:
         entries = json.loads(path.read_text())
-        entry = entries[machine_key(path_mtu_bytes, shape)]
+        entry = entries[machine_key(path_mtu_bytes, shape, data_path)]
         return Calibration.from_json({**entry, "cached": True})
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -153,21 +164,26 @@ def calibrate(
     path_mtu_bytes: int,
     shape: Shape = Shape(),
     *,
+    native: OffloadChoice = "auto",
     seconds: float = 1.0,
     refresh: bool = False,
     say: Any = None,
 ) -> Calibration:
-    """The cached calibration for this machine and shape, or a new measurement (as root)."""
+    """The cached calibration for this machine, shape and the data path a run with `native`
+    (engine.native) takes here, or a new measurement on that path (as root)."""
+    from emulator.engine.native_path import expected_path
+
+    data_path = expected_path(native)
     if not refresh:
-        cached = load_cached(path_mtu_bytes, shape=shape)
+        cached = load_cached(path_mtu_bytes, shape=shape, data_path=data_path)
         if cached is not None:
             return cached
     if say is not None:
         say(
             f"calibrating what this machine emulates on time: paced loads through {shape.key()} "
-            "(once per machine and shape)"
+            f"on the {data_path} data path (once per machine and shape)"
         )
-    result = measure(path_mtu_bytes, shape, seconds=seconds)
+    result = measure(path_mtu_bytes, shape, seconds=seconds, native=native)
     store(result)
     return result
 
@@ -175,9 +191,17 @@ def calibrate(
 DELIVERED_OK_RATIO = 0.95  # a point that delivers less fell behind its pacing
 
 
-def measure(path_mtu_bytes: int, shape: Shape = Shape(), *, seconds: float = 1.0) -> Calibration:
-    """The load curve: `seconds` of paced traffic at each load of LOADS_BPS (as root)."""
+def measure(
+    path_mtu_bytes: int,
+    shape: Shape = Shape(),
+    *,
+    seconds: float = 1.0,
+    native: OffloadChoice = "auto",
+) -> Calibration:
+    """The load curve: `seconds` of paced traffic at each load of LOADS_BPS (as root), on the
+    data path `native` gives (engine.native); keyed by the path the workers reported."""
     from emulator.engine.coordinator import run_plan
+    from emulator.engine.native_path import summarize
     from emulator.engine.params import EngineParams
     from emulator.engine.plan import EngineFlow, RankEndpoint
     from emulator.transport.params import TransportParams
@@ -199,6 +223,8 @@ def measure(path_mtu_bytes: int, shape: Shape = Shape(), *, seconds: float = 1.0
     n, qps = shape.ranks, shape.qps_per_peer
     pairs = [(src, dst) for src in range(n) for dst in range(n) if src != dst]
     points: list[LoadPoint] = []
+    paths: list[dict[str, Any]] = []
+    engine = EngineParams(native=native)
     started = time.perf_counter()
     with bring_up_fabric(spec, time_dilation=1.0, prefix="emucal-") as live:
         for offered in LOADS_BPS:
@@ -213,7 +239,8 @@ def measure(path_mtu_bytes: int, shape: Shape = Shape(), *, seconds: float = 1.0
                 for i, (src, dst) in enumerate(pairs)
                 for q in range(qps)
             ]
-            outcome = run_plan(ranks, flows, transport=transport, engine=EngineParams())
+            outcome = run_plan(ranks, flows, transport=transport, engine=engine)
+            paths.append(outcome.metadata.get("data_path") or {})
             start = min(ev.time_s for ev in outcome.started.values())
             end = max(ev.time_s for ev in outcome.finished.values())
             delivered = sum(outcome.received_bytes.values()) * 8 / max(end - start, 1e-6)
@@ -229,12 +256,14 @@ def measure(path_mtu_bytes: int, shape: Shape = Shape(), *, seconds: float = 1.0
             if point.delivered_ratio < STOP_RATIO:
                 break
     on_pace = [p.delivered_bps for p in points if p.delivered_ratio >= DELIVERED_OK_RATIO]
+    data_path = summarize(paths)["path"]
     return Calibration(
         capacity_bps=max(on_pace, default=0.0),
         flows=len(pairs) * qps,
         path_mtu_bytes=path_mtu_bytes,
         measured_s=round(time.perf_counter() - started, 3),
-        machine=machine_key(path_mtu_bytes, shape),
+        machine=machine_key(path_mtu_bytes, shape, data_path),
         measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         points=tuple(points),
+        data_path=data_path,
     )

@@ -78,6 +78,7 @@ def choose_tdf(
         calibration = calibrate(
             scenario.transport.path_mtu_bytes,
             calibration_shape(scenario, world),
+            native=scenario.engine.native,
             refresh=options.recalibrate,
             say=options.say,
         )

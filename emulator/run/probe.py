@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.engine.coordinator import EngineFailure
+from emulator.engine.native_path import expected_path
 from emulator.run.calibrate import cache_path, machine_key
 from emulator.run.options import RunOptions
 from emulator.run.tdf import TdfChoice, round_up_2sig
@@ -63,6 +64,7 @@ def scenario_key(scenario: Scenario) -> str:
         scenario.transport,
         scenario.traffic,
         scenario.compute,
+        scenario.engine,
     ]
     text = repr([dataclasses.asdict(p) if dataclasses.is_dataclass(p) else p for p in parts])  # type: ignore[arg-type]
     return hashlib.sha256(text.encode()).hexdigest()[:20]
@@ -163,7 +165,8 @@ def verify(
     """The lowest factor from `first` up at which a probe of the scenario passes the engine's
     checks: grow while probes fail, then bisect (geometrically) between the last failure and
     the first pass; cached per machine and scenario."""
-    key = f"{machine_key(scenario.transport.path_mtu_bytes)}|{scenario_key(scenario)}"
+    data_path = expected_path(scenario.engine.native)
+    key = f"{machine_key(scenario.transport.path_mtu_bytes, None, data_path)}|{scenario_key(scenario)}"
     if options.backend == "cluster":
         # the servers' machines and shares set the factor, not this one's alone
         key += f"|cluster {placement_key(scenario)}"

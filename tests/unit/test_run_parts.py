@@ -261,3 +261,20 @@ def test_iteration_numbering_restarts_for_a_new_replay() -> None:
     assert [numbering.number(i) for i in plan] == [0, 1, 2]
     numbering.restart()  # auto TDF's probe replayed the plan first: the run starts at 0 again
     assert [numbering.number(i) for i in plan] == [0, 1, 2]
+
+
+def test_a_calibration_is_cached_per_data_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native and the Python data path carry different loads per core: a curve measured
+    on one is not the other's (emulator.run.calibrate keys it by the path)."""
+    from emulator.engine.native_path import NATIVE, PYTHON, expected_path
+    from emulator.run.calibrate import Calibration, load_cached, machine_key, store
+
+    monkeypatch.setenv("CHAKRA_EMULATOR_CACHE_DIR", str(tmp_path))
+    assert expected_path("off") == PYTHON
+    mtu = 4096
+    native = Calibration(4.2e9, 4, mtu, 1.9, machine_key(mtu, None, NATIVE), "t", data_path=NATIVE)
+    store(native)
+    assert load_cached(mtu, data_path=NATIVE) is not None
+    assert load_cached(mtu, data_path=PYTHON) is None

@@ -121,9 +121,12 @@ def test_the_key_follows_what_the_probe_depends_on() -> None:
 
 
 def _keys(scenario: Any) -> list[str]:
+    from emulator.engine.native_path import expected_path
     from emulator.run.calibrate import machine_key
 
-    return [f"{machine_key(scenario.transport.path_mtu_bytes)}|{scenario_key(scenario)}"]
+    path = expected_path(scenario.engine.native)
+    mtu = scenario.transport.path_mtu_bytes
+    return [f"{machine_key(mtu, None, path)}|{scenario_key(scenario)}"]
 
 
 def test_a_probe_passes_only_within_half_the_runs_pacing_deficit_limit(cache: Path) -> None:
@@ -204,3 +207,22 @@ def test_a_cluster_runs_verified_factor_is_its_own(cache: Path) -> None:
     assert len(calls) == n  # cached for this placement
     verify(whole, over, None, first, machine(4e-3, calls))
     assert len(calls) == n + 2  # another placement probes again
+
+
+def test_the_verified_factor_is_kept_per_data_path(cache: Path) -> None:
+    """engine.native off (the Python path) is another machine for the probes: its factor is
+    verified and cached on its own, not taken from the native path's."""
+    import dataclasses
+
+    del cache
+    scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
+    python = dataclasses.replace(
+        scenario, engine=dataclasses.replace(scenario.engine, native="off")
+    )
+    options = RunOptions(progress=False, say=lambda _m: None)
+    first = TdfChoice(1600.0, "auto", 6.4e12, bound_by="load")
+    calls: list[float] = []
+    verify(scenario, options, None, first, machine(4e-3, calls))
+    n = len(calls)
+    verify(python, options, None, first, machine(4e-3, calls))
+    assert len(calls) == 2 * n  # probed again: not the other path's cached factor
