@@ -7,9 +7,11 @@ Run as root from the repository root: `python -m bench.af_xdp_throughput [--seco
 Ours: a process that opens an AfXdpPort (emulator/engine/af_xdp.py) on the sender's veth and
 hands it the same RoCEv2 burst again and again (64 KB of 1024- or 4096-byte SEND segments laid
 out by BurstWriter, as the engine lays out a GSO send), flat out, no cap: what the AF_XDP layer
-costs per packet from Python, without the engine's protocol work. Measured on the receiving veth
-(the kernel's rx counters over the middle `seconds` of the run): frames/s and Gb/s of Ethernet
-frames delivered; the sender process's CPU seconds over the same interval.
+costs per packet from Python, without the engine's protocol work. Measured over the middle
+`seconds` of the run, for every sender alike: frames/s and Gb/s that crossed the veth (its
+receiving end's counters; a UDP_GRO reader takes them off, as bare_gso_floor's reader does for
+the floor, so every sender pays the same receiving costs), and the sender process's CPU
+seconds; also the datagrams/s the reader got (the floor's own figure).
 Peers, same veth, same run:
 - `xdp-trafficgen udp` (xdp-tools): UDP frames of the same size sent by XDP_TX from
   BPF_PROG_RUN live frames, the kernel's own packet generator for XDP; IPv6 only in udp mode,
@@ -20,7 +22,7 @@ Peers, same veth, same run:
   063ec71) and a probe that newer kernels refuse (upstream 4f7f5cb): `--trafficgen` names a
   build of 1.3.1 with those three commits applied when the installed one fails.
 - the bare Python GSO sendmsg loop of the same segments (bench.engine_throughput.bare_gso_floor,
-  delivered segments/s at a UDP_GRO reader): the most a Python GSO sender reaches here.
+  with the veth's counters read during its run): the most a Python GSO sender reaches here.
 Also: sender CPU seconds per Gb/s (ours and xdp-trafficgen), and the pacing error of the port's
 token bucket at 10 Mb/s, 100 Mb/s and 1 Gb/s (frames and their Ethernet framing counted on the
 receiving veth over 1 s against the cap, in %).
@@ -38,13 +40,21 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
 
 from bench.engine_throughput import bare_gso_floor
 from emulator.engine.af_xdp import AfXdpConfig, AfXdpPort
-from emulator.engine.sockets import SOL_UDP, UDP_GRO, open_udp
+from emulator.engine.sockets import (
+    ANCILLARY_BYTES,
+    SO_RCVBUFFORCE,
+    SOL_UDP,
+    UDP_GRO,
+    open_udp,
+    read_ancillary,
+)
 from emulator.engine.testbed import NetnsBed, PairInfo, pair
 from emulator.netns import entered
 from emulator.transport.burst_wire import BurstBuffer, BurstWriter
@@ -85,65 +95,81 @@ def _rx(netns: str, ifname: str) -> tuple[int, int]:
     return int(rx["packets"]), int(rx["bytes"])
 
 
-def _measure(pid: int, p: PairInfo, warmup_s: float, seconds: float) -> dict[str, float]:
-    """Frames/s, frame Gb/s and the process's CPU seconds on the receiving veth over `seconds`
-    after `warmup_s`."""
+def _measure(
+    pid: int, p: PairInfo, sink: Sink | None, warmup_s: float, seconds: float
+) -> dict[str, float]:
+    """Over `seconds` after `warmup_s`: frames/s and Gb/s that crossed the veth (its receiving
+    end's counters), wire bits/s (frames + Ethernet framing), datagrams/s the sink read, and
+    the sending process's CPU seconds."""
     time.sleep(warmup_s)
     packets0, bytes0 = _rx(p.receiver_ns, p.receiver_if)
+    got0 = sink.delivered() if sink else 0
     cpu0, t0 = _cpu_s(pid), time.perf_counter()
     time.sleep(seconds)
     packets1, bytes1 = _rx(p.receiver_ns, p.receiver_if)
+    got1 = sink.delivered() if sink else 0
     cpu1, t1 = _cpu_s(pid), time.perf_counter()
     wall = t1 - t0
+    frames, frame_bytes = packets1 - packets0, bytes1 - bytes0
     return {
-        "pps": (packets1 - packets0) / wall,
-        "gbps": (bytes1 - bytes0) * 8 / wall / 1e9,
-        "wire_bps": ((bytes1 - bytes0) + ETHERNET_WIRE_EXTRA_BYTES * (packets1 - packets0))
-        * 8
-        / wall,
+        "pps": frames / wall,
+        "gbps": frame_bytes * 8 / wall / 1e9,
+        "read_pps": (got1 - got0) / wall if sink else 0.0,
+        "wire_bps": (frame_bytes + ETHERNET_WIRE_EXTRA_BYTES * frames) * 8 / wall,
         "cpu_s": cpu1 - cpu0,
         "wall_s": wall,
     }
 
 
-def _sink(p: PairInfo, stop_at: float, pipe: Connection) -> None:
-    """UDP_GRO readers of port 4791 on the receiver (IPv4 for ours, IPv6 for xdp-trafficgen):
-    the receive path bare_gso_floor's reader gives the floor, so every sender here pays the
-    same receiving costs on the veth."""
+def _sink(p: PairInfo, stop_at: float, delivered: Any, pipe: Connection) -> None:
+    """UDP_GRO readers of port 4791 on the receiver (IPv4 for ours, IPv6 for xdp-trafficgen),
+    counting the datagrams they read into `delivered`: the reader bare_gso_floor gives the
+    floor, so every sender here is measured where the floor is, and pays the same receiving
+    costs on the veth."""
     socks = [
         open_udp(p.receiver_ns, p.receiver_addr, ROCEV2_UDP_PORT, gro=True, buffer_bytes=32 << 20)
     ]
     with entered(p.receiver_ns):
         six = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     six.setsockopt(SOL_UDP, UDP_GRO, 1)
+    six.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 32 << 20)
     six.bind(("fd00:77::2", ROCEV2_UDP_PORT))
     six.setblocking(False)
     socks.append(six)
     buf = bytearray(65535 * 2)
+    count = 0
     pipe.send("ready")
     while time.perf_counter() < stop_at:
         ready, _, _ = select.select(socks, [], [], 0.2)
         for sock in ready:
-            try:
-                while True:
-                    sock.recv_into(buf)
-            except BlockingIOError:
-                pass
+            for _ in range(64):
+                try:
+                    nbytes, anc, _, _ = sock.recvmsg_into([buf], ANCILLARY_BYTES)
+                except BlockingIOError:
+                    break
+                _, gso_size, _ = read_ancillary(anc)
+                count += -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
+        delivered.value = count
     for sock in socks:
         sock.close()
 
 
 class Sink:
-    """_sink in a process of its own, for a `with` block."""
+    """_sink in a process of its own, for a `with` block; `delivered()` is its count so far."""
 
     def __init__(self, p: PairInfo, limit_s: float):
         ctx = multiprocessing.get_context("fork")
         ours_end, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=_sink, args=(p, time.perf_counter() + limit_s, theirs))
+        self.count = ctx.Value("q", 0, lock=False)
+        stop_at = time.perf_counter() + limit_s
+        self.proc = ctx.Process(target=_sink, args=(p, stop_at, self.count, theirs))
         self.proc.start()
         if not ours_end.poll(10):
             self.proc.kill()
             raise RuntimeError("the receiver did not start")
+
+    def delivered(self) -> int:
+        return int(self.count.value)
 
     def __enter__(self) -> Sink:
         return self
@@ -183,7 +209,7 @@ def _xdp_sender(
 
 
 def ours(
-    p: PairInfo, payload: int, seconds: float, rate_bps: float | None = None
+    p: PairInfo, payload: int, seconds: float, sink: Sink, rate_bps: float | None = None
 ) -> dict[str, float]:
     ctx = multiprocessing.get_context("fork")
     ours_end, theirs = ctx.Pipe()
@@ -196,7 +222,7 @@ def ours(
             raise RuntimeError("the AF_XDP sender did not start")
         info = ours_end.recv()
         assert sender.pid is not None
-        out = _measure(sender.pid, p, warmup, seconds)
+        out = _measure(sender.pid, p, sink, warmup, seconds)
         sender.join(stop_at - time.perf_counter() + 10)
         counters = ours_end.recv() if ours_end.poll(5) else {}
     finally:
@@ -261,11 +287,13 @@ def trafficgen_largest(binary: str, p: PairInfo, mac: str, frame: int) -> int:
     return frame
 
 
-def trafficgen(binary: str, p: PairInfo, mac: str, frame: int, seconds: float) -> dict[str, float]:
+def trafficgen(
+    binary: str, p: PairInfo, mac: str, frame: int, seconds: float, sink: Sink
+) -> dict[str, float]:
     argv = _trafficgen_argv(binary, p, mac, frame, 0)  # 0: until stopped
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        return _measure(proc.pid, p, 1.0, seconds)
+        return _measure(proc.pid, p, sink, 1.0, seconds)
     finally:
         proc.send_signal(signal.SIGINT)  # its handler removes its lock file
         try:
@@ -273,6 +301,27 @@ def trafficgen(binary: str, p: PairInfo, mac: str, frame: int, seconds: float) -
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def floor_at_veth(p: PairInfo, payload: int, seconds: float) -> tuple[float, float]:
+    """bench.engine_throughput.bare_gso_floor, measured where ours is too: (frames/s that
+    crossed the veth in the middle `seconds` of its run, its own reader's datagrams/s)."""
+    sample: dict[str, float] = {}
+
+    def watch() -> None:
+        # its sender runs from its start to start + seconds + 1: the middle `seconds`
+        time.sleep(0.5)
+        packets0, _ = _rx(p.receiver_ns, p.receiver_if)
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        packets1, _ = _rx(p.receiver_ns, p.receiver_if)
+        sample["pps"] = (packets1 - packets0) / (time.perf_counter() - t0)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    read = bare_gso_floor(p, payload, seconds)
+    thread.join()
+    return sample["pps"], read
 
 
 def _mac(netns: str, ifname: str) -> str:
@@ -311,10 +360,10 @@ def main(argv: list[str]) -> int:
                 f"xdp-trafficgen ({args.trafficgen}) does not run here: {why_not}", file=sys.stderr
             )
         for payload in (1024, 4096):
-            with Sink(p, args.seconds + 30):
-                us = ours(p, payload, args.seconds)
+            with Sink(p, args.seconds + 30) as sink:
+                us = ours(p, payload, args.seconds, sink)
             frame = 14 + 20 + 8 + 12 + payload + 4  # a SEND middle segment's frame
-            floor = bare_gso_floor(p, payload, args.seconds)
+            floor, floor_read = floor_at_veth(p, payload, args.seconds)
             emit(
                 f"af_xdp_rocev2_packets_per_s_{payload}B_of_bare_gso_floor (higher is better)",
                 us["pps"],
@@ -322,6 +371,15 @@ def main(argv: list[str]) -> int:
                 peer=f"bare Python GSO sendmsg loop, {payload} B",
                 peer_value=round(floor, 1),
                 ratio=round(us["pps"] / floor, 3),
+            )
+            emit(
+                f"af_xdp_rocev2_datagrams_read_per_s_{payload}B (at a UDP_GRO reader; higher "
+                "is better)",
+                us["read_pps"],
+                "datagrams/s",
+                peer=f"bare Python GSO sendmsg loop, {payload} B (bare_gso_floor)",
+                peer_value=round(floor_read, 1),
+                ratio=round(us["read_pps"] / floor_read, 3),
             )
             us_cpu = us["cpu_s"] / us["wall_s"] / us["gbps"]
             if why_not:
@@ -332,8 +390,8 @@ def main(argv: list[str]) -> int:
                 )
                 continue
             peer_frame = trafficgen_largest(args.trafficgen, p, mac, frame)
-            with Sink(p, args.seconds + 30):
-                them = trafficgen(args.trafficgen, p, mac, peer_frame, args.seconds)
+            with Sink(p, args.seconds + 30) as sink:
+                them = trafficgen(args.trafficgen, p, mac, peer_frame, args.seconds, sink)
             name = f"xdp-trafficgen udp -s {peer_frame}" + (
                 " (its largest frame)" if peer_frame != frame else ""
             )
@@ -355,8 +413,8 @@ def main(argv: list[str]) -> int:
                 ratio=round(them_cpu / us_cpu, 3),
             )
         for rate in (10e6, 100e6, 1e9):
-            with Sink(p, 30):
-                capped = ours(p, 4096, 1.0, rate_bps=rate)
+            with Sink(p, 30) as sink:
+                capped = ours(p, 4096, 1.0, sink, rate_bps=rate)
             emit(
                 f"af_xdp_pacing_error_{rate / 1e6:g}Mbps (receiver, 1 s, wire bits incl. "
                 "Ethernet framing)",
