@@ -85,6 +85,7 @@ ETHERNET_WIRE_EXTRA_BYTES = 24  # FCS 4 + preamble/SFD 8 + inter-frame gap 12 (I
 DEFAULT_BURST_S = 50e-6  # the bucket's default depth in time at the cap (see depth_bytes)
 NS_PER_BYTE_TOKEN = 1_000_000_000  # the bucket counts tokens in 1e-9 bytes (xsk_frame.c)
 _ERR_BYTES = 512
+BIND_BUSY_RETRY_S = 2.0  # how long a just-released queue may stay claimed (see open)
 _XDP_MODES = {"auto": 0, "native": 1, "generic": 2}
 _ATTACH_MODES = {1: "native", 2: "generic", 3: "offloaded"}  # XDP_ATTACHED_* (linux/if_link.h)
 
@@ -281,6 +282,8 @@ def _reason(err: str, config: AfXdpConfig) -> str:
         return f"cannot {step}: not permitted (needs root: CAP_NET_ADMIN, CAP_BPF, CAP_NET_RAW)"
     if step.startswith("attach") and ("busy" in what or "exists" in what):
         return f"cannot {step}: another XDP program is attached"
+    if step.startswith("bind") and "busy" in what:
+        return f"cannot {step}: another AF_XDP socket holds that queue"
     if step.startswith("attach"):
         return f"the driver refuses the XDP program ({what})"
     return f"cannot {step}: {what}"
@@ -362,9 +365,20 @@ class AfXdpPort:
         )
         out = ffi.new("struct xsk_port **")
         err = ffi.new("char[]", _ERR_BYTES)
-        with entered(netns):
-            if lib.xsk_port_open(out, cfg, err, _ERR_BYTES) < 0:
-                raise refuse(ifname, netns, _reason(ffi.string(err).decode(), config))
+        # A queue whose last XDP socket just closed stays claimed until the kernel's deferred
+        # release of its buffer pool (net/xdp/xsk_buff_pool.c): bind says EBUSY meanwhile, so
+        # a port opened right after another closed (probe, then open) retries for a moment.
+        deadline = time.monotonic() + BIND_BUSY_RETRY_S
+        while True:
+            with entered(netns):
+                opened = lib.xsk_port_open(out, cfg, err, _ERR_BYTES) >= 0
+            text = "" if opened else ffi.string(err).decode()
+            busy = text.startswith("bind") and "busy" in text
+            if opened or not busy or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        if not opened:
+            raise refuse(ifname, netns, _reason(text, config))
         port = cls(ifname, netns, mod, out[0], link.mac)
         try:
             if ledger is not None:

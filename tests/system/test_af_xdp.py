@@ -29,7 +29,14 @@ from scapy.compat import raw
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP
 
-from emulator.engine.af_xdp import AfXdpConfig, AfXdpPort, AfXdpUnavailable, RxRun, wire_bytes
+from emulator.engine.af_xdp import (
+    AfXdpConfig,
+    AfXdpPort,
+    AfXdpUnavailable,
+    RxRun,
+    probe,
+    wire_bytes,
+)
 from emulator.engine.af_xdp_setup import attached_prog_id
 from emulator.engine.sockets import SO_TIMESTAMPNS
 from emulator.engine.testbed import PairInfo
@@ -358,6 +365,13 @@ def test_nothing_stays_attached_after_close_or_an_exception(xdp_pair: PairInfo) 
         prog = port.info["prog_id"]
         raise RuntimeError("the run failed")
     assert attached_prog_id(p.sender_if, p.sender_ns) == 0 and _gone(prog)
+    # the start-up probe opens and closes a port; the run's port opens right after it
+    info = probe(p.sender_if, p.sender_ns, [p.sender_addr], config)
+    assert info["xdp_mode"] == "native" and not info["zero_copy"]
+    assert attached_prog_id(p.sender_if, p.sender_ns) == 0
+    with AfXdpPort.open(p.sender_if, p.sender_ns, [p.sender_addr], config) as port:
+        assert attached_prog_id(p.sender_if, p.sender_ns) == port.info["prog_id"]
+    assert attached_prog_id(p.sender_if, p.sender_ns) == 0
 
 
 _CHILD = """

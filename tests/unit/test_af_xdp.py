@@ -108,6 +108,9 @@ def test_refusal_reasons_from_the_c_side() -> None:
         "attach the XDP program: Device or resource busy", mtu4k
     )
     assert "needs root" in _reason("load the XDP program: Operation not permitted", mtu4k)
+    assert "another AF_XDP socket holds that queue" in _reason(
+        "bind queue 2: Device or resource busy", mtu4k
+    )
     assert _reason("map the UMEM: Cannot allocate memory", mtu4k).startswith("cannot map the")
 
 
