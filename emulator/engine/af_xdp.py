@@ -408,12 +408,23 @@ class AfXdpPort:
             "tag": self.info["prog_tag"],
         }
 
+    @property
+    def handle(self) -> Any:
+        """The C port (`struct xsk_port *`), for a drain of several ports (xdp_ports.PortGroup)."""
+        return self._p
+
+    @property
+    def module(self) -> Any:
+        return self._mod
+
     # --- transmit ---------------------------------------------------------------------------
 
-    def flow(self, src: str, dst: str, sport: int, *, ttl: int = 64) -> XdpFlow:
+    def flow(
+        self, src: str, dst: str, sport: int, *, ttl: int = 64, dst_mac: bytes | None = None
+    ) -> XdpFlow:
         """A flow from src:sport to dst:4791 with its next hop's MAC (refused in one line when
-        the neighbour does not resolve)."""
-        mac = next_hop_mac(self.ifname, self.netns, src, dst)
+        the neighbour does not resolve; `dst_mac`: already resolved for this src and dst)."""
+        mac = dst_mac or next_hop_mac(self.ifname, self.netns, src, dst)
         s = self._ffi.new(
             "struct xsk_flow *",
             {
@@ -442,15 +453,27 @@ class AfXdpPort:
         segment_bytes: int,
         ip_id_first: int = 0,
         now_ns: int = 0,
+        *,
+        ahead: bool = False,
     ) -> int:
         """Queue the segments of data[:nbytes] (cut every segment_bytes), segment i with IP id
         ip_id_first + i, and send what the bucket allows; returns the segments taken. Fewer
         than all when the backlog is full: hand the rest again later with ip_id_first advanced
-        by the number taken, so each keeps the IP id its ICRC was computed for. Raises
-        OSError(ENETDOWN) when the link is down (the backlog is dropped, counted)."""
+        by the number taken, so each keeps the IP id its ICRC was computed for. `ahead`: in
+        front of the packets already waiting (a receiver's ACKs and CNPs, which a NIC does not
+        hold behind its own data; they still take their tokens). Raises OSError(ENETDOWN) when
+        the link is down (the backlog is dropped, counted)."""
         self._tx_buf = self._cdata(data, self._tx_buf)
         n = self._lib.xsk_port_send(
-            self._p, flow.struct, tos, self._tx_buf[1], nbytes, segment_bytes, ip_id_first, now_ns
+            self._p,
+            flow.struct,
+            tos,
+            self._tx_buf[1],
+            nbytes,
+            segment_bytes,
+            ip_id_first,
+            now_ns,
+            int(ahead),
         )
         if n < 0:
             raise OSError(-n, os.strerror(-n))

@@ -113,9 +113,11 @@ void xsk_port_info(const struct xsk_port *p, struct xsk_info *out);
 int xsk_port_fd(const struct xsk_port *p, uint32_t queue);
 int64_t xsk_port_send(struct xsk_port *p, const struct xsk_flow *f, uint8_t tos,
 		      const uint8_t *payloads, uint32_t nbytes, uint32_t segment_bytes,
-		      uint32_t ip_id_first, uint64_t now_ns);
+		      uint32_t ip_id_first, uint64_t now_ns, int ahead);
 int64_t xsk_port_pump(struct xsk_port *p, uint64_t now_ns);
 int64_t xsk_port_drain(struct xsk_port *p, uint64_t deadline_ns, int stop_on_rx);
+int64_t xsk_ports_drain(struct xsk_port **ports, uint32_t n, uint64_t deadline_ns, int stop_on_rx,
+			uint64_t min_gap_ns, int64_t *rcs);
 uint64_t xsk_port_next_release_ns(const struct xsk_port *p);
 uint32_t xsk_port_backlog(const struct xsk_port *p);
 int64_t xsk_port_recv(struct xsk_port *p, uint8_t *out, uint32_t out_bytes,

@@ -180,12 +180,15 @@ down:
 /* Write segments (UDP payloads of `segment_bytes`, the last possibly shorter) into frames with
  * their headers, segment i with IP id ip_id_first + i (mod 2^16), queue them and pump. Returns
  * the segments taken (the rest found no free frame: the caller still has them), or -errno:
- * EMSGSIZE when a frame needs more chunks than multi-buffer was set up for, ENETDOWN. */
+ * EMSGSIZE when a frame needs more chunks than multi-buffer was set up for, ENETDOWN. With
+ * `ahead`, they are queued before the packets already waiting (in their own order): a
+ * receiver's ACKs and CNPs, which a NIC does not hold behind its own data; they still take
+ * their tokens. */
 int64_t xsk_port_send(struct xsk_port *p, const struct xsk_flow *f, uint8_t tos,
 		      const uint8_t *payloads, uint32_t nbytes, uint32_t segment_bytes,
-		      uint32_t ip_id_first, uint64_t now_ns)
+		      uint32_t ip_id_first, uint64_t now_ns, int ahead)
 {
-	uint32_t count, i, room = p->tx_room;
+	uint32_t count, i, room = p->tx_room, waiting = p->bl_descs, added, j;
 	int64_t rc;
 
 	if (!segment_bytes || segment_bytes > nbytes)
@@ -203,7 +206,8 @@ int64_t xsk_port_send(struct xsk_port *p, const struct xsk_flow *f, uint8_t tos,
 			return -EMSGSIZE;
 		if (p->nfree < chunks || p->bl_cap - p->bl_descs < chunks) {
 			reap_completions(p);
-			if (p->nfree < chunks || p->bl_cap - p->bl_descs < chunks) {
+			/* (ahead: no pump here, so the waiting packets stay where they are) */
+			if (!ahead && (p->nfree < chunks || p->bl_cap - p->bl_descs < chunks)) {
 				rc = xsk_port_pump(p, now_ns);
 				if (rc < 0)
 					return rc;
@@ -234,6 +238,17 @@ int64_t xsk_port_send(struct xsk_port *p, const struct xsk_flow *f, uint8_t tos,
 		}
 		p->bl_packets++;
 		p->c.tx_taken++;
+	}
+	added = p->bl_descs - waiting;
+	if (ahead && waiting && added) {
+		/* the new descriptors, at the tail after the `waiting` ones, move in front of the head
+		 * (the two places do not overlap: waiting + added <= bl_cap) */
+		uint32_t head = (p->bl_head + p->bl_cap - added) % p->bl_cap;
+
+		for (j = 0; j < added; j++)
+			p->backlog[(head + j) % p->bl_cap] =
+				p->backlog[(p->bl_head + waiting + j) % p->bl_cap];
+		p->bl_head = head;
 	}
 	rc = xsk_port_pump(p, now_ns);
 	return rc < 0 ? rc : (int64_t)i;
@@ -319,4 +334,88 @@ int64_t xsk_port_drain(struct xsk_port *p, uint64_t deadline_ns, int stop_on_rx)
 		prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0);
 	reap_completions(p);
 	return rc < 0 ? rc : (int64_t)xsk_port_backlog(p);
+}
+
+/* Drain the ports of one thread together (an engine worker's, emulator/engine/xdp_ports.py):
+ * pump every port, then sleep until the earliest next release but at least `min_gap_ns` ahead,
+ * in ppoll on all their sockets when `stop_on_rx`; return once every backlog is sent,
+ * `deadline_ns` (CLOCK_MONOTONIC) passed, or (stop_on_rx) something was received. A port whose
+ * link is down gets its -errno in rcs[i] (its backlog dropped, counted) and the others go on;
+ * rcs[i] < 0 on entry leaves that port out. Returns the packets left over all ports (as
+ * xsk_port_backlog counts them).
+ *
+ * It sleeps through a whole gap, never spins its tail (xsk_port_drain does, for precision): a
+ * wakeup that comes late finds the tokens the bucket kept meanwhile, up to its depth, so with
+ * min_gap_ns at most half the depth's time at the cap the rate holds on a machine whose sleeps
+ * overshoot by less than the other half, and the cap holds whatever the wakeups do (the bucket
+ * decides every packet). One thread paces several ports this way, and no CPU is burnt waiting. */
+int64_t xsk_ports_drain(struct xsk_port **ports, uint32_t n, uint64_t deadline_ns, int stop_on_rx,
+			uint64_t min_gap_ns, int64_t *rcs)
+{
+	int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+	uint32_t i, q, nfds = 0;
+	int64_t left = 0;
+
+	for (i = 0; i < n; i++)
+		nfds += ports[i]->nq;
+	{
+		struct pollfd fds[nfds ? nfds : 1];
+
+		for (i = 0, nfds = 0; i < n; i++)
+			for (q = 0; q < ports[i]->nq; q++)
+				fds[nfds++] = (struct pollfd){.fd = xsk_socket__fd(ports[i]->q[q].xsk),
+							      .events = POLLIN};
+		prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0);
+		for (;;) {
+			uint64_t now = xsk_now_ns(), next = UINT64_MAX, nap;
+			int busy = 0, rx = 0;
+			struct timespec ts;
+
+			for (i = 0; i < n; i++) {
+				struct xsk_port *p = ports[i];
+				int64_t rc;
+
+				if (rcs[i] < 0)
+					continue;
+				rc = xsk_port_pump(p, 0);
+				if (rc < 0) {
+					rcs[i] = rc;
+					continue;
+				}
+				if (p->bl_packets || ring_pending(p)) {
+					uint64_t t = p->bl_packets && !ring_pending(p) ?
+							     xsk_port_next_release_ns(p) :
+							     0;
+
+					busy = 1;
+					if (t <= now)
+						t = now + 20000; /* the ring or device is busy */
+					if (t < next)
+						next = t;
+				}
+				if (stop_on_rx && rx_waiting(p))
+					rx = 1;
+			}
+			if (!busy || rx || now >= deadline_ns)
+				break;
+			if (next < now + min_gap_ns)
+				next = now + min_gap_ns;
+			if (next > deadline_ns)
+				next = deadline_ns;
+			nap = next - now;
+			ts = (struct timespec){.tv_sec = nap / 1000000000ull,
+					       .tv_nsec = nap % 1000000000ull};
+			if (stop_on_rx)
+				ppoll(fds, nfds, &ts, NULL);
+			else
+				nanosleep(&ts, NULL);
+		}
+	}
+	if (slack > 0)
+		prctl(PR_SET_TIMERSLACK, slack, 0, 0, 0);
+	for (i = 0; i < n; i++) {
+		reap_completions(ports[i]);
+		left += xsk_port_backlog(ports[i]);
+	}
+	return left;
 }
