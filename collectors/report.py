@@ -122,9 +122,15 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         )
     data_path = (summary.get("engine") or {}).get("data_path") or {}
     if data_path.get("path") not in (None, "unknown"):
-        # which engine data path ran (engine.native), and why when not the native one
+        # which engine data path ran (engine.native), and why when not the native one; and
+        # the AF_XDP ports when they sent (engine.send_path: af_xdp)
         why = data_path.get("reason") if data_path["path"] != "native" else ""
-        head.append(f"engine data path: {data_path['path']}" + (f" ({why})" if why else ""))
+        xdp = (summary.get("engine") or {}).get("send_path") == "af_xdp"
+        head.append(
+            f"engine data path: {data_path['path']}"
+            + (f" ({why})" if why else "")
+            + (", sent and received through AF_XDP ports (engine.af_xdp)" if xdp else "")
+        )
     if fid.get("leaves_out"):
         head.append(f"the model leaves out: {len(fid['leaves_out'])} things (summary.json)")
     sim_pfc = summary.get("pfc") if simulated else None

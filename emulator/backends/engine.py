@@ -7,6 +7,12 @@ NIC counters of every rank's interface, the PFC frame generators the scenario as
 the netns Clos the switch ports' counters and the link events. `run` starts the sampler and the
 coordinator, relays the engine's events and the samples to the run, and stops everything it
 started, whatever happens.
+
+`engine.send_path: af_xdp` runs toward a DUT only (the emulated Clos shapes and marks on the
+qdisc path AF_XDP goes around): the DUT session checks every port before a worker starts (one
+line naming the interface and why it cannot), gives the ranks of one interface one NIC (one
+worker, one port), and records the ports' XDP programs in the fabric's ledger as the workers
+attach them.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from emulator.run.pfc_generator import PfcGenerator
 from emulator.run.pfc_generator import interval_s as pfc_interval_s
 from emulator.run.sampling import Sampler
 from emulator.run.tester import PfcReadings
-from emulator.run.verdict import engine_checks
+from emulator.run.verdict import af_xdp_reasons, engine_checks
 from emulator.schedule.fabric import describe_fabric
 from fabrics.spec import ClosSpec, DutSpec
 
@@ -57,9 +63,20 @@ def target_rate_bps(spec: Any) -> float:
     return spec.max_rate_gbps * 1e9
 
 
+def check_send_path(scenario: Any) -> None:
+    """engine.send_path af_xdp runs toward a DUT only: refused in one line elsewhere."""
+    if scenario.engine.send_path == "af_xdp" and not isinstance(scenario.fabric, DutSpec):
+        raise ScenarioError(
+            "engine.send_path: af_xdp runs toward a switch under test (fabric kind dut) only; "
+            "the emulated Clos shapes and ECN-marks its links with qdiscs that AF_XDP goes "
+            "around: use udp_gso"
+        )
+
+
 def engine_params(context: BackendContext) -> EngineParams:
     """The scenario's engine settings for this run: its TDF, deadline and latency stamps."""
     scenario, planned, tdf = context.scenario, context.planned, context.tdf
+    check_send_path(scenario)
     latency = scenario.metrics.one_way_latency
     return dataclasses.replace(
         scenario.engine,
@@ -79,7 +96,6 @@ class EngineSession(Session):
         self.marker_name = live.marker_name
         scenario = context.scenario
         world = context.planned.world_size
-        shared = isinstance(scenario.fabric, DutSpec) and scenario.fabric.ranks_per_interface > 1
         self.ranks = [
             RankEndpoint(
                 r,
@@ -87,7 +103,7 @@ class EngineSession(Session):
                 live.rank_netns(r),
                 target_rate_bps(scenario.fabric),
                 # endpoints behind one port share its line rate (one transmit arbiter)
-                nic=scenario.fabric.port_of(r) if shared else None,
+                nic=self._nic_of(r),
             )
             for r in range(world)
         ]
@@ -104,6 +120,20 @@ class EngineSession(Session):
     # -- what differs between the emulated fabric and a DUT ----------------------------------
     def _nic_counters(self) -> dict[int, NetlinkCounters]:
         raise NotImplementedError
+
+    def _nic_of(self, rank: int) -> int | None:
+        """The NIC a rank shares with others (None: its own)."""
+        del rank
+        return None
+
+    def _ledger(self) -> Callable[[list[dict[str, Any]]], None] | None:
+        """Where the workers' AF_XDP ports are recorded before they attach (None: nowhere)."""
+        return None
+
+    def _reasons(self, metadata: dict[str, Any]) -> list[str]:
+        """The session's own fidelity reasons from the engine's metadata."""
+        del metadata
+        return []
 
     def _pfc_ifname(self, rank: int) -> str:
         raise NotImplementedError
@@ -164,6 +194,7 @@ class EngineSession(Session):
             driver=job.driver,
             profiles=planned.profiles,
             tag_of=job.tag_of if classes is not None else None,
+            on_ledger=self._ledger(),
         )
         job.latency_source(coordinator.latency_by_class)
         error: BaseException | None = None
@@ -187,6 +218,7 @@ class EngineSession(Session):
         reasons, unknown = engine_checks(
             metadata, tdf, scenario.transport.dcqcn, limits.cpu_busy_ratio
         )
+        reasons += self._reasons(metadata)
         reasons += [f"sampling failed: {e}" for e in sampler.errors[:3]]
         if self.links is not None and self.links.errors:
             reasons.append(f"link events failed: {'; '.join(self.links.errors[:2])}")
@@ -329,6 +361,24 @@ class NetnsSession(EngineSession):
 class DutSession(EngineSession):
     """Ports toward a switch under test: its drops and queues are not ours to read."""
 
+    def __init__(self, context: BackendContext, live: Any) -> None:
+        if context.scenario.engine.send_path == "af_xdp":
+            check_af_xdp_ports(context, live)
+        super().__init__(context, live)
+
+    def _nic_of(self, rank: int) -> int | None:
+        spec = self.live.spec
+        if self.context.scenario.engine.send_path == "af_xdp":
+            # one AF_XDP port per interface: its ranks share its arbiter, its worker, its cap
+            return int(spec.interfaces.index(spec.rank_interface(rank)))
+        return spec.port_of(rank) if spec.ranks_per_interface > 1 else None
+
+    def _ledger(self) -> Callable[[list[dict[str, Any]]], None] | None:
+        return self.live.ledger.record
+
+    def _reasons(self, metadata: dict[str, Any]) -> list[str]:
+        return af_xdp_reasons(metadata)
+
     def _nic_counters(self) -> dict[int, NetlinkCounters]:
         # one reading per port: ranks sharing a port are counted under its first rank
         spec = self.live.spec
@@ -344,6 +394,26 @@ class DutSession(EngineSession):
     def _not_applicable(self) -> tuple[str, ...]:
         # a real switch under test is not ours: its drops are not in our counters
         return ("drops_in_lossless_fabric",)
+
+
+def check_af_xdp_ports(context: BackendContext, live: Any) -> None:
+    """Every local DUT port can run af_xdp (emulator.engine.af_xdp.check_interface: root, the
+    native module, the interface up with its addresses, its MTU, no other XDP program, and
+    multi-buffer where the path MTU needs it), before any worker starts: AfXdpUnavailable
+    otherwise, one line naming the interface and why. What only the driver can say (its XDP
+    modes, zero-copy) the workers find when they open the ports, still before any packet."""
+    from emulator.engine.af_xdp import check_interface
+    from emulator.engine.xdp_ports import port_config
+
+    spec = live.spec
+    engine = engine_params(context)
+    ports: dict[tuple[str | None, str], list[str]] = {}
+    for r in live.local_ranks:
+        key = (live.rank_netns(r), spec.rank_interface(r))
+        ports.setdefault(key, []).append(live.rank_address(r))
+    for (netns, ifname), addresses in ports.items():
+        config = port_config(engine, context.scenario.transport.path_mtu_bytes, live.max_rate_bps)
+        check_interface(ifname, netns, addresses, config)
 
 
 def _bring_up(context: BackendContext) -> Any:
@@ -375,6 +445,7 @@ class NetnsEngineBackend(Backend):
     name = "netns"
 
     def open(self, context: BackendContext) -> Session:
+        check_send_path(context.scenario)  # before anything is brought up
         return NetnsSession(context, _bring_up(context))
 
 

@@ -7,7 +7,9 @@ restores it after a SIGKILL of the actor), starts its workers as child processes
 worker_main as one machine; they die with the actor, PR_SET_PDEATHSIG), and moves their pipe
 messages as opaque bytes: the driver's bridge (emulator.cluster.bridge) long-polls `take` and
 calls `deliver`. Its sampler reads its ranks' NICs, its switch ports and its CPU, stamped in
-target time from the common start, and hands the samples over with the messages.
+target time from the common start, and hands the samples over with the messages. A worker about
+to attach an AF_XDP port's XDP program (engine.send_path af_xdp) asks this actor to record it in
+the server's state file first, and waits for its answer (emulator/engine/xdp_ports.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 from emulator.engine.params import OffloadChoice
 from emulator.engine.worker import WorkerSpec, worker_main
+from emulator.engine.xdp_ports import ledger_items
 from emulator.events import RunEvent
 from fabrics.ownership import STATE_DIR_ENV, clean_state, state_path
 
@@ -220,7 +223,26 @@ class EngineServer:
                 data = pipe.recv_bytes()
             except (EOFError, OSError):
                 return
+            items = ledger_items(data)
+            if items is not None:  # an AF_XDP port about to attach: this server's ledger
+                self._record(pipe, items)
+                continue
             self._put(("msg", index, data))
+
+    def _record(self, pipe: Connection, items: list[dict[str, Any]]) -> None:
+        """A worker's XDP attachment, recorded in this server's state file before the worker
+        attaches it (engine.send_path af_xdp), then acknowledged; `emulate clean` on this
+        server finds it after a SIGKILL."""
+        ledger = getattr(self.live, "ledger", None)
+        try:
+            if ledger is not None:
+                ledger.record(items)
+        except Exception as e:
+            answer: tuple[Any, ...] = ("ledger_failed", f"{type(e).__name__}: {e}")
+        else:
+            answer = ("ledger_ok", ledger is not None)
+        with contextlib.suppress(OSError):
+            pipe.send(answer)
 
     def terminate(self, index: int) -> None:
         process = self.processes.get(index)

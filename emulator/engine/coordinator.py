@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import heapq
+import pickle
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from emulator.engine.af_xdp_setup import AfXdpUnavailable
 from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver
 from emulator.engine.launch import Launcher, LocalLauncher, WorkerProcess
@@ -39,6 +41,8 @@ from emulator.engine.plan import (
     from_schedule_flow,
 )
 from emulator.engine.worker import WorkerSpec
+from emulator.engine.xdp_ports import ledger_items
+from emulator.engine.xdp_ports import summarize as summarize_xdp
 from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
 from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
 from emulator.latency import LatencyHistogram, merged
@@ -126,6 +130,7 @@ class Coordinator:
         profiles: Sequence[QpProfile] = (),
         tag_of: Callable[[FlowLike], int] | None = None,
         launcher: Launcher | None = None,
+        on_ledger: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         """Run `flows` (a static plan), or the flows `driver` hands out as the run goes.
         `profiles[i]` says how the QPs of flows with profile i send (0: the transport's way).
@@ -135,8 +140,11 @@ class Coordinator:
         on_start is told the common start instant (a time.perf_counter reading) before the
         workers are released: target time is (perf_counter - start) / TDF from then on.
         `launcher` starts the workers (default: child processes of this one; emulator.cluster:
-        on the servers of a Ray cluster)."""
+        on the servers of a Ray cluster). `on_ledger` records what a worker is about to attach
+        (its AF_XDP ports' XDP programs) in the run's ledger, before the worker attaches it
+        (None: nothing records them; the kernel still detaches them with the worker)."""
         self.on_start = on_start
+        self.on_ledger = on_ledger
         if driver is not None and flows:
             raise PlanError("give the engine either a static plan or a driver, not both")
         check_plan(flows, ranks)
@@ -374,9 +382,14 @@ class Coordinator:
             try:
                 if not w.pipe.poll():
                     return
-                msg = w.pipe.recv()
+                data = w.pipe.recv_bytes()
             except (EOFError, OSError):
                 return
+            items = ledger_items(data)
+            if items is not None:
+                self._record(w, items)
+                continue
+            msg = pickle.loads(data)  # what Connection.recv does
             kind = msg[0]
             if kind == "ready":
                 w.ready = True
@@ -389,6 +402,20 @@ class Coordinator:
             elif kind == "error":
                 w.gone = True
                 raise EngineFailure(msg[1])
+            elif kind == "refused":  # a port that cannot do af_xdp: the run refuses at start
+                w.gone = True
+                raise AfXdpUnavailable(msg[1] + (f" ({w.where})" if w.where else ""))
+
+    def _record(self, w: _WorkerHandle, items: list[dict[str, Any]]) -> None:
+        """A worker's ledger entries (an XDP program it is about to attach): recorded, then
+        acknowledged, so the worker attaches only what the ledger holds."""
+        try:
+            if self.on_ledger is not None:
+                self.on_ledger(items)
+        except Exception as e:
+            w.pipe.send(("ledger_failed", f"{type(e).__name__}: {e}"))
+        else:
+            w.pipe.send(("ledger_ok", self.on_ledger is not None))
 
     def _take(self, w: _WorkerHandle, batch: list[tuple[Any, ...]]) -> None:
         new: list[RunEvent] = []
@@ -546,13 +573,21 @@ class Coordinator:
                 for i, v in enumerate(row):
                     total[i] += v
         infos = [w.info for w in self.workers]
+        xdp_ports = [port for w in self.workers for port in w.stats.get("af_xdp", [])]
+        xdp = any(i.get("send_path") == "af_xdp" for i in infos)
         return {
             "tdf": self.engine.tdf,
             "workers": len(self.workers),
             "worker_pids": [i.get("pid") for i in infos],
             "gso": all(i.get("gso", False) for i in infos),
             "gro": all(i.get("gro", False) for i in infos),
-            "send_path": "udp_gso" if all(i.get("gso", False) for i in infos) else "one_per_send",
+            "send_path": "af_xdp"
+            if xdp
+            else "udp_gso"
+            if all(i.get("gso", False) for i in infos)
+            else "one_per_send",
+            # per AF_XDP port its info and counters (engine.send_path af_xdp)
+            **({"af_xdp": summarize_xdp(xdp_ports)} if xdp else {}),
             # native (C burst layout and send) or python, and why (engine.native)
             "data_path": summarize_data_paths([i.get("data_path") or {} for i in infos]),
             "drops": dict(drops),

@@ -15,6 +15,7 @@ from typing import Any
 from emulator.engine.gcpause import GcPauses
 from emulator.engine.lateness import TickLateness
 from emulator.engine.ranks import Rank, RecvConn, SendConn
+from emulator.engine.xdp_ports import XdpNic
 from emulator.latency import LatencyHistogram
 from emulator.transport.burst_wire import departed_ns
 from emulator.transport.qp_counters import recv_qp_counters, send_qp_counters
@@ -39,6 +40,7 @@ class Counters:
     max_tick_gap_s: float
     tick_lateness: TickLateness
     gc_pauses: GcPauses
+    xdp_nics: list[XdpNic]
 
     def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
         """Per-DSCP tally of what this worker's ranks sent or received (UDP payload bytes)."""
@@ -88,6 +90,8 @@ class Counters:
             "pacing": self._pacing(),
             "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
             "dep_latency": {label: h.to_wire() for label, h in self.dep_latency.items()},
+            # each AF_XDP port's info and counters (engine.send_path af_xdp)
+            **({"af_xdp": [nic.report() for nic in self.xdp_nics]} if self.xdp_nics else {}),
         }
 
     def _pacing(self) -> dict[str, float]:

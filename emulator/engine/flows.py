@@ -80,16 +80,18 @@ class FlowStarts:
                 address = FlowAddress(rank.spec.address, dst, f.udp_sport, dscp=self.transport.dscp)
                 icrc = IcrcContext(address)
                 tos = dscp << 2 | self.transport.data_ecn_bits
+                xdp = rank.xdp  # its interface's AF_XDP port sends for it (af_xdp)
                 self.send_conns[qpn] = SendConn(
                     conn_id,
                     rank,
                     qp,
-                    self._sport_socket(rank, f.udp_sport),
+                    self._sport_socket(rank, f.udp_sport) if xdp is None else None,
                     (dst, ROCEV2_UDP_PORT),
                     icrc,
                     BurstWriter(icrc, self.gso_buf, self.params.gso_max_segments),
                     tos=tos,
                     tos_cmsgs=() if tos == self.tos_data else (tos_cmsg(tos),),
+                    xdp=None if xdp is None else xdp.flow(rank.spec.address, dst, f.udp_sport),
                 )
             self.flows[f.id] = f
         for f in flows:

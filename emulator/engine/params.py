@@ -13,6 +13,7 @@ from typing import Literal
 from emulator.config import param
 
 OffloadChoice = Literal["auto", "on", "off"]
+SendPath = Literal["udp_gso", "af_xdp"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,36 @@ class EngineParams:
         "auto uses it when it is built and passes its self-check at worker start, else the "
         "pure-Python path; on refuses to run without it; off is the Python path. The run's "
         "metadata says which ran and why (engine.data_path)",
+    )
+    send_path: SendPath = param(
+        "udp_gso",
+        doc="How a rank's packets leave and arrive toward a switch under test: udp_gso (UDP "
+        "sockets with GSO and GRO through the kernel's stack; HTB on each interface caps the "
+        "rate) or af_xdp (opt-in: an XDP socket per interface, around the kernel's UDP stack "
+        "and qdiscs, the rate capped at fabric.max_rate_gbps by the engine's own token bucket; "
+        "fabric kind dut only, needs root, Linux >= 6.6 for a 4096-byte path MTU and the "
+        "native module (emulator/native/, libxdp). An interface that cannot do it is refused "
+        "at start in one line naming it and why; the run's metadata reports each port's "
+        "counters (engine.af_xdp)",
+    )
+    af_xdp_zero_copy: bool = param(
+        False,
+        doc="af_xdp: bind in zero-copy mode (XDP_ZEROCOPY; the driver must support it, else the "
+        "run is refused at start); off is copy mode, which every XDP-capable driver has",
+    )
+    af_xdp_mode: Literal["auto", "native", "generic"] = param(
+        "auto",
+        doc="af_xdp: how the XDP program attaches: native (in the driver), generic (after the "
+        "driver builds an skb: slower, works everywhere) or auto (native when the driver has it)",
+    )
+    af_xdp_burst_bytes: int | None = param(
+        None,
+        doc="af_xdp: depth of the port's token bucket (what it may send back to back at line "
+        "speed after idling), Ethernet framing included. Empty: four of the largest frames or "
+        "200 us at fabric.max_rate_gbps, whichever is more. Any window of W seconds carries at "
+        "most max_rate x W plus two depths on the wire",
+        unit="bytes",
+        min=1,
     )
     gso_max_segments: int = param(
         64,

@@ -4,7 +4,9 @@ opening and closing of the rank sockets (the send and receive paths only use the
 A rank receives every RoCEv2 packet on one socket bound to ADDRESS:4791; its queue pairs send
 from one socket per UDP source port, which their ACKs and CNPs come back to on the reversed
 5-tuple (the module docstring of emulator/engine/worker.py says why). Ranks that name one NIC
-share its NicPacer.
+share its NicPacer. With `engine.send_path: af_xdp` a rank has no UDP socket: the AF_XDP port
+of its interface (emulator/engine/xdp_ports.py) sends and receives for every rank on it, and
+each queue pair holds its flow there (the same 5-tuples as the sockets would use).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from emulator.engine.af_xdp import XdpFlow
 from emulator.engine.nicpacer import NicPacer
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import RankEndpoint
 from emulator.engine.sockets import SO_TIMESTAMPNS, Offloads, open_udp
+from emulator.engine.xdp_ports import PipeRecorder, PortGroup, XdpNic, open_ports
 from emulator.latency import LatencyHistogram
 from emulator.transport.burst_wire import BurstWriter
 from emulator.transport.endpoint import RoceEndpoint
@@ -27,6 +31,8 @@ from emulator.transport.sender import SendQueuePair
 from emulator.transport.wire import IcrcContext
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
     from emulator.engine.worker import WorkerSpec
 
 IP_UDP_BYTES = IPV4_HEADER_BYTES + UDP_HEADER_BYTES
@@ -39,12 +45,13 @@ class Rank:
 
     spec: RankEndpoint
     endpoint: RoceEndpoint
-    rx_sock: socket.socket
+    rx_sock: socket.socket | None  # None: its interface's AF_XDP port receives (xdp)
     nic: NicPacer
     sport_socks: dict[int, socket.socket] = field(default_factory=dict)
     ns_per_byte: float = 0.0  # wall time of one byte on its link (line rate, dilated)
     tx_bytes: int = 0
     rx_bytes: int = 0
+    xdp: XdpNic | None = None  # its interface's AF_XDP port (engine.send_path af_xdp)
 
 
 @dataclass(eq=False)
@@ -54,10 +61,11 @@ class SendConn:
     conn_id: int
     rank: Rank
     qp: SendQueuePair
-    sock: socket.socket
+    sock: socket.socket | None  # None: it sends through `xdp`
     dest: tuple[str, int]
     icrc: IcrcContext
     writer: BurstWriter
+    xdp: XdpFlow | None = None  # its flow on the rank's AF_XDP port (af_xdp)
     next_ordinal: int = 0
     cnps_received: int = 0
     snapshot: tuple[int, int, int] = (0, 0, 0)
@@ -74,12 +82,13 @@ class RecvConn:
     conn_id: int
     rank: Rank
     qp: ReceiveQueuePair
-    sock: socket.socket
+    sock: socket.socket | None  # None: its ACKs and CNPs leave through `xdp`
     dest: tuple[str, int]
     icrc: IcrcContext
     cnps_sent: int = 0
     snapshot: tuple[int, int] = (0, 0)
     latency: LatencyHistogram | None = None  # one-way latency of its data packets
+    xdp: XdpFlow | None = None  # its ACK flow on the rank's AF_XDP port (af_xdp)
 
 
 class RankSockets:
@@ -93,15 +102,46 @@ class RankSockets:
     ranks: dict[int, Rank]
     latency: bool
     tos_data: int
+    pipe: Connection
+    xdp_nics: list[XdpNic]
+    xdp_group: PortGroup | None
+    xdp_recorded: bool | None  # the ports' ledger entries: recorded (None: no ports)
 
     def _open_ranks(self) -> None:
         p = self.params
         nics: dict[object, NicPacer] = {}  # ranks naming one NIC share its arbiter
+        ports: dict[str, XdpNic] = {}
+        if p.send_path == "af_xdp":
+            # opened here, in the worker: a port opened before the fork would leave its BPF
+            # link with the parent as well
+            recorder = PipeRecorder(self.pipe, p.start_timeout_s)
+            ports = open_ports(
+                self.spec.ranks,
+                p,
+                self.spec.transport.path_mtu_bytes,
+                recorder,
+                self.spec.addresses.values(),  # every peer's next hop, before the run
+            )
+            self.xdp_nics = list({id(n): n for n in ports.values()}.values())
+            self.xdp_group = PortGroup(self.xdp_nics)
+            self.xdp_recorded = recorder.recorded
         for r in self.spec.ranks:
             key = ("nic", r.nic) if r.nic is not None else ("rank", r.rank)
             nic = nics.get(key)
             if nic is None:
                 nic = nics[key] = NicPacer(r.line_rate_bps)
+            xdp = ports.get(r.address)
+            if xdp is not None:
+                rank = self.ranks[r.rank] = Rank(
+                    r,
+                    RoceEndpoint(self.events),
+                    None,
+                    nic,
+                    ns_per_byte=8e9 * p.tdf / r.line_rate_bps,
+                    xdp=xdp,
+                )
+                xdp.ranks[r.address] = rank
+                continue
             sock = open_udp(
                 r.netns,
                 r.address,
@@ -121,7 +161,7 @@ class RankSockets:
             )
 
     def _sport_socket(self, rank: Rank, sport: int) -> socket.socket:
-        if sport == ROCEV2_UDP_PORT:
+        if sport == ROCEV2_UDP_PORT and rank.rx_sock is not None:
             return rank.rx_sock
         sock = rank.sport_socks.get(sport)
         if sock is None:
@@ -135,6 +175,9 @@ class RankSockets:
 
     def close(self) -> None:
         for rank in self.ranks.values():
-            rank.rx_sock.close()
+            if rank.rx_sock is not None:
+                rank.rx_sock.close()
             for s in rank.sport_socks.values():
                 s.close()
+        for nic in self.xdp_nics:
+            nic.port.close()  # detaches the program (idempotent)

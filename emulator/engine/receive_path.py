@@ -84,9 +84,9 @@ class ReceivePath:
             self._on_readable_native(rank, self.run_reader)
             return
         sock = rank.rx_sock
+        assert sock is not None
         buf = self.buf
         now = self.clock.now()
-        endpoint = rank.endpoint
         got = False
         for _ in range(READS_PER_WAKEUP):
             try:
@@ -95,37 +95,53 @@ class ReceivePath:
                 break
             got = True
             tos, gso_size, rx_ns = read_ancillary(anc)
-            ce = (tos & 3) == ECN_CE
-            count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
-            rank.rx_bytes += nbytes + IP_UDP_BYTES * count
-            self.counters["packets_received"] += count
-            self._count_class(tos, count, nbytes, sent=False)
-            # the segments of one read at once: ACKs to one sender, or data for one known QP
-            # (the fast paths only for the QP's own peer; anything else goes through the codec,
-            # which counts foreign sources as drops)
-            if nbytes and buf[0] == Opcode.ACKNOWLEDGE:
-                acks = read_ack_run(buf, nbytes, gso_size)
-                if (
-                    acks is not None
-                    and acks[0] in endpoint.senders
-                    and endpoint.sender_peers.get(acks[0]) == source
-                ):
-                    endpoint.senders[acks[0]].on_acks(now=now, psns=acks[1])
-                    continue
-            else:
-                run = read_data_run(buf, nbytes, gso_size) if nbytes else None
-                if run is not None and self._data_run(
-                    rank, run, now, nbytes, tos, ce, rx_ns, source
-                ):
-                    continue
-            self._read_packets(rank, now, nbytes, gso_size, tos, ce, rx_ns, source)
+            self._one_read(rank, now, buf, nbytes, gso_size, tos, rx_ns, source)
         if got:
             self._after_reads(now)
+
+    def _one_read(
+        self,
+        rank: Rank,
+        now: float,
+        data: bytearray | memoryview,
+        nbytes: int,
+        gso_size: int,
+        tos: int,
+        rx_ns: int,
+        source: tuple[str, int],
+    ) -> None:
+        """One read (a GRO read of a socket, or a run of an AF_XDP port's: data[:nbytes] cut
+        every gso_size bytes) to the queue pairs: counted, then ACKs to one sender or data for
+        one known QP at once (the fast paths only for the QP's own peer; anything else goes
+        through the codec, which counts foreign sources as drops)."""
+        count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
+        rank.rx_bytes += nbytes + IP_UDP_BYTES * count
+        self.counters["packets_received"] += count
+        self._count_class(tos, count, nbytes, sent=False)
+        endpoint = rank.endpoint
+        ce = (tos & 3) == ECN_CE
+        if nbytes and data[0] == Opcode.ACKNOWLEDGE:
+            acks = read_ack_run(data, nbytes, gso_size)
+            if (
+                acks is not None
+                and acks[0] in endpoint.senders
+                and endpoint.sender_peers.get(acks[0]) == source
+            ):
+                endpoint.senders[acks[0]].on_acks(now=now, psns=acks[1])
+                return
+        else:
+            run = read_data_run(data, nbytes, gso_size) if nbytes else None
+            if run is not None and self._data_run(
+                rank, run, data, now, nbytes, tos, ce, rx_ns, source
+            ):
+                return
+        self._read_packets(rank, data, now, nbytes, gso_size, tos, ce, rx_ns, source)
 
     def _on_readable_native(self, rank: Rank, reader: NativeRunReader) -> None:
         """_on_readable on the native path: each read and what it is read as in C. ACK reads
         in a row for one sender QP go to its on_acks together, before anything else is read
         (the same state and events as one call per read: SendQueuePair.on_acks)."""
+        assert rank.rx_sock is not None
         fd = rank.rx_sock.fileno()
         buf = self.buf
         now = self.clock.now()
@@ -163,10 +179,10 @@ class ReceivePath:
             if nbytes and buf[0] != Opcode.ACKNOWLEDGE:
                 run = reader.read(nbytes, gso_size)
                 if run is not None and self._data_run(
-                    rank, run, now, nbytes, tos, ce, rx_ns, source
+                    rank, run, buf, now, nbytes, tos, ce, rx_ns, source
                 ):
                     continue
-            self._read_packets(rank, now, nbytes, gso_size, tos, ce, rx_ns, source)
+            self._read_packets(rank, buf, now, nbytes, gso_size, tos, ce, rx_ns, source)
         if acks_psns:
             senders[acks_qp].on_acks(now=now, psns=acks_psns)
         if got:
@@ -176,6 +192,7 @@ class ReceivePath:
         self,
         rank: Rank,
         run: DataRun,
+        data: bytearray | memoryview,
         now: float,
         nbytes: int,
         tos: int,
@@ -199,7 +216,7 @@ class ReceivePath:
             ce=ce,
         )
         if rx_ns:
-            self._observe(run.dest_qp, tos, self.buf, nbytes, run.psn, rx_ns)
+            self._observe(run.dest_qp, tos, data, nbytes, run.psn, rx_ns)
         if replies:
             self._send_replies(replies)
         return True
@@ -207,6 +224,7 @@ class ReceivePath:
     def _read_packets(
         self,
         rank: Rank,
+        data: bytearray | memoryview,
         now: float,
         nbytes: int,
         gso_size: int,
@@ -217,7 +235,7 @@ class ReceivePath:
     ) -> None:
         """A read packet by packet through the codec (anything the fast paths do not take)."""
         endpoint = rank.endpoint
-        mv = memoryview(self.buf)
+        mv = memoryview(data)
         for a, b in segments(nbytes, gso_size):
             try:
                 packet = decode(mv[a:b])
@@ -258,11 +276,13 @@ class ReceivePath:
         address = FlowAddress(
             rank.spec.address, peer, sport, dscp=self.transport.dscp, ecn=ECN_NOT_ECT
         )
+        xdp = rank.xdp  # its ACKs and CNPs leave through the AF_XDP port (af_xdp)
         self.recv_conns[qpn] = RecvConn(
             qpn - 1,
             rank,
             qp,
-            self._sport_socket(rank, sport),
+            self._sport_socket(rank, sport) if xdp is None else None,
             (peer, ROCEV2_UDP_PORT),
             IcrcContext(address),
+            xdp=None if xdp is None else xdp.flow(rank.spec.address, peer, sport),
         )

@@ -3,7 +3,9 @@ batches, each NIC's queue pairs served in turn within its line rate; the ACKs an
 produces go back the same way.
 
 A send that fails because a buffer is full or the path is down loses its packets as a congested
-or dead wire would (counted; the transport recovers them); anything else is fatal.
+or dead wire would (counted; the transport recovers them); anything else is fatal. A queue pair
+with an AF_XDP flow (engine.send_path af_xdp) sends through its rank's port instead
+(emulator/engine/xdp_path.py), with the same bytes and counters.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
 from emulator.engine.params import EngineParams
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
 from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
+from emulator.engine.xdp_ports import XdpNic
 from emulator.errors import EnvironmentProblem
 from emulator.native.acks import NativeAckFlow, NativeReplies
 from emulator.native.burst import NativeBursts, NativeFlow
@@ -76,6 +79,12 @@ class SendPath:
 
         def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None: ...
 
+        def _xdp_budget(self, nic: XdpNic, budget: int) -> int: ...
+
+        def _send_burst_xdp(self, conn: SendConn, burst: Burst) -> int: ...
+
+        def _send_replies_xdp(self, conn: RecvConn, replies: Sequence[Packet]) -> None: ...
+
     def _pump(self, now: float, late_s: float = 0.0) -> None:
         """Send what every active queue pair's pacer released by `now`, within its NIC's rate."""
         # A token bucket of depth burst_s (+ how late this tick is): enough for a tick that
@@ -109,7 +118,10 @@ class SendPath:
         nic.start_tick(floor)
         # a NIC that was line-rate bound accounts the lost credit itself, not its queue pairs
         count_lost = not nic.backlogged
+        xdp = conns[0][1].rank.xdp  # an AF_XDP port takes no more than its backlog holds
         budget = nic.budget_bytes(now, floor)
+        if xdp is not None:
+            budget = self._xdp_budget(xdp, budget)
         while order and budget >= 0:
             waiting = []
             # Each queue pair's share of this round's budget (at least a packet), as a NIC's
@@ -135,6 +147,8 @@ class SendPath:
                 nic.consume(floor, used + burst.count * IPV4_FRAME_OVERHEAD_BYTES)
                 nic.last_served_qpn = qpn
                 budget = nic.budget_bytes(now, floor)
+                if xdp is not None:
+                    budget = self._xdp_budget(xdp, budget)
                 waiting.append((qpn, conn))
                 if budget < 0:
                     break
@@ -147,8 +161,12 @@ class SendPath:
     def _send_burst(self, conn: SendConn, burst: Burst) -> int:
         """One GSO send of the burst's segments (one send per segment without GSO); returns
         the UDP payload bytes handed to the kernel."""
+        if conn.xdp is not None:
+            return self._send_burst_xdp(conn, burst)
         if self.native is not None:
             return self._send_burst_native(conn, burst)
+        sock = conn.sock
+        assert sock is not None
         count = burst.count
         gso = self.offloads.gso
         if self.latency:
@@ -161,7 +179,7 @@ class SendPath:
             used = conn.writer.write(burst, gso=gso)
         view = self.gso_view
         if count == 1:
-            self._sendmsg(conn.sock, [view[:used]], conn.tos_cmsgs, conn.dest, conn.rank)
+            self._sendmsg(sock, [view[:used]], conn.tos_cmsgs, conn.dest, conn.rank)
         elif gso:
             segment = burst.segment_bytes
             cmsg = self._gso_cmsgs.get((segment, conn.tos))
@@ -169,7 +187,7 @@ class SendPath:
                 cmsg = self._gso_cmsgs[(segment, conn.tos)] = [gso_cmsg(segment), *conn.tos_cmsgs]
             buffers = [view[:used]]
             try:
-                conn.sock.sendmsg(buffers, cmsg, 0, conn.dest)  # _sendmsg, inlined
+                sock.sendmsg(buffers, cmsg, 0, conn.dest)  # _sendmsg, inlined
             except OSError as e:
                 self._send_failed(e, buffers, conn.dest, conn.rank)
             else:
@@ -178,7 +196,7 @@ class SendPath:
             segment = burst.segment_bytes
             for at in range(0, used, segment):
                 end = min(at + segment, used)
-                self._sendmsg(conn.sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
+                self._sendmsg(sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
         self.counters["data_packets_sent"] += count
         conn.rank.tx_bytes += used + IP_UDP_BYTES * count
         self._count_class(conn.tos, count, used, sent=True)
@@ -235,6 +253,7 @@ class SendPath:
             # one send per segment (no GSO here): the Python path's sends
             used = flow.write(burst, gso=False, departed_ns=departed, spacing_ns=spacing)
             view = self.gso_view
+            assert conn.sock is not None
             for at in range(0, used, segment):
                 end = min(at + segment, used)
                 self._sendmsg(conn.sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
@@ -300,7 +319,7 @@ class SendPath:
                 i += 1
                 continue
             j = i + 1
-            if type(packet) is AckPacket and self.offloads.gso:
+            if type(packet) is AckPacket and (self.offloads.gso or conn.xdp is not None):
                 # the ACKs of one read to one QP leave as one GSO send (IP ids 0, 1, ...)
                 limit = min(total, i + self.params.gso_max_segments)
                 while (
@@ -309,8 +328,12 @@ class SendPath:
                     and replies[j].dest_qp == packet.dest_qp
                 ):
                     j += 1
-            if type(packet) is AckPacket and self.native_replies is not None:
+            if conn.xdp is not None:
+                self._send_replies_xdp(conn, replies[i:j])
+            elif type(packet) is AckPacket and self.native_replies is not None:
                 self._send_acks_native(conn, replies[i:j])  # type: ignore[arg-type]
+            elif conn.sock is None:
+                raise AssertionError("a receive queue pair with neither a socket nor a port")
             elif j - i > 1:
                 used, segment = layout_gso(self.reply_buf, replies[i:j], conn.icrc, ip_id_first=0)
                 self._sendmsg(

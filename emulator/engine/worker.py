@@ -21,10 +21,15 @@ to `ReceiveQueuePair.on_data_run` in one call, a read of ACKs to `SendQueuePair.
 the ACKs one read produces leave as one GSO send.
 Anything else (CE marks, gaps, NAKs, unknown QPs) goes packet by packet through the codec.
 
+With `engine.send_path: af_xdp` the ranks of each interface share an AF_XDP port instead of
+sockets (xdp_ports.py), which sends their bursts and replies, hands over what arrives as runs
+read like GRO reads, and is paced by the worker between ticks (xdp_path.py).
+
 A Worker is one class put together from a part per job, each a mixin in its own module that uses
 the fields set in Worker.__init__: ranks.py (the rank sockets), flows.py (the flows' queue pairs
-and when flows start), send_path.py, receive_path.py, reports.py (events into reports) and
-counters.py (counters, latency stamps, stats). This module is the worker process: construction,
+and when flows start), send_path.py, receive_path.py, xdp_path.py (the AF_XDP ports' sends,
+reads and pacing), reports.py (events into reports) and counters.py (counters, latency stamps,
+stats). This module is the worker process: construction,
 the tick, the protocol on the coordinator's pipe, and the entry point. Mixins, not objects the
 worker calls through, so the per-packet paths cost what they cost in one class.
 """
@@ -44,6 +49,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from emulator.engine.af_xdp_setup import AfXdpUnavailable
 from emulator.engine.clock import DilatedClock
 from emulator.engine.counters import Counters, cpu_s
 from emulator.engine.flows import FlowStarts
@@ -57,6 +63,8 @@ from emulator.engine.receive_path import ReceivePath
 from emulator.engine.reports import EventReports
 from emulator.engine.send_path import SendPath
 from emulator.engine.sockets import Offloads, detect_offloads
+from emulator.engine.xdp_path import XdpPath
+from emulator.engine.xdp_ports import PortGroup, XdpNic
 from emulator.errors import EmulatorError
 from emulator.latency import LatencyHistogram
 from emulator.transport.burst_wire import BurstBuffer
@@ -84,7 +92,7 @@ class WorkerSpec:
     relay: frozenset[int] = frozenset()  # flow ids other workers wait for: report at once
 
 
-class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSockets):
+class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters, RankSockets):
     """A shard of ranks on one uvloop loop. Its parts share the fields set here and call each
     other as methods of this one object (no indirection on the per-packet paths)."""
 
@@ -162,6 +170,11 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         self.classes: dict[int, list[int]] = {}
         self._profile_params: dict[int, TransportParams] = {}
         self._nic_sent: dict[int, tuple[int, int]] = {}  # NIC counters as last reported
+        self._tick_handle: asyncio.Handle | None = None
+        # the AF_XDP ports (engine.send_path af_xdp), opened by _open_ranks
+        self.xdp_nics: list[XdpNic] = []
+        self.xdp_group: PortGroup | None = None
+        self.xdp_recorded: bool | None = None
         self._open_ranks()
         self._add_flows(spec.flows, spec.connections)
 
@@ -208,7 +221,9 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         self._next_tick_wall += tick
         if self._next_tick_wall < wall:
             self._next_tick_wall = wall + tick  # fell behind: do not try to catch up in a burst
-        self.loop.call_later(self._next_tick_wall - wall, self._tick)
+        self._tick_handle = self.loop.call_later(self._next_tick_wall - wall, self._tick)
+        if self.xdp_group is not None:
+            self._pace_xdp()  # the ports' backlogs until the next tick (xdp_path.py)
 
     def _flush(self, now: float) -> None:
         self.flush_now = False
@@ -280,7 +295,11 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
         # is there, so receiving never blocks the loop).
         os.set_blocking(self.pipe.fileno(), True)
         for rank in self.ranks.values():
-            loop.add_reader(rank.rx_sock.fileno(), self._on_readable, rank)
+            if rank.rx_sock is not None:
+                loop.add_reader(rank.rx_sock.fileno(), self._on_readable, rank)
+        for nic in self.xdp_nics:
+            for fd in nic.port.fds:
+                loop.add_reader(fd, self._on_xdp_readable, nic)
         self.pipe.send(
             (
                 "ready",
@@ -289,6 +308,9 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, Counters, RankSock
                     "gso": self.offloads.gso,
                     "gro": self.offloads.gro,
                     "data_path": self.data_path.to_json(),
+                    "send_path": self.params.send_path,
+                    # the ports' ledger entries were recorded (False: nobody held a ledger)
+                    **({"xdp_recorded": self.xdp_recorded} if self.xdp_nics else {}),
                 },
             )
         )
@@ -317,6 +339,9 @@ def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
     try:
         worker = Worker(spec, pipe)
         worker.run()
+    except AfXdpUnavailable as e:
+        _report(pipe, str(e), kind="refused")  # the run refuses at start, in this one line
+        sys.exit(1)
     except EmulatorError as e:
         _report(pipe, f"worker {spec.index}: {e}")
         sys.exit(1)
@@ -332,6 +357,6 @@ def worker_main(spec: WorkerSpec, pipe: Connection) -> None:
             worker.close()
 
 
-def _report(pipe: Connection, message: str) -> None:
+def _report(pipe: Connection, message: str, kind: str = "error") -> None:
     with contextlib.suppress(OSError):
-        pipe.send(("error", message))
+        pipe.send((kind, message))

@@ -191,3 +191,41 @@ def engine_checks(
                 "fallen behind; raise the TDF"
             )
     return reasons, unknown
+
+
+def af_xdp_reasons(metadata: dict[str, Any]) -> list[str]:
+    """What the AF_XDP ports' counters (summary engine.af_xdp, engine.send_path af_xdp) say the
+    run lost on this machine's side: packets the kernel dropped before the engine read them,
+    packets for the ranks that went to the kernel for want of a socket on their receive queue,
+    segments the transmit backlog refused or the device dropped. Each is traffic the switch
+    under test did not lose, which the run's losses and FCTs include."""
+    reasons: list[str] = []
+    for port in (metadata.get("af_xdp") or {}).get("ports", []):
+        c = port.get("counters") or {}
+        name = port.get("interface", "?")
+        if port.get("netns"):
+            name += f" (namespace {port['netns']})"
+        rx_lost = {
+            k: int(c.get(k, 0)) for k in ("rx_dropped", "rx_ring_full", "rx_fill_ring_empty_descs")
+        }
+        if any(rx_lost.values()):
+            said = ", ".join(f"{k} {v}" for k, v in rx_lost.items() if v)
+            reasons.append(
+                f"af_xdp port {name}: the kernel dropped received packets before the engine "
+                f"read them ({said}): the worker did not read fast enough; lower the rate or "
+                "give the port's worker a core"
+            )
+        if int(c.get("no_socket_passed", 0)):
+            reasons.append(
+                f"af_xdp port {name}: {c['no_socket_passed']} RoCEv2 packets for its ranks "
+                "arrived on a receive queue without an XDP socket and went to the kernel "
+                "(lost to the engine): the port's queues changed during the run"
+            )
+        tx_lost = {k: int(c.get(k, 0)) for k in ("tx_backlog_full", "tx_dropped")}
+        if any(tx_lost.values()):
+            said = ", ".join(f"{k} {v}" for k, v in tx_lost.items() if v)
+            reasons.append(
+                f"af_xdp port {name}: packets were lost before the wire ({said}: segments the "
+                "transmit backlog refused, or the device dropped); the transport resent them"
+            )
+    return reasons

@@ -115,6 +115,7 @@ class _NativeSender(SendPath):
             tos_cmsgs=(),
             dest=("10.0.0.2", 4791),
             rank=SimpleNamespace(tx_bytes=0, spec=SimpleNamespace(rank=3)),
+            xdp=None,  # a socket's queue pair, not an AF_XDP port's
         )
         self._native_flows = {self.conn: flow}  # type: ignore[dict-item]
 
@@ -223,6 +224,7 @@ def _replier(flow: _AckFlow) -> tuple[_NativeSender, Any]:
         sock=_Socket(),
         dest=("10.0.0.1", 4791),
         icrc=IcrcContext(FlowAddress("10.0.0.2", "10.0.0.1", 50000)),
+        xdp=None,  # a socket's queue pair, not an AF_XDP port's
     )
     sender.recv_conns = {5: conn}
     sender.tos_ack = 0xB8

@@ -1,0 +1,243 @@
+"""The af_xdp data path of a worker (`engine.send_path: af_xdp`): bursts and replies handed to
+their rank's AF_XDP port, what the ports receive read like GRO reads, the ports paced between
+ticks.
+
+Send: a burst is laid out as for one GSO send whose IP ids run 0, 1, 2, ... through the whole
+burst (BurstWriter.write, or the native layout, with no restart; on the native path a burst is
+up to NATIVE_BUFFERS_PER_POLL GSO buffers' worth), and the port gives segment i IP id i: each
+ICRC is for the id the wire carries. Segments the port's backlog cannot take are lost like a send
+into a full socket buffer (send_buffer_full; the transport recovers them), a port whose link is
+down is send_no_path (ENETDOWN), as on the socket path. The NIC arbiter (SendPath._serve_nic)
+releases no more than the port's backlog holds (`_xdp_budget`).
+
+Pace: the arbiter releases at most the cap x (tick + burst) per tick into the port's backlog
+(the DUT's ranks run at the cap) and no more than the backlog's limit (xdp_ports.backlog_limit:
+two ticks at the cap), and the port's token bucket spreads it at the cap; ACKs and CNPs go ahead
+of the data waiting there. While a
+backlog waits, the worker drains its ports (xdp_ports.PortGroup.drain, asleep between releases)
+up to the moment its next tick is due, reading whatever arrives meanwhile, and then runs that
+tick at once (the loop's millisecond timers would start it up to a millisecond late, in which
+the port would send nothing). Between ticks the event loop still serves the coordinator's pipe.
+
+Receive: each run a port hands over (one source and ToS, every payload but the last one size)
+goes through ReceivePath._one_read, exactly as a socket's GRO read does, for the rank whose
+address it was sent to. Its receive time, for the one-way latency, is when the worker read it:
+copy mode gives no kernel stamp, so the latency includes the worker's reaction time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
+from emulator.engine.xdp_ports import PortGroup, XdpNic
+from emulator.native.acks import NativeAckFlow, NativeReplies
+from emulator.native.burst import NativeBursts, NativeFlow
+from emulator.transport.burst import Burst
+from emulator.transport.burst_wire import BurstBuffer
+from emulator.transport.packets import AETH_BYTES, BTH_BYTES, ICRC_BYTES, CnpPacket, Packet
+from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
+from emulator.transport.wire import encode, layout_gso
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from emulator.engine.clock import DilatedClock
+
+ACK_BYTES = BTH_BYTES + AETH_BYTES + ICRC_BYTES
+READS_PER_PORT = 64  # receive calls per port per wakeup (each up to 256 runs)
+DRAIN_ROUNDS = 100_000  # drain/read rounds before a tick: a bound, never reached in practice
+
+
+class XdpPath:
+    """Sending, receiving and pacing through AF_XDP ports, as part of a Worker."""
+
+    # the Worker's fields this part uses (set in Worker.__init__ and RankSockets._open_ranks)
+    counters: Counter[str]
+    latency: bool
+    started: bool
+    clock: DilatedClock
+    loop: asyncio.AbstractEventLoop | None
+    buf: bytearray
+    gso_buf: BurstBuffer
+    gso_view: memoryview
+    reply_buf: bytearray
+    tos_ack: int
+    tos_cnp: int
+    native: NativeBursts | None
+    native_replies: NativeReplies | None
+    _native_flows: dict[SendConn, NativeFlow]
+    _native_ack_flows: dict[RecvConn, NativeAckFlow]
+    _max_packet_wire_bytes: int
+    _next_tick_wall: float
+    _tick_handle: Any
+    xdp_nics: list[XdpNic]
+    xdp_group: PortGroup | None
+    _draining: bool = False
+
+    if TYPE_CHECKING:  # the other parts' methods it calls
+
+        def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None: ...
+
+        def _send_failed(
+            self,
+            e: OSError,
+            buffers: list[bytes] | list[memoryview],
+            dest: tuple[str, int],
+            rank: Rank,
+        ) -> None: ...
+
+        def _one_read(
+            self,
+            rank: Rank,
+            now: float,
+            data: bytearray | memoryview,
+            nbytes: int,
+            gso_size: int,
+            tos: int,
+            rx_ns: int,
+            source: tuple[str, int],
+        ) -> None: ...
+
+        def _after_reads(self, now: float) -> None: ...
+
+        def _tick(self) -> None: ...
+
+    # -- send ---------------------------------------------------------------------------------
+    def _xdp_budget(self, nic: XdpNic, budget: int) -> int:
+        """The NIC arbiter's budget cut to what the port's backlog still holds (-1: full)."""
+        room = nic.backlog_limit - nic.port.backlog - 1
+        if room < 0:
+            return -1
+        return min(budget, room * self._max_packet_wire_bytes)
+
+    def _send_burst_xdp(self, conn: SendConn, burst: Burst) -> int:
+        """_send_burst through the rank's port: the same bytes (IP ids 0, 1, ... through the
+        burst), counters and error handling; returns the UDP payload bytes handed over."""
+        rank = conn.rank
+        assert conn.xdp is not None and rank.xdp is not None
+        count = burst.count
+        segment = burst.segment_bytes
+        if self.latency:
+            # a burst's packets leave back to back at the rank's line rate (dilated)
+            departed = time.time_ns()
+            spacing = int((segment + IPV4_FRAME_OVERHEAD_BYTES) * rank.ns_per_byte)
+        else:
+            departed = spacing = 0
+        if self.native is not None:
+            flow = self._native_flows.get(conn)
+            if flow is None:
+                flow = self._native_flows[conn] = self.native.flow(conn.writer)
+            used = flow.write(burst, departed_ns=departed, spacing_ns=spacing)
+        else:
+            used = conn.writer.write(burst, departed_ns=departed, spacing_ns=spacing)
+        try:
+            taken = rank.xdp.port.send(conn.xdp, conn.tos, self.gso_buf.data, used, segment)
+        except OSError as e:
+            self._send_failed(e, [self.gso_view[:used]], conn.dest, rank)
+        else:
+            if taken < count:  # the backlog is full: lost as in a full socket buffer
+                self.counters["send_buffer_full"] += 1
+                self.counters["xdp_segments_refused"] += count - taken
+        self.counters["data_packets_sent"] += count
+        rank.tx_bytes += used + IP_UDP_BYTES * count
+        self._count_class(conn.tos, count, used, sent=True)
+        return used
+
+    def _send_replies_xdp(self, conn: RecvConn, replies: Sequence[Packet]) -> None:
+        """ACKs to one QP (one run, IP ids 0, 1, ...) or one CNP or NAK, through the port."""
+        rank = conn.rank
+        assert conn.xdp is not None and rank.xdp is not None
+        count = len(replies)
+        data: bytes | bytearray
+        if count > 1:
+            tos = self.tos_ack
+            data = self.reply_buf
+            if self.native_replies is not None:
+                flow = self._native_ack_flows.get(conn)
+                if flow is None:
+                    flow = self._native_ack_flows[conn] = self.native_replies.flow(
+                        conn.icrc, None, conn.dest, tos
+                    )
+                used, segment = flow.layout(replies), ACK_BYTES  # type: ignore[arg-type]
+            else:
+                used, segment = layout_gso(data, replies, conn.icrc, ip_id_first=0)
+        else:
+            packet = replies[0]
+            tos = self.tos_cnp if type(packet) is CnpPacket else self.tos_ack
+            data = encode(packet, conn.icrc, 0)
+            used = segment = len(data)
+        try:
+            # ahead of the rank's own data waiting there, as a NIC's responder does not wait
+            taken = rank.xdp.port.send(conn.xdp, tos, data, used, segment, ahead=True)
+        except OSError as e:
+            self._send_failed(e, [memoryview(data)[:used]], conn.dest, rank)
+        else:
+            if taken < count:
+                self.counters["send_buffer_full"] += 1
+                self.counters["xdp_segments_refused"] += count - taken
+        rank.tx_bytes += used + IP_UDP_BYTES * count
+        self._count_class(tos, count, used, sent=True)
+
+    # -- receive ------------------------------------------------------------------------------
+    def _read_xdp(self, nic: XdpNic, now: float) -> bool:
+        """Every run waiting on the port, each to its rank as a GRO read; whether any came."""
+        port = nic.port
+        buf = self.buf
+        view = memoryview(buf)
+        got = False
+        for _ in range(READS_PER_PORT):
+            runs = port.receive(buf)
+            if not runs:
+                break
+            got = True
+            rx_ns = time.time_ns() if self.latency else 0  # copy mode: the read's time
+            for run in runs:
+                rank = nic.ranks.get(run.dest)
+                if rank is None:  # the program steers only the ranks' addresses here
+                    self.counters["xdp_not_for_a_rank"] += run.segments
+                    continue
+                gso_size = run.segment_bytes if run.segments > 1 else 0
+                data = view[run.offset : run.offset + run.nbytes]
+                self._one_read(rank, now, data, run.nbytes, gso_size, run.tos, rx_ns, run.source)
+        return got
+
+    def _on_xdp_readable(self, nic: XdpNic) -> None:
+        now = self.clock.now()
+        if self._read_xdp(nic, now):
+            self._after_reads(now)
+        self._pace_xdp()
+
+    # -- pace ---------------------------------------------------------------------------------
+    def _pace_xdp(self) -> None:
+        """While the ports have a backlog: drain them until the next tick is due, reading what
+        arrives meanwhile, then start that tick now (see the module docstring)."""
+        group = self.xdp_group
+        if group is None or self._draining or not self.started or not group.backlog:
+            return
+        self._draining = True
+        try:
+            due = self._next_tick_wall
+            for _ in range(DRAIN_ROUNDS):
+                left_s = due - time.perf_counter()
+                if left_s <= 0:
+                    break
+                left, failed = group.drain(left_s, stop_on_rx=True)
+                for _nic, _errno in failed:
+                    self.counters["send_no_path"] += 1  # its link went down: backlog dropped
+                now = self.clock.now()
+                got = False
+                for nic in self.xdp_nics:
+                    got = self._read_xdp(nic, now) or got
+                if got:
+                    self._after_reads(now)
+                elif not left:
+                    return  # all sent before the tick: it comes on its timer
+        finally:
+            self._draining = False
+        if self.loop is not None and self._tick_handle is not None:
+            self._tick_handle.cancel()
+            self._tick_handle = self.loop.call_soon(self._tick)
