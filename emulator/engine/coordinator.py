@@ -18,7 +18,6 @@ import dataclasses
 import heapq
 import pickle
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -28,7 +27,6 @@ from emulator.engine.af_xdp_setup import AfXdpUnavailable
 from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver
 from emulator.engine.launch import Launcher, LocalLauncher, WorkerProcess
-from emulator.engine.native_path import summarize as summarize_data_paths
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import (
     DEFAULT_PROFILE,
@@ -40,9 +38,9 @@ from emulator.engine.plan import (
     check_plan,
     from_schedule_flow,
 )
+from emulator.engine.run_metadata import run_metadata
 from emulator.engine.worker import WorkerSpec
 from emulator.engine.xdp_ports import ledger_items
-from emulator.engine.xdp_ports import summarize as summarize_xdp
 from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
 from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
 from emulator.latency import LatencyHistogram, merged
@@ -50,9 +48,6 @@ from emulator.transport.params import TransportParams
 
 START_MARGIN_S = 0.05  # between "go" and the common start: every worker gets the message first
 STOP_GRACE_S = 0.4  # how long a stopping worker may take before it is terminated
-
-
-CLASS_COLUMNS = ("tx_packets", "tx_bytes", "rx_packets", "rx_bytes")
 
 
 class EngineFailure(EmulatorError):
@@ -561,74 +556,15 @@ class Coordinator:
         return self._metadata(time.perf_counter() - self._created_wall)
 
     def _metadata(self, wall_s: float) -> dict[str, Any]:
-        run_wall_s = max(time.perf_counter() - self._start_wall, 1e-9)
-        drops: Counter[str] = Counter()
-        counters: Counter[str] = Counter()
-        classes: dict[int, list[int]] = {}
-        for w in self.workers:
-            drops.update(w.stats.get("drops", {}))
-            counters.update(w.stats.get("counters", {}))
-            for dscp, row in w.stats.get("classes", {}).items():
-                total = classes.setdefault(int(dscp), [0, 0, 0, 0])
-                for i, v in enumerate(row):
-                    total[i] += v
-        infos = [w.info for w in self.workers]
-        xdp_ports = [port for w in self.workers for port in w.stats.get("af_xdp", [])]
-        xdp = any(i.get("send_path") == "af_xdp" for i in infos)
-        return {
-            "tdf": self.engine.tdf,
-            "workers": len(self.workers),
-            "worker_pids": [i.get("pid") for i in infos],
-            "gso": all(i.get("gso", False) for i in infos),
-            "gro": all(i.get("gro", False) for i in infos),
-            "send_path": "af_xdp"
-            if xdp
-            else "udp_gso"
-            if all(i.get("gso", False) for i in infos)
-            else "one_per_send",
-            # per AF_XDP port its info and counters (engine.send_path af_xdp)
-            **({"af_xdp": summarize_xdp(xdp_ports)} if xdp else {}),
-            # native (C burst layout and send) or python, and why (engine.native)
-            "data_path": summarize_data_paths([i.get("data_path") or {} for i in infos]),
-            "drops": dict(drops),
-            "counters": dict(counters),
-            # per traffic class (DSCP) over all ranks: what was sent and received, UDP payload
-            "classes": {
-                str(dscp): dict(zip(CLASS_COLUMNS, row, strict=True))
-                for dscp, row in sorted(classes.items())
-            },
-            "worker_cpu_s": [w.stats.get("cpu_s", 0.0) for w in self.workers],
-            # each worker's peak resident memory (getrusage ru_maxrss)
-            "worker_max_rss_kb": [w.stats.get("max_rss_kb", 0) for w in self.workers],
-            # CPU seconds each worker spent from the common start on (set-up excluded)
-            "worker_run_cpu_s": [w.stats.get("run_cpu_s", 0.0) for w in self.workers],
-            # share of the run each worker was on a CPU: near 1 means it could not keep up
-            "worker_busy_ratio": [
-                round(w.stats.get("run_cpu_s", 0.0) / run_wall_s, 3) for w in self.workers
-            ],
-            # the longest wall-clock gap between two ticks of any worker: a machine too busy
-            # to keep the pacing and timers on time shows here
-            "max_tick_gap_s": max(
-                (w.stats.get("max_tick_gap_s", 0.0) for w in self.workers), default=0.0
-            ),
-            # per worker: ticks, p99 and max of how late they fired (wall seconds)
-            "worker_tick_lateness": [w.stats.get("tick_lateness") for w in self.workers],
-            # per worker: bytes sent and the pacing deficit (bytes the rates allowed but late
-            # ticks could not send)
-            "worker_pacing": [w.stats.get("pacing") for w in self.workers],
-            # per worker: garbage-collector runs per generation, total and longest pause
-            "worker_gc_pauses": [w.stats.get("gc_pauses") for w in self.workers],
-            "wall_s": wall_s,
-            "replay_wall_s": round(run_wall_s, 3),  # from the common start to the end
-            # from a flow's completion at its sender to the arrival of the flows it released
-            # at their senders' worker, through this coordinator (wall and target time)
-            "dependency_latency": self.dependency_latency(),
-            # one-way latency of data packets per traffic class (DSCP), target timescale
-            "latency_by_class": {
-                str(dscp): h.summary_us().to_json()
-                for dscp, h in sorted(self.latency_by_class().items())
-            },
-        }
+        return run_metadata(
+            [w.info for w in self.workers],
+            [w.stats for w in self.workers],
+            tdf=self.engine.tdf,
+            wall_s=wall_s,
+            run_wall_s=max(time.perf_counter() - self._start_wall, 1e-9),
+            dependency_latency=self.dependency_latency(),
+            latency_by_class=self.latency_by_class(),
+        )
 
 
 def run_plan(
