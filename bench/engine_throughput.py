@@ -24,6 +24,10 @@ and the pure-Python one (engine.native: off), every line tagged with its "path";
 path's packets/s against the Python path's, each against the floor; the sender's and the
 receiver's worker busy share (run CPU over wall) on the packets/s lines say which side bound
 the rate. Without the native path built it says so and measures the Python path alone.
+The engine over AF_XDP (engine.send_path: af_xdp, copy mode on the same veth, lines tagged
+"send_path"): packets/s and sender CPU per Gb/s against the engine's GSO path on the same data
+path in the same run, and the pacing error of its ports' token buckets at 10 Mb/s, 100 Mb/s and
+1 Gb/s; `--only-af-xdp` measures just these (and the GSO path they are compared with).
 """
 
 from __future__ import annotations
@@ -72,11 +76,12 @@ def ours(
     latency: bool = True,
     tag: int = 0,
     path: str = NATIVE,
+    send_path: str = "udp_gso",
 ) -> dict[str, float]:
     """Flat-out single QP: (delivered packets/s, payload Gb/s, sender run CPU s, wall s);
     `latency`: with the one-way latency stamps and histograms (the default) or without; `tag`:
     the attribution tag its packets carry (emulator.run.attribution; 0: none); `path`: the
-    engine's data path (native or python)."""
+    engine's data path (native or python); `send_path`: udp_gso or af_xdp."""
     ranks = [
         RankEndpoint(0, p.sender_addr, p.sender_ns, 100e9),
         RankEndpoint(1, p.receiver_addr, p.receiver_ns, 100e9),
@@ -89,7 +94,10 @@ def ours(
         window_packets=2048,
     )
     engine = EngineParams(
-        workers=2, one_way_latency=latency, native="on" if path == NATIVE else "off"
+        workers=2,
+        one_way_latency=latency,
+        native="on" if path == NATIVE else "off",
+        send_path=send_path,  # type: ignore[arg-type]
     )
     size = payload * 20_000
     for _ in range(2):
@@ -240,8 +248,11 @@ def bare_gso_floor(p: PairInfo, payload: int, seconds: float) -> float:
     return float(segments / span_s) if span_s > 0 else 0.0
 
 
-def pacing_error(p: PairInfo, rate_bps: float, path: str = NATIVE) -> float:
-    """Receiver-measured rate over 1 s vs the configured rate, in percent, on a data path."""
+def pacing_error(
+    p: PairInfo, rate_bps: float, path: str = NATIVE, send_path: str = "udp_gso"
+) -> float:
+    """Receiver-measured rate over 1 s vs the configured rate, in percent, on a data path and
+    send path."""
     mtu = 4096
     ip_bytes = 20 + 8 + 12 + mtu + 4
     counted_per_sent = (ip_bytes + 14) / (ip_bytes + ETHERNET_OVERHEAD_BYTES)
@@ -259,7 +270,11 @@ def pacing_error(p: PairInfo, rate_bps: float, path: str = NATIVE) -> float:
             ranks,
             [EngineFlow(1, 0, 1, 0, 50600, size)],
             transport=transport,
-            engine=EngineParams(workers=2, native="on" if path == NATIVE else "off"),
+            engine=EngineParams(
+                workers=2,
+                native="on" if path == NATIVE else "off",
+                send_path=send_path,  # type: ignore[arg-type]
+            ),
         )
     )
     thread.start()
@@ -337,9 +352,53 @@ def _per_path(
     )
 
 
+def af_xdp_lines(
+    p: PairInfo, payload: int, seconds: float, gso: dict[str, float], path: str
+) -> None:
+    """The engine over AF_XDP against its GSO path (`gso`, measured in this run), one size."""
+    xdp = ours(p, payload, seconds, path=path, send_path="af_xdp")
+    peer = f"the engine's UDP GSO path ({path})"
+    emit(
+        f"af_xdp_rocev2_data_packets_per_s_{payload}B (higher is better)",
+        xdp["pps"],
+        "packets/s",
+        path=path,
+        send_path="af_xdp",
+        peer=peer,
+        peer_value=round(gso["pps"], 1),
+        ratio=round(xdp["pps"] / gso["pps"], 3),
+        sender_busy=xdp["sender_busy"],
+        receiver_busy=xdp["receiver_busy"],
+    )
+    ours_cpu = xdp["cpu_s"] / xdp["wall_s"] / xdp["gbps"]
+    peer_cpu = gso["cpu_s"] / gso["wall_s"] / gso["gbps"]
+    emit(
+        f"af_xdp_sender_cpu_per_gbps_{payload}B (lower is better; ratio peer/ours)",
+        ours_cpu,
+        "cores per Gb/s",
+        path=path,
+        send_path="af_xdp",
+        peer=peer,
+        peer_value=round(peer_cpu, 4),
+        ratio=round(peer_cpu / ours_cpu, 3),
+    )
+    emit(
+        f"af_xdp_retransmitted_packets_{payload}B",
+        xdp["retransmitted"],
+        "packets",
+        path=path,
+        send_path="af_xdp",
+    )
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    parser.add_argument(
+        "--only-af-xdp",
+        action="store_true",
+        help="only the engine over AF_XDP and the GSO path it is compared with",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench.engine_throughput needs root (network namespaces)", file=sys.stderr)
@@ -353,8 +412,19 @@ def main(argv: list[str]) -> int:
         )
         paths = [PYTHON]
     main_path = paths[0]  # what the engine runs by default: the costs below are measured on it
+    _, why_no_xsk = load("xsk")
+    if why_no_xsk:
+        print(f"bench.engine_throughput: no AF_XDP ({why_no_xsk})", file=sys.stderr)
+        if args.only_af_xdp:
+            return 2
     with NetnsBed() as bed:
         p = pair(bed)
+        if args.only_af_xdp:
+            for payload in (1024, 4096):
+                gso = ours(p, payload, args.seconds, path=main_path)
+                af_xdp_lines(p, payload, args.seconds, gso, main_path)
+            _af_xdp_pacing(p, main_path)
+            return 0
         for payload in (1024, 4096):
             peer = iperf3(p, payload, args.seconds)
             floor = bare_gso_floor(p, payload, args.seconds)
@@ -401,6 +471,10 @@ def main(argv: list[str]) -> int:
                 peer_value=round(us["pps"], 1),
                 ratio=round(tagged["pps"] / us["pps"], 3),
             )
+            if not why_no_xsk:
+                af_xdp_lines(p, payload, args.seconds, us, main_path)
+        if not why_no_xsk:
+            _af_xdp_pacing(p, main_path)
         for path in paths:
             for rate in (10e6, 100e6, 1e9):
                 emit(
@@ -410,6 +484,17 @@ def main(argv: list[str]) -> int:
                     path=path,
                 )
     return 0
+
+
+def _af_xdp_pacing(p: PairInfo, path: str) -> None:
+    for rate in (10e6, 100e6, 1e9):
+        emit(
+            f"af_xdp_pacing_error_{rate / 1e6:g}Mbps (receiver, 1 s window)",
+            pacing_error(p, rate, path, send_path="af_xdp"),
+            "%",
+            path=path,
+            send_path="af_xdp",
+        )
 
 
 if __name__ == "__main__":
