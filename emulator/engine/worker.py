@@ -176,6 +176,7 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters,
         self.xdp_group: PortGroup | None = None
         self.xdp_recorded: bool | None = None
         self._open_ranks()
+        self._xdp_lead_s = p.tick_s / p.tdf if self.xdp_nics else 0.0
         self._add_flows(spec.flows, spec.connections)
 
     # -- the tick -------------------------------------------------------------------------
@@ -212,7 +213,7 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters,
         # tick would have had: its bucket is deeper by the lateness, at most one tick.
         tick = self.params.tick_s
         late_s = min(max(start_wall - self._next_tick_wall, 0.0), tick)
-        self._pump(now, late_s / self.params.tdf)
+        self._pump(now + self._xdp_lead_s, late_s / self.params.tdf)
         self._handle_events()
         wall = time.perf_counter()
         if self.flush_now or wall >= self._next_flush_wall:

@@ -10,14 +10,21 @@ into a full socket buffer (send_buffer_full; the transport recovers them), a por
 down is send_no_path (ENETDOWN), as on the socket path. The NIC arbiter (SendPath._serve_nic)
 releases no more than the port's backlog holds (`_xdp_budget`).
 
-Pace: the arbiter releases at most the cap x (tick + burst) per tick into the port's backlog
-(the DUT's ranks run at the cap) and no more than the backlog's limit (xdp_ports.backlog_limit:
-two ticks at the cap), and the port's token bucket spreads it at the cap; ACKs and CNPs go ahead
-of the data waiting there. While a
-backlog waits, the worker drains its ports (xdp_ports.PortGroup.drain, asleep between releases)
-up to the moment its next tick is due, reading whatever arrives meanwhile, and then runs that
-tick at once (the loop's millisecond timers would start it up to a millisecond late, in which
-the port would send nothing). Between ticks the event loop still serves the coordinator's pipe.
+Pace: each tick releases what the queue pairs and the NIC arbiter allow one tick ahead of now
+(the DUT's ranks run at the cap, so about a tick's worth; at most cap x (tick + burst) after an
+idle spell), no more than the backlog's limit (xdp_ports.backlog_limit: three ticks at the
+cap), and the port's token bucket spreads it at the cap; ACKs and CNPs go ahead of the data
+waiting there. While a backlog waits, the worker drains its ports (xdp_ports.PortGroup.drain,
+asleep between releases) up to the moment its next tick is due, reading whatever arrives
+meanwhile, and then runs that tick at once (the loop's millisecond timers would start it up to
+a millisecond late, in which the port would send nothing). Between ticks the event loop still
+serves the coordinator's pipe. Released only up to now, a tick's worth would be sent just as
+the next tick is due, and any delay would idle the port (the bucket keeps no more than its
+depth of the time lost). The Python work between two drains (reads, the tick) costs the port
+what exceeds the bucket's depth: on this 2-core VM at 1 Gb/s, bench/engine_throughput.py's
+pacing error read -2.6 to -3.2% with the tick ahead, -3.9 to -4.0% without (the socket path,
+whose kernel catches up in bursts above the cap: -0.3%). A pacer thread of the port's own (C)
+did no better here (it waits for a core its own worker holds) and cost more CPU.
 
 Receive: each run a port hands over (one source and ToS, every payload but the last one size)
 goes through ReceivePath._one_read, exactly as a socket's GRO read does, for the rank whose

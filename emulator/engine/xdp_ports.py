@@ -50,7 +50,7 @@ LEDGER_TAG = b"xdp-ledger:"
 # and any window W on the wire carries at most cap x W + 2 x depth (PortGroup.drain).
 DEPTH_S = 200e-6
 LARGEST_TX_FRAMES = 1 << 16
-BACKLOG_TICKS = 2  # what a port's backlog may hold, in ticks at the cap (backlog_limit)
+BACKLOG_TICKS = 3  # what a port's backlog may hold, in ticks at the cap (backlog_limit)
 RX_TIME = "user-space read time (AF_XDP copy mode has no kernel receive stamp)"
 
 
@@ -116,9 +116,10 @@ def min_gap_s(config: AfXdpConfig) -> float:
 
 def backlog_limit(config: AfXdpConfig, tick_s: float) -> int:
     """Packets the NIC arbiter may keep waiting in a port's backlog: BACKLOG_TICKS ticks at the
-    cap (at least eight), within what its frames hold. The worker drains between ticks, so
-    more would only queue: a deeper backlog delays every packet behind it (its queue pairs'
-    RTT, a receiver's ACKs less: they go ahead) as an HTB queue does on the socket path."""
+    cap (at least eight), within what its frames hold: the tick it releases ahead, the tick
+    being sent and a margin. The worker drains between ticks, so more would only queue: a
+    deeper backlog delays every packet behind it (its queue pairs' RTT; a receiver's ACKs go
+    ahead) as an HTB queue does on the socket path."""
     c = config
     largest = max_frame_bytes(c.path_mtu_bytes)
     chunks = math.ceil(largest / frame_room(c.frame_bytes)[1])

@@ -108,21 +108,21 @@ def test_a_port_is_capped_at_the_rank_rate_with_the_engines_depth() -> None:
     assert min_gap_s(fast) == pytest.approx(DEPTH_S / 2)
     assert min_gap_s(slow) == pytest.approx(4 * largest * 8 / 200e6 / 2)
     assert min_gap_s(AfXdpConfig(1024)) == 0.0  # no cap: nothing to wait for
-    # frames for twice the backlog's limit (two ticks at the cap) and a TX ring in flight
+    # frames for twice the backlog's limit (three ticks at the cap) and a TX ring in flight
     assert slow.tx_frames == 4096
-    huge = port_config(p, 4096, 100e9)  # 2 x 5961 packets x 2 chunks + 2048: 32768
-    assert huge.tx_frames == 1 << 15
+    huge = port_config(p, 4096, 100e9)  # 2 x 8942 packets x 2 chunks + 2048: 65536
+    assert huge.tx_frames == 1 << 16
     assert backlog_limit(huge, p.tick_s) * 2 <= huge.tx_frames - huge.ring_size
     zero_copy = port_config(EngineParams(af_xdp_zero_copy=True, af_xdp_mode="native"), 1024, 1e9)
     assert zero_copy.zero_copy and zero_copy.xdp_mode == "native"
 
 
-def test_the_backlog_holds_two_ticks_at_the_cap_within_its_frames() -> None:
+def test_the_backlog_holds_three_ticks_at_the_cap_within_its_frames() -> None:
     slow = port_config(EngineParams(), 4096, 200e6)
-    # 2 ms at 200 Mb/s is 50 KB: 12 frames of 4194 wire bytes
-    assert backlog_limit(slow, 0.001) == 12
+    # 3 ms at 200 Mb/s is 75 KB: 18 frames of 4194 wire bytes
+    assert backlog_limit(slow, 0.001) == 18
     assert backlog_limit(port_config(EngineParams(), 1024, 1e6), 0.001) == 8  # at least eight
-    assert backlog_limit(port_config(EngineParams(), 4096, 100e9), 0.001) == 5961
+    assert backlog_limit(port_config(EngineParams(), 4096, 100e9), 0.001) == 8942
     # never more than its frames hold: a 4170-byte frame takes two 4096-byte chunks
     few = AfXdpConfig(4096, rate_bps=100e9, tx_frames=4096)
     assert backlog_limit(few, 0.001) == (4096 - few.ring_size) // 2
