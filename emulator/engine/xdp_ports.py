@@ -212,6 +212,8 @@ def open_ports(
             config = port_config(params, path_mtu_bytes, rate_bps)
             addresses = [m.address for m in members]
             port = AfXdpPort.open(ifname, netns, addresses, config, ledger=recorder)
+            # whether the run's ledger holds its XDP program (None: no recorder was given)
+            port.info["ledger_recorded"] = None if recorder is None else recorder.recorded
             nic = XdpNic(port, config, backlog_limit(config, params.tick_s))
             opened.update((a, nic) for a in addresses)
             nic.resolve(addresses[0], destinations)

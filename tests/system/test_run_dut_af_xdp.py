@@ -176,6 +176,7 @@ def test_af_xdp_delivers_the_same_flows_as_udp_gso_valid_and_within_the_cap(
     ports = {p["interface"]: p for p in engine["af_xdp"]["ports"]}
     assert sorted(ports) == sorted(cables)
     for port in ports.values():
+        assert port["ledger_recorded"] is True  # in the fabric's state file before attaching
         assert not port["zero_copy"] and port["xdp_mode"] in ("native", "generic")
         assert port["counters"]["tx_packets"] > 0 and port["counters"]["rx_packets"] > 0
         assert port["counters"]["tx_dropped"] == port["counters"]["tx_backlog_full"] == 0
