@@ -179,6 +179,7 @@ def test_fabric_mapping_parses_keys_and_sizes_a_default() -> None:
         fabric_mapping("clos:leaves", 4)
 
 
+@pytest.mark.skipif(not TRACES.is_dir(), reason=f"real traces folder {TRACES} is absent")
 def test_quick_scenario_from_a_public_trace_set() -> None:
     prefix = TRACES / "astra-sim/examples/workload/microbenchmarks/all_reduce/4npus_1MB/all_reduce"
     args = argparse.Namespace(
