@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import hashlib
 import ipaddress
 import json
 import os
 import platform
-import shutil
 import socket
 import struct
 import subprocess
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.errors import EnvironmentProblem
+from emulator.native.bpf_object import compiled
 from emulator.netns import entered
 from emulator.transport.packets import (
     BTH_BYTES,
@@ -249,35 +248,6 @@ def next_hop_mac(ifname: str, netns: str | None, src: str, dst: str, probe_s: fl
 # --- the XDP program ----------------------------------------------------------------------
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "chakra-emulator" / "bpf"
-
-
-def _multiarch_include() -> list[str]:
-    # Debian keeps asm/types.h under the multiarch triplet; -target bpf does not add it.
-    triplet = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}.get(platform.machine())
-    path = Path("/usr/include") / triplet if triplet else None
-    return [f"-I{path}"] if path and path.is_dir() else []
-
-
 def program_object() -> Path:
     """The XDP program's object file, compiled with clang at first use, cached by source hash."""
-    source = PROGRAM_SOURCE.read_bytes()
-    target = _cache_dir() / f"xsk_rocev2-{hashlib.sha256(source).hexdigest()[:16]}.o"
-    if target.exists():
-        return target
-    clang = shutil.which("clang")
-    if clang is None:
-        raise EnvironmentProblem("clang is missing (Debian package clang): no XDP program")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(f".{os.getpid()}.tmp")
-    argv = [clang, "-O2", "-g", "-target", "bpf", *_multiarch_include()]
-    argv += ["-c", str(PROGRAM_SOURCE), "-o", str(tmp)]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        first = (proc.stderr.strip().splitlines() or ["?"])[0]
-        raise EnvironmentProblem(f"compiling {PROGRAM_SOURCE.name} failed: {first}")
-    tmp.replace(target)
-    return target
+    return compiled(PROGRAM_SOURCE, "xsk_rocev2", what="the AF_XDP port's XDP program")

@@ -9,17 +9,13 @@ phantom_marker.c.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
-import platform
-import shutil
 import struct
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from emulator.errors import EnvironmentProblem
+from emulator.native.bpf_object import compiled
 from fabrics.ecn.bpf_syscall import BpfMap
 from fabrics.iproute import Cmd, run, tc
 
@@ -148,55 +144,15 @@ class MarkerState:
         return tuple(out)
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "chakra-emulator" / "bpf"
-
-
-def _multiarch_include() -> list[str]:
-    # Debian keeps asm/types.h under the multiarch triplet; -target bpf does not add it.
-    triplet = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}.get(platform.machine())
-    path = Path("/usr/include") / triplet if triplet else None
-    return [f"-I{path}"] if path and path.is_dir() else []
-
-
 def compiled_object(*, trace: bool = False, classes: bool = True) -> Path:
     """The marker object, compiled with clang at first use and cached by source hash.
 
     `trace` builds the test variant that records every packet in its `trace` map
     (phantom_marker.c, PHANTOM_TRACE); `classes=False` the variant that counts no attribution
     classes (PHANTOM_NO_CLASSES: bench/marker_cost.py's peer); runs never use either."""
-    source = SOURCE.read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:16]
     variant = ("-trace" if trace else "") + ("" if classes else "-noclasses")
-    target = cache_dir() / f"phantom_marker{variant}-{digest}.o"
-    if target.exists():
-        return target
-    clang = shutil.which("clang")
-    if clang is None:
-        raise EnvironmentProblem("the eBPF ECN marker needs clang (Debian package clang)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(f".{os.getpid()}.tmp")
-    argv = [
-        clang,
-        "-O2",
-        "-g",
-        "-target",
-        "bpf",
-        *_multiarch_include(),
-        *(["-DPHANTOM_TRACE"] if trace else []),
-        *([] if classes else ["-DPHANTOM_NO_CLASSES"]),
-        "-c",
-        str(SOURCE),
-        "-o",
-        str(tmp),
-    ]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=120)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise EnvironmentProblem(f"compiling {SOURCE} failed: {proc.stderr.strip()}")
-    tmp.replace(target)
-    return target
+    defines = (["PHANTOM_TRACE"] if trace else []) + ([] if classes else ["PHANTOM_NO_CLASSES"])
+    return compiled(SOURCE, f"phantom_marker{variant}", what="the eBPF ECN marker", defines=defines)
 
 
 def attach_commands(netns: str, dev: str, obj: Path) -> list[Cmd]:
