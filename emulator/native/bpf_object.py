@@ -49,9 +49,15 @@ def compiled(source: Path, stem: str, *, what: str, defines: Sequence[str] = ())
     argv = [clang, "-O2", "-g", "-target", "bpf", *_multiarch_include()]
     argv += [f"-D{name}" for name in defines]
     argv += ["-c", str(source), "-o", str(tmp)]
-    proc = subprocess.run(
-        argv, capture_output=True, text=True, check=False, timeout=COMPILE_TIMEOUT_S
-    )
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, check=False, timeout=COMPILE_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        tmp.unlink(missing_ok=True)
+        raise EnvironmentProblem(
+            f"compiling {source.name} ({what}) took over {COMPILE_TIMEOUT_S} s"
+        ) from None
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
         first = (proc.stderr.strip().splitlines() or ["?"])[0]

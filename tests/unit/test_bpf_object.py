@@ -58,3 +58,17 @@ def test_a_compile_error_is_one_line_and_leaves_nothing(tmp_path, cache):
     assert str(err.value).startswith("compiling bad.bpf.c (the test program) failed: ")
     assert "\n" not in str(err.value)
     assert not list(cache.glob("*"))
+
+
+def test_a_compile_that_hangs_is_one_line(tmp_path, cache, monkeypatch):
+    source = tmp_path / "p.bpf.c"
+    source.write_text(PROGRAM)
+
+    def hang(argv, **kwargs):
+        raise bpf_object.subprocess.TimeoutExpired(argv, kwargs["timeout"])
+
+    monkeypatch.setattr(bpf_object.shutil, "which", lambda name: "/usr/bin/clang")
+    monkeypatch.setattr(bpf_object.subprocess, "run", hang)
+    with pytest.raises(EnvironmentProblem, match=r"^compiling p\.bpf\.c \(the test program\) took"):
+        bpf_object.compiled(source, "p", what="the test program")
+    assert not list(cache.glob("*"))
