@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import types
+import time
 from typing import TYPE_CHECKING
 
 from emulator.errors import EXIT_OK, ScenarioError
 
 if TYPE_CHECKING:
+    from emulator.run.interrupts import Interrupts
     from fabrics.spec import ClosSpec, DutSpec
+
+HOLD_CHECK_S = 0.2  # a signal Python lost is acted on within this
 
 HELP = "Bring a scenario's fabric up and hold it for poking at by hand."
 
@@ -36,11 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _interrupt(signum: int, frame: types.FrameType | None) -> None:
-    del signum, frame
-    raise KeyboardInterrupt
-
-
 def main(args: argparse.Namespace) -> int:
     from emulator.scenario import load_scenario
     from fabrics.netns import check_root
@@ -53,23 +50,34 @@ def main(args: argparse.Namespace) -> int:
         tdf = float(value) if isinstance(value, int | float) else 1.0
     if tdf < 1:
         raise ScenarioError(f"--time-dilation: {tdf:g} must be at least 1")
-    # SIGTERM tears down like Ctrl-C: the finally blocks below release every resource.
-    signal.signal(signal.SIGTERM, _interrupt)
+    from emulator.run.interrupts import Interrupts
     from fabrics.spec import ClosSpec, DutSpec
 
     spec = scenario.fabric
-    if isinstance(spec, DutSpec):
-        return _hold_dut(args, spec)
-    if isinstance(spec, ClosSpec):
-        return _hold_clos(args, spec, tdf)
-    raise ScenarioError(f"{args.scenario}: fabric: {type(spec).__name__} cannot be brought up")
+    if not isinstance(spec, DutSpec | ClosSpec):
+        raise ScenarioError(f"{args.scenario}: fabric: {type(spec).__name__} cannot be brought up")
+    # SIGTERM tears down like Ctrl-C: the finally blocks below release every resource. A signal
+    # whose KeyboardInterrupt Python lost (raised in a garbage-collector callback) is still
+    # pending, and the hold loop raises it.
+    interrupts = Interrupts()
+    with interrupts.handled():
+        if isinstance(spec, DutSpec):
+            return _hold_dut(args, spec, interrupts)
+        return _hold_clos(args, spec, tdf, interrupts)
 
 
 def _say(msg: str) -> None:
     print(f"emulate fabric: {msg}", file=sys.stderr, flush=True)
 
 
-def _hold_clos(args: argparse.Namespace, spec: ClosSpec, tdf: float) -> int:
+def _hold(interrupts: Interrupts) -> None:
+    """Until Ctrl-C or SIGTERM (their handler raises in the sleep; `check` raises one lost)."""
+    while True:
+        interrupts.check()
+        time.sleep(HOLD_CHECK_S)
+
+
+def _hold_clos(args: argparse.Namespace, spec: ClosSpec, tdf: float, interrupts: Interrupts) -> int:
     from fabrics.netns import bring_up
     from fabrics.shell import FabricShell
     from fabrics.topology import build_clos
@@ -109,8 +117,7 @@ def _hold_clos(args: argparse.Namespace, spec: ClosSpec, tdf: float) -> int:
                 )
         if args.no_cli:
             _say("up; Ctrl-C tears it down")
-            while True:
-                signal.pause()
+            _hold(interrupts)
         else:
             FabricShell(live).cmdloop()
     finally:
@@ -119,7 +126,7 @@ def _hold_clos(args: argparse.Namespace, spec: ClosSpec, tdf: float) -> int:
     return EXIT_OK
 
 
-def _hold_dut(args: argparse.Namespace, spec: DutSpec) -> int:
+def _hold_dut(args: argparse.Namespace, spec: DutSpec, interrupts: Interrupts) -> int:
     from fabrics.dut import bring_up_dut
 
     live = bring_up_dut(spec, prefix=args.netns_prefix)
@@ -134,8 +141,7 @@ def _hold_dut(args: argparse.Namespace, spec: DutSpec) -> int:
             for rank in ranks:
                 print(f"rank {rank['rank']:4} {rank['netns'] or '(root)':20} {rank['address']}")
         _say("ranks bound; Ctrl-C releases them")
-        while True:
-            signal.pause()
+        _hold(interrupts)
     finally:
         removed = live.close()
         _say(f"released ({len(removed)} resources)")
