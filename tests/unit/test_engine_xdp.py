@@ -20,6 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
 from emulator.backends.engine import check_send_path
 from emulator.engine.af_xdp import AfXdpConfig, RxRun, wire_bytes
@@ -60,9 +61,14 @@ TOS = 26 << 2 | 2
 
 
 def _scenario(tmp_path: Path, name: str, engine: str) -> Any:
-    text = (ROOT / "scenarios" / name).read_text() + f"\nengine:\n{engine}"
+    """The shipped scenario with `engine` (YAML lines under `engine:`) over its engine keys."""
+    data = yaml.safe_load((ROOT / "scenarios" / name).read_text())
+    data["engine"] = {
+        **(data.get("engine") or {}),
+        **yaml.safe_load(f"engine:\n{engine}")["engine"],
+    }
     path = tmp_path / name
-    path.write_text(text)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
     return load_scenario(path)
 
 
