@@ -411,8 +411,8 @@ def check_af_xdp_ports(context: BackendContext, live: Any) -> None:
     for r in live.local_ranks:
         key = (live.rank_netns(r), spec.rank_interface(r))
         ports.setdefault(key, []).append(live.rank_address(r))
+    config = port_config(engine, context.scenario.transport.path_mtu_bytes, live.max_rate_bps)
     for (netns, ifname), addresses in ports.items():
-        config = port_config(engine, context.scenario.transport.path_mtu_bytes, live.max_rate_bps)
         check_interface(ifname, netns, addresses, config)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from emulator.engine.params import OffloadChoice
 from emulator.engine.worker import WorkerSpec, worker_main
-from emulator.engine.xdp_ports import ledger_items
+from emulator.engine.xdp_ports import ledger_answer, ledger_items
 from emulator.events import RunEvent
 from fabrics.ownership import STATE_DIR_ENV, clean_state, state_path
 
@@ -234,13 +234,7 @@ class EngineServer:
         attaches it (engine.send_path af_xdp), then acknowledged; `emulate clean` on this
         server finds it after a SIGKILL."""
         ledger = getattr(self.live, "ledger", None)
-        try:
-            if ledger is not None:
-                ledger.record(items)
-        except Exception as e:
-            answer: tuple[Any, ...] = ("ledger_failed", f"{type(e).__name__}: {e}")
-        else:
-            answer = ("ledger_ok", ledger is not None)
+        answer = ledger_answer(None if ledger is None else ledger.record, items)
         with contextlib.suppress(OSError):
             pipe.send(answer)
 

@@ -40,7 +40,7 @@ from emulator.engine.plan import (
 )
 from emulator.engine.run_metadata import run_metadata
 from emulator.engine.worker import WorkerSpec
-from emulator.engine.xdp_ports import ledger_items
+from emulator.engine.xdp_ports import ledger_answer, ledger_items
 from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
 from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
 from emulator.latency import LatencyHistogram, merged
@@ -404,13 +404,7 @@ class Coordinator:
     def _record(self, w: _WorkerHandle, items: list[dict[str, Any]]) -> None:
         """A worker's ledger entries (an XDP program it is about to attach): recorded, then
         acknowledged, so the worker attaches only what the ledger holds."""
-        try:
-            if self.on_ledger is not None:
-                self.on_ledger(items)
-        except Exception as e:
-            w.pipe.send(("ledger_failed", f"{type(e).__name__}: {e}"))
-        else:
-            w.pipe.send(("ledger_ok", self.on_ledger is not None))
+        w.pipe.send(ledger_answer(self.on_ledger, items))
 
     def _take(self, w: _WorkerHandle, batch: list[tuple[Any, ...]]) -> None:
         new: list[RunEvent] = []

@@ -141,14 +141,7 @@ class XdpPath:
             used = flow.write(burst, departed_ns=departed, spacing_ns=spacing)
         else:
             used = conn.writer.write(burst, departed_ns=departed, spacing_ns=spacing)
-        try:
-            taken = rank.xdp.port.send(conn.xdp, conn.tos, self.gso_buf.data, used, segment)
-        except OSError as e:
-            self._send_failed(e, [self.gso_view[:used]], conn.dest, rank)
-        else:
-            if taken < count:  # the backlog is full: lost as in a full socket buffer
-                self.counters["send_buffer_full"] += 1
-                self.counters["xdp_segments_refused"] += count - taken
+        self._to_port(conn, conn.tos, self.gso_buf.data, used, segment, count)
         self.counters["data_packets_sent"] += count
         rank.tx_bytes += used + IP_UDP_BYTES * count
         self._count_class(conn.tos, count, used, sent=True)
@@ -177,17 +170,34 @@ class XdpPath:
             tos = self.tos_cnp if type(packet) is CnpPacket else self.tos_ack
             data = encode(packet, conn.icrc, 0)
             used = segment = len(data)
+        # ahead of the rank's own data waiting there, as a NIC's responder does not wait
+        self._to_port(conn, tos, data, used, segment, count, ahead=True)
+        rank.tx_bytes += used + IP_UDP_BYTES * count
+        self._count_class(tos, count, used, sent=True)
+
+    def _to_port(
+        self,
+        conn: SendConn | RecvConn,
+        tos: int,
+        data: bytes | bytearray,
+        used: int,
+        segment: int,
+        count: int,
+        *,
+        ahead: bool = False,
+    ) -> None:
+        """data[:used] (`count` segments) handed to the rank's port; what its backlog refuses
+        is lost as in a full socket buffer, a failed send as on the socket path."""
+        rank = conn.rank
+        assert conn.xdp is not None and rank.xdp is not None
         try:
-            # ahead of the rank's own data waiting there, as a NIC's responder does not wait
-            taken = rank.xdp.port.send(conn.xdp, tos, data, used, segment, ahead=True)
+            taken = rank.xdp.port.send(conn.xdp, tos, data, used, segment, ahead=ahead)
         except OSError as e:
             self._send_failed(e, [memoryview(data)[:used]], conn.dest, rank)
         else:
             if taken < count:
                 self.counters["send_buffer_full"] += 1
                 self.counters["xdp_segments_refused"] += count - taken
-        rank.tx_bytes += used + IP_UDP_BYTES * count
-        self._count_class(tos, count, used, sent=True)
 
     # -- receive ------------------------------------------------------------------------------
     def _read_xdp(self, nic: XdpNic, now: float) -> bool:

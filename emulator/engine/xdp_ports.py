@@ -22,7 +22,7 @@ import dataclasses
 import json
 import math
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
@@ -88,6 +88,21 @@ class PipeRecorder:
         self.recorded = bool(answer[1])
 
 
+def ledger_answer(
+    record: Callable[[list[dict[str, Any]]], None] | None, items: list[dict[str, Any]]
+) -> tuple[str, Any]:
+    """What a worker waiting in PipeRecorder.record is told once whoever holds the run's ledger
+    (`record`; None: nobody) has recorded its entries: ("ledger_ok", recorded) or
+    ("ledger_failed", why)."""
+    if record is None:
+        return ("ledger_ok", False)
+    try:
+        record(items)
+    except Exception as e:
+        return ("ledger_failed", f"{type(e).__name__}: {e}")
+    return ("ledger_ok", True)
+
+
 def port_config(params: EngineParams, path_mtu_bytes: int, rate_bps: float) -> AfXdpConfig:
     """A port capped at `rate_bps` (wall bits/s, Ethernet framing included) with the engine's
     depth, and frames for twice what its backlog may hold (backlog_limit) besides a TX ring's
@@ -99,10 +114,8 @@ def port_config(params: EngineParams, path_mtu_bytes: int, rate_bps: float) -> A
         xdp_mode=params.af_xdp_mode,
     )
     depth = params.af_xdp_burst_bytes or max(base.depth_bytes(), int(rate_bps / 8 * DEPTH_S))
-    largest = max_frame_bytes(path_mtu_bytes)
-    chunks = math.ceil(largest / frame_room(base.frame_bytes)[1])
-    held = math.ceil(rate_bps / 8 * BACKLOG_TICKS * params.tick_s / wire_bytes(largest))
-    needed = 2 * held * chunks + base.ring_size
+    held = _backlog_packets(rate_bps, params.tick_s, path_mtu_bytes)
+    needed = 2 * held * _frames_per_packet(base) + base.ring_size
     tx_frames = min(max(base.tx_frames, 1 << (needed - 1).bit_length()), LARGEST_TX_FRAMES)
     return dataclasses.replace(base, burst_bytes=depth, tx_frames=tx_frames)
 
@@ -121,11 +134,22 @@ def backlog_limit(config: AfXdpConfig, tick_s: float) -> int:
     deeper backlog delays every packet behind it (its queue pairs' RTT; a receiver's ACKs go
     ahead) as an HTB queue does on the socket path."""
     c = config
-    largest = max_frame_bytes(c.path_mtu_bytes)
-    chunks = math.ceil(largest / frame_room(c.frame_bytes)[1])
-    capacity = max(1, (c.tx_frames - c.ring_size) // chunks)  # a TX ring's worth in flight
-    wanted = math.ceil((c.rate_bps or 0) / 8 * BACKLOG_TICKS * tick_s / wire_bytes(largest))
+    # a TX ring's worth in flight
+    capacity = max(1, (c.tx_frames - c.ring_size) // _frames_per_packet(c))
+    wanted = _backlog_packets(c.rate_bps or 0, tick_s, c.path_mtu_bytes)
     return min(capacity, max(8, wanted))
+
+
+def _frames_per_packet(config: AfXdpConfig) -> int:
+    """UMEM frames the largest packet of the path MTU takes (more than one: multi-buffer)."""
+    largest = max_frame_bytes(config.path_mtu_bytes)
+    return math.ceil(largest / frame_room(config.frame_bytes)[1])
+
+
+def _backlog_packets(rate_bps: float, tick_s: float, path_mtu_bytes: int) -> int:
+    """The largest packets BACKLOG_TICKS ticks at `rate_bps` carry."""
+    largest = max_frame_bytes(path_mtu_bytes)
+    return math.ceil(rate_bps / 8 * BACKLOG_TICKS * tick_s / wire_bytes(largest))
 
 
 def interface_of(address: str, netns: str | None) -> str:
@@ -271,6 +295,7 @@ __all__ = [
     "XdpNic",
     "backlog_limit",
     "interface_of",
+    "ledger_answer",
     "ledger_items",
     "ledger_message",
     "min_gap_s",
