@@ -114,10 +114,7 @@ class ReceivePath:
         every gso_size bytes) to the queue pairs: counted, then ACKs to one sender or data for
         one known QP at once (the fast paths only for the QP's own peer; anything else goes
         through the codec, which counts foreign sources as drops)."""
-        count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
-        rank.rx_bytes += nbytes + IP_UDP_BYTES * count
-        self.counters["packets_received"] += count
-        self._count_class(tos, count, nbytes, sent=False)
+        self._count_read(rank, nbytes, gso_size, tos)
         endpoint = rank.endpoint
         ce = (tos & 3) == ECN_CE
         if nbytes and data[0] == Opcode.ACKNOWLEDGE:
@@ -136,6 +133,14 @@ class ReceivePath:
             ):
                 return
         self._read_packets(rank, data, now, nbytes, gso_size, tos, ce, rx_ns, source)
+
+    def _count_read(self, rank: Rank, nbytes: int, gso_size: int, tos: int) -> None:
+        """A read of data[:nbytes] cut every gso_size bytes, counted: the rank's bytes with
+        their IP and UDP headers, packets received, its traffic class."""
+        count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
+        rank.rx_bytes += nbytes + IP_UDP_BYTES * count
+        self.counters["packets_received"] += count
+        self._count_class(tos, count, nbytes, sent=False)
 
     def _on_readable_native(self, rank: Rank, reader: NativeRunReader) -> None:
         """_on_readable on the native path: each read and what it is read as in C. ACK reads
@@ -157,10 +162,7 @@ class ReceivePath:
                     break
                 raise OSError(-nbytes, os.strerror(-nbytes))
             got = True
-            count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
-            rank.rx_bytes += nbytes + IP_UDP_BYTES * count
-            self.counters["packets_received"] += count
-            self._count_class(tos, count, nbytes, sent=False)
+            self._count_read(rank, nbytes, gso_size, tos)
             qp = reader.ack_qp
             if qp >= 0 and qp in senders and endpoint.sender_peers.get(qp) == source:
                 if qp == acks_qp:
