@@ -271,8 +271,7 @@ class Port:
         assert self.attribution is not None
         now = self.sim.now
         for entry in self.attribution.values():
-            entry[4] += entry[0] * (now - entry[5])
-            entry[5] = now
+            self._queue_change(entry, 0)  # the byte-time up to now
         held = tuple(
             (tag, q, tx, m, d, byte_s)
             for tag, (q, tx, m, d, byte_s, _) in self.attribution.items()
