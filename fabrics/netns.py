@@ -26,10 +26,18 @@ from typing import Any
 
 from emulator.errors import EnvironmentProblem, ScenarioError
 from fabrics.ecn.markers import NETEM_PROBE, Marker, choose_marker, qdisc_kind_available
-from fabrics.iproute import Cmd, in_netns, ip, run_batch, run_grouped
+from fabrics.iproute import Cmd, in_netns, ip, run, run_batch, run_grouped
 from fabrics.ownership import Ledger
 from fabrics.queues import EgressPort, egress_ports, htb_commands, netem_delay
 from fabrics.topology import HOST_IFNAME, Cable, Route, Topology, routes_without
+from fabrics.underlay_guard import (
+    FAMILY,
+    UnderlayGuard,
+    check_guard_tool,
+    dropped_cmd,
+    dropped_packets,
+    underlay_guards,
+)
 from fabrics.vxlan import FabricPart, check_underlays, make_tunnels, tunnel_devices
 
 NETNS_DIR = Path("/run/netns")  # where `ip netns add` names its namespaces
@@ -68,6 +76,8 @@ class LiveFabric:
     timings_s: dict[str, float] = field(default_factory=dict)
     # The nodes this server hosts when the fabric spans several (fabrics/vxlan.py); None: all.
     part: FabricPart | None = None
+    # The filters that keep strangers' frames off the part's tunnels (fabrics/underlay_guard.py).
+    guards: tuple[UnderlayGuard, ...] = ()
 
     @property
     def marker_name(self) -> str:
@@ -115,7 +125,7 @@ class LiveFabric:
             raise ScenarioError(f"interface {ifname} is not rank {rank}'s NIC {HOST_IFNAME}")
 
     def metadata(self) -> dict[str, Any]:
-        part = {"part": self.part.metadata()} if self.part is not None else {}
+        part = {"part": {**self.part.metadata(), **self._guard_metadata()}} if self.part else {}
         return {
             "backend": "netns",
             "marker": self.marker.name,
@@ -130,6 +140,20 @@ class LiveFabric:
             # the eBPF phantom queue and tc RED both judge a packet before the port's queue
             "ecn_mark_point": "arrival",
             **part,
+        }
+
+    def _guard_metadata(self) -> dict[str, Any]:
+        """Each underlay filter and the frames it dropped so far (strangers' VXLAN)."""
+        return {
+            "underlay_guards": [
+                {
+                    "netns": g.netns,
+                    "nft_table": f"{FAMILY} {g.table}",
+                    "tunnels": len(g.tunnels),
+                    "dropped_frames": dropped_packets(run(dropped_cmd(g), check=False)),
+                }
+                for g in self.guards
+            ]
         }
 
     def _whole_fabric_only(self, what: str) -> None:
@@ -239,6 +263,7 @@ def bring_up(
     if part is not None:
         part.check(topology)
         check_underlays(part.tunnels.values(), topology.mtu_bytes)
+        check_guard_tool()
     say = progress or (lambda _msg: None)
     ledger = Ledger.claim("clos")
     try:
@@ -352,7 +377,13 @@ def _bring_up(
         )
         for i, c in veths
     )
+    guards: list[UnderlayGuard] = []
     if part is not None:
+        # The guard first: a tunnel end takes frames from anyone from the moment it exists.
+        guards = underlay_guards(part.tunnels.values())
+        ledger.record(g.record() for g in guards)
+        for guard in guards:
+            run(guard.create())
         make_tunnels(tunnel_devices(topo, part, netns, cable_mac), ledger.record)
     config: list[Cmd] = []
     for node in (n for n in topo.nodes if n.name in local):
@@ -430,7 +461,9 @@ def _bring_up(
     say(
         f"{len(ports)} egress queues (HTB{', ' + marker.name + ' marker' if marker.name != 'none' else ''})"
     )
-    return LiveFabric(topo, netns, ports, marker, ledger, rate_scale, delay_scale, timings, part)
+    return LiveFabric(
+        topo, netns, ports, marker, ledger, rate_scale, delay_scale, timings, part, tuple(guards)
+    )
 
 
 def _write_sysctl(key: str, value: str, netns: str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.errors import EnvironmentProblem
+from fabrics import underlay_guard
 from fabrics.iproute import Cmd, existing_netns, ip, run, run_batch, tc
 
 STATE_DIR_ENV = "CHAKRA_EMULATOR_STATE_DIR"
@@ -178,6 +179,8 @@ def describe(r: Resource) -> str:
         return f"route {r['prefix']}{where}"
     if r["kind"] == "vxlan":
         return f"VXLAN device {r['name']}{where}"
+    if r["kind"] == "nft_table":
+        return f"nftables table {r['family']} {r['name']}{where or ' in the root namespace'}"
     if r["kind"] == "moved_link":
         return f"interface {r['name']} moved into {r['netns']}"
     return f"{r['kind']} {r.get('name')}{where}"
@@ -217,6 +220,8 @@ def _exists(r: Resource, live_netns: set[str]) -> bool:
         return _loaded_tags().get(int(r["id"])) == r.get("tag")
     if kind == "xdp":
         return _loaded_tags().get(int(r["id"])) == r.get("tag") and _xdp_attached(r)
+    if kind == "nft_table":
+        return bool(run(underlay_guard.exists_cmd(r), check=False).strip())
     if kind == "mtu":
         return False  # the interface is gone, or it failed for a reason already reported
     if kind in ("veth", "vxlan", "moved_link"):
@@ -254,6 +259,8 @@ def _release_group(group: list[Resource], live_netns: set[str]) -> tuple[list[st
         )
     if kind == "xdp":
         return _release_xdp(group, live_netns)
+    if kind == "nft_table":
+        return _release_nft(group, live_netns)
     ns = group[0].get("netns")
     if ns and ns not in live_netns:
         return [], []
@@ -299,6 +306,24 @@ def _release_xdp(group: list[Resource], live_netns: set[str]) -> tuple[list[str]
         for link in _xdp_links(r):
             run(Cmd("bpftool", ("link", "detach", "id", str(link))), check=False)
         if _xdp_attached(r):
+            still.append(r)
+        else:
+            removed.append(describe(r))
+    return removed, still
+
+
+def _release_nft(group: list[Resource], live_netns: set[str]) -> tuple[list[str], list[Resource]]:
+    """Delete recorded nftables tables (the underlay's guard, fabrics/underlay_guard.py) by the
+    name recorded, one nft call each (nft has no -batch of ip's kind)."""
+    removed: list[str] = []
+    still: list[Resource] = []
+    for r in group:
+        if r.get("netns") and r["netns"] not in live_netns:
+            continue
+        if not _exists(r, live_netns):
+            continue
+        run(underlay_guard.release_cmd(r), check=False)
+        if _exists(r, live_netns):
             still.append(r)
         else:
             removed.append(describe(r))

@@ -293,6 +293,7 @@ class ClusterSession(Session):
         finally:
             sampler.stop()
             sampling_errors = self._stop_sampling(links)
+            self._refresh_fabric_metadata(links)
             for link in links:
                 link.stop()
             job.progress.done(job.state(throughput.bps))
@@ -361,6 +362,18 @@ class ClusterSession(Session):
             except Exception as exc:
                 errors.append(f"server {link.name}: {_cause(exc)}")
         return errors
+
+    def _refresh_fabric_metadata(self, links: list[ServerLink]) -> None:
+        """Each live server's fabric metadata at the run's end (its underlay guards' drops)."""
+        import ray
+
+        for link in links:
+            if link.failure is not None:
+                continue
+            with contextlib.suppress(Exception):  # a dead server keeps what it said at bring-up
+                now = ray.get(link.actor.fabric_metadata.remote(), timeout=TEARDOWN_TIMEOUT_S)
+                if now:
+                    self.parts[link.name]["metadata"] = now
 
     def _servers_metadata(
         self, links: list[ServerLink], launcher: RemoteLauncher, coordinator: Coordinator

@@ -142,6 +142,10 @@ class EngineServer:
             "said": said,
         }
 
+    def fabric_metadata(self) -> dict[str, Any]:
+        """The part's metadata as it is now (what its underlay guards dropped so far)."""
+        return {} if self.live is None else self.live.metadata()
+
     def calibrate(
         self, path_mtu_bytes: int, shape: Any, refresh: bool, native: OffloadChoice
     ) -> Any:

@@ -162,6 +162,11 @@ def test_split_by_leaf_gives_the_one_machine_run(
         assert set(parts) == {"server a", "server b"}, parts
         assert deps["cross_server"]["count"] > 0
         assert any("2 links between servers as VXLAN" in m for m in messages), messages
+        # each server's underlay took VXLAN only from the other: its guard, read at the end
+        for name in ("a", "b"):
+            part = split.summary["fabric_backend"]["servers"][name]["part"]
+            (guard,) = part["underlay_guards"]
+            assert guard["tunnels"] == 2 and guard["dropped_frames"] == 0, guard
         for kind in one:
             assert abs(two[kind] / one[kind] - 1) <= BUSBW_BOUND, (kind, one, two)
 

@@ -75,6 +75,19 @@ class Underlay:
             if link.get("linkinfo", {}).get("info_kind") == "vxlan"
         ]
 
+    def nft_tables(self) -> list[str]:
+        """The nftables tables in the underlay namespaces (the guards of fabrics/underlay_guard)."""
+        out = []
+        for ns in self.netns.values():
+            if ns not in existing_netns():
+                continue
+            listed = subprocess.run(
+                ["ip", "netns", "exec", ns, "nft", "list", "tables"],
+                capture_output=True, text=True, timeout=30, check=True,
+            ).stdout  # fmt: skip
+            out += [f"{ns}:{line.strip()}" for line in listed.splitlines() if line.strip()]
+        return out
+
 
 def _make_underlay(mtu: int) -> Iterator[Underlay]:
     """Two namespaces joined by a veth, standing for two servers' NICs; removed afterwards."""
@@ -131,7 +144,7 @@ def _bring_up_part(
 def _leftovers(underlay: Underlay, tmp_path: Path) -> list[str]:
     namespaces = [n for n in existing_netns() if n.startswith(tuple(PREFIX.values()))]
     states = [str(p) for p in tmp_path.glob("state-*/state.json")]
-    return namespaces + underlay.vxlan_devices() + states
+    return namespaces + underlay.vxlan_devices() + underlay.nft_tables() + states
 
 
 @pytest.fixture
@@ -249,6 +262,81 @@ def test_a_ce_mark_made_before_encapsulation_arrives_after_decapsulation(
     assert rx.packets == sent
     assert at_tunnel >= 0.3 * sent, f"{at_tunnel} marks at l1's tunnel ports of {sent} packets"
     assert rx.ce == total, f"received {rx.ce} CE, the ports marked {total} ({at_tunnel} at l1)"
+
+
+def _rx_packets(netns: str, dev: str) -> int:
+    (link,) = json.loads(_ip("-n", netns, "-s", "-j", "link", "show", "dev", dev))
+    return int(link["stats64"]["rx"]["packets"])
+
+
+def _vxlan_frames(
+    source_ip: str, netns: str, to: str, vni: int, inner_dst_mac: str, n: int
+) -> None:
+    """`n` VXLAN frames (RFC 7348: flags 0x08, VNI) from `source_ip` in `netns` to `to`:4789, each
+    an Ethernet frame to `inner_dst_mac` carrying a UDP datagram (as a spoofed RoCEv2 packet
+    would be)."""
+    inner_ip = bytes.fromhex("4500001c0000400040110000") + bytes([10, 9, 9, 9, 10, 9, 9, 8])
+    inner = (
+        bytes.fromhex(inner_dst_mac.replace(":", ""))
+        + bytes.fromhex("020000000099")  # a source MAC no port of the fabric has
+        + b"\x08\x00"
+        + inner_ip
+        + (4791).to_bytes(2, "big") * 2
+        + bytes(4)
+    )
+    header = bytes([0x08, 0, 0, 0]) + vni.to_bytes(3, "big") + b"\x00"
+    s = udp_socket(netns, tos=0)
+    try:
+        s.bind((source_ip, 0))
+        for _ in range(n):
+            s.sendto(header + inner, (to, 4789))
+    finally:
+        s.close()
+
+
+def test_the_underlay_takes_vxlan_only_from_the_peer_server(
+    parts: dict[str, LiveFabric], underlay: Underlay
+) -> None:
+    """A frame with one of the part's VNIs from an address that is not the tunnel's remote is
+    dropped before the tunnel end sees it; the same frame from the remote passes. The stranger is
+    a second address on server A's underlay NIC, routed on B, so nothing but the guard stands in
+    its way (Linux matches arriving VXLAN on the VNI alone)."""
+    a, b = parts["A"], parts["B"]
+    assert b.part is not None
+    index, tunnel = min(b.part.tunnels.items())
+    cable = b.topology.cables[index]
+    end = 0 if cable.a.node in b.part.nodes else 1
+    port = (cable.a, cable.b)[end]
+    node_ns = b.netns_of(port.node)
+    stranger = "10.254.7.9"
+    _ip("-n", underlay.netns["A"], "addr", "add", f"{stranger}/32", "dev", UNDERLAY_DEV)
+    _ip("-n", underlay.netns["B"], "route", "add", f"{stranger}/32", "dev", UNDERLAY_DEV)
+    sent = 5
+
+    before = _rx_packets(node_ns, port.ifname)
+    _vxlan_frames(
+        stranger, underlay.netns["A"], UNDERLAY_IP["B"], tunnel.vni, cable_mac(index, end), sent
+    )
+    time.sleep(0.2)
+    assert _rx_packets(node_ns, port.ifname) == before, "a stranger's frame reached the tunnel end"
+    (guard,) = b.metadata()["part"]["underlay_guards"]
+    assert guard["netns"] == underlay.netns["B"] and guard["tunnels"] == len(b.part.tunnels)
+    assert guard["dropped_frames"] == sent
+
+    _vxlan_frames(
+        UNDERLAY_IP["A"],
+        underlay.netns["A"],
+        UNDERLAY_IP["B"],
+        tunnel.vni,
+        cable_mac(index, end),
+        sent,
+    )
+    deadline = time.monotonic() + 5
+    while _rx_packets(node_ns, port.ifname) < before + sent and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _rx_packets(node_ns, port.ifname) == before + sent
+    assert b.metadata()["part"]["underlay_guards"][0]["dropped_frames"] == sent
+    assert a.metadata()["part"]["underlay_guards"][0]["dropped_frames"] == 0
 
 
 def test_an_underlay_mtu_too_small_is_refused_and_nothing_is_made(
