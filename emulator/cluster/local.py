@@ -2,7 +2,8 @@
 offer one server's resource, and underlay namespaces joined by a veth standing for their NICs.
 
 Ray's token authentication is on (its address is this machine's non-loopback IP, which Ray
-uses even for a local cluster). Everything made here is removed on exit, whatever happens.
+uses even for a local cluster), unless a test asks for a cluster without it (to see it refused).
+Everything made here is removed on exit, whatever happens.
 """
 
 from __future__ import annotations
@@ -49,11 +50,18 @@ def _sh(*args: str) -> None:
 
 
 @contextlib.contextmanager
-def local_cluster(state_dir: Path, servers: tuple[str, str] = ("a", "b")) -> Iterator[LocalCluster]:
-    """Two servers (a head node with no CPUs, one node per server) and their underlays."""
+def local_cluster(
+    state_dir: Path, servers: tuple[str, str] = ("a", "b"), *, token_auth: bool = True
+) -> Iterator[LocalCluster]:
+    """Two servers (a head node with no CPUs, one node per server) and their underlays; with
+    token_auth False, a cluster that lets anyone in (what a run must refuse)."""
     saved = {k: os.environ.get(k) for k in AUTH_ENV}
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
+    if token_auth:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
+    else:
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        os.environ.pop("RAY_AUTH_TOKEN", None)
     _reload_ray_auth()
     from ray.cluster_utils import Cluster
 

@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 
 from emulator.backends import backend_name
-from emulator.cluster.connect import check_security, parse_address, token_problem
+from emulator.cluster.connect import (
+    check_security,
+    cluster_auth_problem,
+    parse_address,
+    token_problem,
+)
 from emulator.cluster.placement import plan_cluster
-from emulator.cluster.spec import ClusterSpec, ServerSpec, UnderlaySpec
+from emulator.cluster.spec import SERVER_RESOURCE_PREFIX, ClusterSpec, ServerSpec, UnderlaySpec
 from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.scenario import load_scenario
 from fabrics.spec import ClosSpec
@@ -153,14 +158,56 @@ def test_addresses_and_tokens() -> None:
     assert "no token" in str(token_problem({"RAY_AUTH_MODE": "token"}, home))
 
 
-def test_a_non_loopback_cluster_without_a_token_is_refused(
+def test_a_driver_without_a_token_is_refused_on_any_address(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Loopback is no exemption: Ray's servers listen on the node's network address anyway, and
+    other nodes may have joined over the network."""
     for var in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(var, raising=False)
-    check_security("127.0.0.1:6379")  # loopback: allowed
-    with pytest.raises(EnvironmentProblem, match="not loopback and Ray token authentication"):
-        check_security("192.0.2.7:6379")
+    monkeypatch.setenv("HOME", "/nonexistent-home")
+    for address in ("127.0.0.1:6379", "192.0.2.7:6379"):
+        with pytest.raises(EnvironmentProblem, match="Ray token authentication is off here"):
+            check_security(address)
     monkeypatch.setenv("RAY_AUTH_MODE", "token")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
     check_security("192.0.2.7:6379")
+
+
+def _node(address: str, port: int, alive: bool = True, server: str | None = None) -> dict:
+    resources = {"CPU": 1.0, **({f"{SERVER_RESOURCE_PREFIX}{server}": 1.0} if server else {})}
+    return {
+        "NodeManagerAddress": address,
+        "NodeManagerPort": port,
+        "NodeManagerHostname": f"host-{address}",
+        "Alive": alive,
+        "Resources": resources,
+    }
+
+
+def test_the_cluster_itself_must_refuse_a_caller_without_the_token() -> None:
+    """The GCS and every live node's raylet are asked without a token; the first that does not
+    refuse is named (a dead node is not asked)."""
+    nodes = [
+        _node("10.0.0.1", 7001),
+        _node("10.0.0.2", 7002, server="b"),
+        _node("10.0.0.3", 1, False),
+    ]
+    asked: list[str] = []
+
+    def probe(open_to: set[str]):  # type: ignore[no-untyped-def]
+        def ask(target: str, call: object) -> str | None:
+            asked.append(target)
+            return "it answered a call that carried no token" if target in open_to else None
+
+        return ask
+
+    assert cluster_auth_problem("10.0.0.1:6379", nodes, probe(set())) is None
+    assert asked == ["10.0.0.1:6379", "10.0.0.1:7001", "10.0.0.2:7002"]
+    assert cluster_auth_problem("10.0.0.1:6379", nodes, probe({"10.0.0.1:6379"})) == (
+        "the head's GCS at 10.0.0.1:6379: it answered a call that carried no token"
+    )
+    assert cluster_auth_problem("10.0.0.1:6379", nodes, probe({"10.0.0.2:7002"})) == (
+        "node 10.0.0.2 (host-10.0.0.2, server b), raylet at 10.0.0.2:7002: it answered a call "
+        "that carried no token"
+    )
