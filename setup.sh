@@ -10,8 +10,11 @@ APT_PACKAGES=(
   python3 python3-venv python3-dev gcc
   iproute2 iputils-ping ethtool procps psmisc
   iperf3 clang llvm libbpf-dev bpftool tcpdump tshark prometheus
+  # the underlay guard of a fabric split over servers (fabrics/underlay_guard.py)
+  nftables
   # AF_XDP ports (engine.send_path: af_xdp): emulator/native's _xsk module links libxdp/libbpf
-  libxdp-dev
+  # and zlib (the receive path checks each ICRC with its crc32)
+  libxdp-dev zlib1g-dev
   # headless, for the test that opens report.html (tests/system/test_report_html.py); its
   # dependencies bring a font (fonts-dejavu-core through fontconfig-config), which is enough
   chromium
