@@ -1,6 +1,6 @@
 """cffi builder of emulator.native._xsk: the AF_XDP port (xsk_port.c, xsk_tx.c, xsk_rx.c), its
-token bucket and header writer (xsk_frame.c), linked against Debian's libxdp and libbpf
-(packages libxdp-dev, libbpf-dev).
+token bucket and header writer (xsk_frame.c), linked against Debian's libxdp, libbpf and zlib
+(packages libxdp-dev, libbpf-dev, zlib1g-dev).
 
 `python -m emulator.native.build` compiles it with every other build_*.py here (or, alone,
 `python emulator/native/build_xsk.py`). The declarations are xsk_api.h's, read as they are, so
@@ -27,7 +27,7 @@ ffibuilder.set_source(
     '#include <stdint.h>\n#include "xsk_api.h"\n',
     sources=[str(c) for c in C_FILES],
     include_dirs=[str(HERE)],
-    libraries=["xdp", "bpf"],
+    libraries=["xdp", "bpf", "z"],  # z: zlib's crc32 for the received packets' ICRC
     extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
 )
 

@@ -29,6 +29,10 @@ uint32_t xsk_write_headers(uint8_t *frame, const struct xsk_flow *f, uint8_t tos
 			   uint32_t udp_payload_bytes);
 uint64_t xsk_wire_bytes(uint32_t frame_bytes);
 
+/* --- the transmit backlog ------------------------------------------------------------------ */
+uint32_t xsk_backlog_move_ahead(void *slots, uint32_t slot_bytes, uint32_t cap, uint32_t head,
+				uint32_t waiting, uint32_t added);
+
 /* --- the port ------------------------------------------------------------------------------- */
 struct xsk_config {
 	const char *ifname;
@@ -75,7 +79,10 @@ struct xsk_counters {
 	uint64_t rx_packets;
 	uint64_t rx_bytes; /* UDP payload bytes handed to the caller */
 	uint64_t rx_runs;
-	uint64_t rx_malformed; /* not a RoCEv2 IPv4/UDP frame after all: dropped, counted */
+	uint64_t rx_malformed; /* dropped: not a RoCEv2 IPv4/UDP frame after all, or one of: */
+	uint64_t rx_bad_ip_checksum; /* IPv4 header checksum wrong (RFC 791 section 3.1) */
+	uint64_t rx_bad_udp_checksum; /* a UDP checksum other than 0 wrong (RFC 768) */
+	uint64_t rx_bad_icrc; /* RoCEv2's invariant CRC wrong (IBA vol. 1 annex A17) */
 	uint64_t frames_recycled; /* RX frames back on a fill ring */
 	uint64_t fill_wakeups;
 };

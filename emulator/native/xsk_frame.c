@@ -129,6 +129,28 @@ uint64_t xsk_wire_bytes(uint32_t frame_bytes)
 	return (frame_bytes < 60 ? 60 : frame_bytes) + 24;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Backlog */
+
+/* A FIFO of `cap` slots of `slot_bytes` starting at `head` holds `waiting` entries, then `added`
+ * more (waiting + added <= cap): move the added ones in front of the waiting ones, in their own
+ * order, and return the new head. Each lands cap - (waiting + added) slots after where it was,
+ * so the two places overlap when that is below `added`: copied from the last one backwards (as
+ * memmove does), no entry is overwritten before it is read. */
+uint32_t xsk_backlog_move_ahead(void *slots, uint32_t slot_bytes, uint32_t cap, uint32_t head,
+				uint32_t waiting, uint32_t added)
+{
+	uint8_t *s = slots;
+	uint32_t to = (head + cap - added) % cap, from = (head + waiting) % cap, j;
+
+	if (!waiting || !added)
+		return head;
+	for (j = added; j-- > 0;)
+		memmove(s + (size_t)((to + j) % cap) * slot_bytes,
+			s + (size_t)((from + j) % cap) * slot_bytes, slot_bytes);
+	return to;
+}
+
 uint64_t xsk_now_ns(void)
 {
 	struct timespec ts;

@@ -188,7 +188,7 @@ int64_t xsk_port_send(struct xsk_port *p, const struct xsk_flow *f, uint8_t tos,
 		      const uint8_t *payloads, uint32_t nbytes, uint32_t segment_bytes,
 		      uint32_t ip_id_first, uint64_t now_ns, int ahead)
 {
-	uint32_t count, i, room = p->tx_room, waiting = p->bl_descs, added, j;
+	uint32_t count, i, room = p->tx_room, waiting = p->bl_descs, added;
 	int64_t rc;
 
 	if (!segment_bytes || segment_bytes > nbytes)
@@ -240,16 +240,9 @@ int64_t xsk_port_send(struct xsk_port *p, const struct xsk_flow *f, uint8_t tos,
 		p->c.tx_taken++;
 	}
 	added = p->bl_descs - waiting;
-	if (ahead && waiting && added) {
-		/* the new descriptors, at the tail after the `waiting` ones, move in front of the head
-		 * (the two places do not overlap: waiting + added <= bl_cap) */
-		uint32_t head = (p->bl_head + p->bl_cap - added) % p->bl_cap;
-
-		for (j = 0; j < added; j++)
-			p->backlog[(head + j) % p->bl_cap] =
-				p->backlog[(p->bl_head + waiting + j) % p->bl_cap];
-		p->bl_head = head;
-	}
+	if (ahead) /* the new descriptors, after the `waiting` ones, move in front of them */
+		p->bl_head = xsk_backlog_move_ahead(p->backlog, sizeof(*p->backlog), p->bl_cap,
+						    p->bl_head, waiting, added);
 	rc = xsk_port_pump(p, now_ns);
 	return rc < 0 ? rc : (int64_t)i;
 }

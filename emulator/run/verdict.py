@@ -197,8 +197,12 @@ def af_xdp_reasons(metadata: dict[str, Any]) -> list[str]:
     """What the AF_XDP ports' counters (summary engine.af_xdp, engine.send_path af_xdp) say the
     run lost on this machine's side: packets the kernel dropped before the engine read them,
     packets for the ranks that went to the kernel for want of a socket on their receive queue,
-    segments the transmit backlog refused or the device dropped. Each is traffic the switch
-    under test did not lose, which the run's losses and FCTs include."""
+    segments the transmit backlog refused or the device dropped, transmit descriptors the kernel
+    rejected, received frames dropped as not valid RoCEv2 (a checksum or the ICRC wrong among
+    them). Each is traffic the switch under test did not lose, which the run's losses and FCTs
+    include."""
+    # rx_malformed's finer counters (xsk_api.h struct xsk_counters), named when non-zero
+    malformed_kinds = ("rx_bad_ip_checksum", "rx_bad_udp_checksum", "rx_bad_icrc")
     reasons: list[str] = []
     for port in (metadata.get("af_xdp") or {}).get("ports", []):
         c = port.get("counters") or {}
@@ -227,5 +231,20 @@ def af_xdp_reasons(metadata: dict[str, Any]) -> list[str]:
             reasons.append(
                 f"af_xdp port {name}: packets were lost before the wire ({said}: segments the "
                 "transmit backlog refused, or the device dropped); the transport resent them"
+            )
+        invalid = int(c.get("tx_invalid_descs", 0))
+        if invalid:
+            reasons.append(
+                f"af_xdp port {name}: the kernel rejected {invalid} transmit descriptors "
+                "(tx_invalid_descs, XDP_STATISTICS): those packets never left; the port wrote a "
+                "descriptor outside its UMEM or longer than a frame (a bug in the port)"
+            )
+        malformed = int(c.get("rx_malformed", 0))
+        if malformed:
+            kinds = "".join(f", {k} {int(c[k])}" for k in malformed_kinds if int(c.get(k, 0)))
+            reasons.append(
+                f"af_xdp port {name}: {malformed} received frames were dropped as malformed "
+                f"(rx_malformed{kinds}): not valid RoCEv2 over IPv4/UDP, or a wrong IPv4 header "
+                "checksum, UDP checksum or ICRC: corrupted on the way, or not from a RoCEv2 sender"
             )
     return reasons

@@ -1,7 +1,8 @@
 """AF_XDP ports (emulator/engine/af_xdp.py) on a veth pair in copy mode: what leaves is valid
 RoCEv2 and counted exactly, a rate cap holds over every 2 ms window of a capture, the other end
-receives every payload through its own port with the right source and ToS, an interface that
-cannot do it is refused in one line, and nothing stays attached after close, an exception or a
+receives every payload through its own port with the right source and ToS, a frame with a wrong
+IPv4 header checksum, UDP checksum or ICRC is counted and dropped, an interface that cannot do it
+is refused in one line, and nothing stays attached after close, an exception or a
 SIGKILL followed by `emulate clean`'s release.
 
 Captures are taken on the receiving veth without a port there (an XDP program would take the
@@ -12,8 +13,10 @@ the configured cap: correctness, never a wall-clock threshold.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import itertools
+import json
 import os
 import signal
 import socket
@@ -27,7 +30,7 @@ from pathlib import Path
 import pytest
 from scapy.compat import raw
 from scapy.contrib.roce import BTH
-from scapy.layers.inet import IP
+from scapy.layers.inet import IP, UDP
 
 from emulator.engine.af_xdp import (
     AfXdpConfig,
@@ -42,9 +45,10 @@ from emulator.engine.sockets import SO_TIMESTAMPNS
 from emulator.engine.testbed import PairInfo
 from emulator.native import load
 from emulator.transport.burst_wire import BurstBuffer, BurstWriter
+from emulator.transport.packets import DataPacket, Opcode
 from emulator.transport.params import TransportParams
 from emulator.transport.sender import GSO_MAX_BUFFER_BYTES, SendQueuePair
-from emulator.transport.wire import FlowAddress, IcrcContext, parse_ipv4_packet
+from emulator.transport.wire import FlowAddress, IcrcContext, ipv4_packet, parse_ipv4_packet
 from fabrics import ownership
 from fabrics.iproute import in_netns
 from fabrics.ownership import Ledger, clean_state
@@ -480,7 +484,10 @@ def test_drain_returns_when_a_packet_arrives(xdp_pair: PairInfo) -> None:
         data, segment = next(bursts)
         a.send(to_b, TOS, data, len(data), segment)  # 62 packets: 55 ms at 10 Mb/s
         assert a.backlog > 1
-        b.send(to_a, TOS, data[:segment], segment, segment)
+        # its own packet, with the ICRC of the b -> a flow (the ICRC covers both addresses)
+        back = dataclasses.replace(p, sender_addr=p.receiver_addr, receiver_addr=p.sender_addr)
+        reply, _ = next(payload_bursts(back, 1024, 1))
+        b.send(to_a, TOS, reply, len(reply), len(reply))
         b.drain(1.0)
         buf = bytearray(1 << 16)
         left = a.drain(5.0, stop_on_rx=True)
@@ -515,3 +522,138 @@ def test_malformed_rocev2_is_counted_and_dropped_other_udp_passes(xdp_pair: Pair
     assert sum(r.segments for r in runs) == 8 and all(r.source[1] == SPORT for r in runs)
     assert counters["rx_malformed"] == 1
     assert counters["non_roce_passed"] >= 1  # the datagram to port 9 (and ARP)
+
+
+# --- checksums: what a socket's stack would check, and RoCEv2's ICRC -------------------------
+
+
+def _mac(netns: str, ifname: str) -> bytes:
+    out = subprocess.run(
+        ["ip", "-n", netns, "-j", "link", "show", "dev", ifname],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return bytes.fromhex(json.loads(out.stdout)[0]["address"].replace(":", ""))
+
+
+def _with_udp_checksum(ip_packet: bytes) -> bytes:
+    """The packet with its UDP checksum computed (scapy, RFC 768), every other byte kept."""
+    again = IP(ip_packet)
+    again[UDP].chksum = None
+    out = raw(again)
+    assert out[:26] == ip_packet[:26] and out[28:] == ip_packet[28:] and out[26:28] != b"\0\0"
+    return out
+
+
+def _break(ip_packet: bytes, what: str) -> bytes:
+    """One field made wrong: the IPv4 header checksum, a non-zero UDP checksum or the ICRC
+    (never into a value meaning the same: 0 is "no UDP checksum", RFC 768)."""
+    b = bytearray(ip_packet)
+    if what == "ip_checksum":
+        b[10] ^= 0x01
+        b[11] ^= 0x01
+    elif what == "udp_checksum":
+        right = struct.unpack_from("!H", b, 26)[0]
+        assert right != 0
+        struct.pack_into("!H", b, 26, right ^ 0x0101 if right != 0x0101 else 0x0303)
+    elif what == "icrc":
+        b[-1] ^= 0xFF
+    return bytes(b)
+
+
+def _rocev2(p: PairInfo, psn: int, payload_bytes: int, udp_checksum: bool) -> bytes:
+    """An IPv4 packet of one RoCEv2 SEND ONLY from the sender to the receiver, as the project's
+    codec writes it (the ICRC for its IP id, UDP checksum 0), or with its UDP checksum."""
+    address = FlowAddress(p.sender_addr, p.receiver_addr, SPORT, dscp=26, ecn=2)
+    packet = DataPacket(
+        dest_qp=3,
+        psn=psn,
+        opcode=Opcode.SEND_ONLY,
+        ack_req=False,
+        payload_bytes=payload_bytes,
+        payload=bytes([psn]) * payload_bytes,
+    )
+    ip = ipv4_packet(packet, address, ip_id=psn)
+    assert parse_ipv4_packet(ip).icrc_ok and _scapy_icrc_ok(ip)
+    return _with_udp_checksum(ip) if udp_checksum else ip
+
+
+def _inject(p: PairInfo, frames: list[bytes]) -> None:
+    """Ethernet frames sent as they are from the sender's veth (AF_PACKET: no stack, no
+    checksum offload touches them)."""
+    with in_netns(p.sender_ns):
+        raw_sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        try:
+            raw_sock.bind((p.sender_if, 0))
+            for frame in frames:
+                raw_sock.send(frame)
+        finally:
+            raw_sock.close()
+
+
+def _receive_until(port: AfXdpPort, packets: int, timeout_s: float = 5.0) -> list[bytes]:
+    """The payloads the port hands over until `packets` were received or dropped."""
+    buf = bytearray(1 << 16)
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for run in port.receive(buf):
+            chunk = bytes(buf[run.offset : run.offset + run.nbytes])
+            got += [
+                chunk[i : i + run.segment_bytes] for i in range(0, run.nbytes, run.segment_bytes)
+            ]
+        c = port.counters()
+        if c["rx_packets"] + c["rx_malformed"] >= packets:
+            break
+        time.sleep(0.01)
+    return got
+
+
+@pytest.mark.parametrize(
+    ("path_mtu", "sizes"),
+    [(1024, (1024, 60)), (4096, (4096, 3784))],
+    ids=["mtu1024", "mtu4096-multibuffer"],
+)
+def test_checksums_are_checked_and_bad_ones_counted_and_dropped(
+    xdp_pair: PairInfo, path_mtu, sizes
+) -> None:
+    """Valid RoCEv2, with its UDP checksum 0 ("none computed", RFC 768) or right, is handed
+    over; a wrong IPv4 header checksum, a wrong non-zero UDP checksum or a wrong ICRC is counted
+    in rx_malformed (and its own counter), never handed over, and its frames are recycled. With
+    multi-buffer, the packets span two UMEM frames (3784 bytes of data: the ICRC lies about the
+    3840-byte frame room's end, where the CRC and the sum go on across the parts)."""
+    p = xdp_pair
+    head = _mac(p.receiver_ns, p.receiver_if) + _mac(p.sender_ns, p.sender_if) + b"\x08\x00"
+    big, other = sizes
+    sent = [
+        ("valid, UDP checksum 0", _rocev2(p, 1, big, udp_checksum=False)),
+        ("wrong IPv4 header checksum", _break(_rocev2(p, 2, big, False), "ip_checksum")),
+        ("valid, UDP checksum right", _rocev2(p, 3, big, udp_checksum=True)),
+        ("wrong UDP checksum", _break(_rocev2(p, 4, big, True), "udp_checksum")),
+        ("wrong ICRC", _break(_rocev2(p, 5, big, False), "icrc")),
+        ("valid, other size", _rocev2(p, 6, other, udp_checksum=True)),
+        (
+            "wrong ICRC, UDP checksum right",
+            _with_udp_checksum(_break(_rocev2(p, 7, other, False), "icrc")),
+        ),
+    ]
+    valid = [ip[28:] for what, ip in sent if what.startswith("valid")]
+    config = AfXdpConfig(path_mtu_bytes=path_mtu)
+    with AfXdpPort.open(p.receiver_if, p.receiver_ns, [p.receiver_addr], config) as rx:
+        room = rx.info["rx_frame_room_bytes"]
+        assert rx.info["multi_buffer"] == (path_mtu == 4096)
+        _inject(p, [head + ip for _, ip in sent])
+        got = _receive_until(rx, len(sent))
+        counters = rx.counters()
+    psns = [int.from_bytes(payload[9:12], "big") for payload in got]
+    assert psns == [1, 3, 6], f"PSNs handed over: {psns}, the valid ones are 1, 3 and 6"
+    assert got == valid  # in order, byte for byte
+    assert counters["rx_packets"] == len(valid) == 3
+    assert counters["redirected"] == len(sent)  # every one reached the port
+    bad = {k: counters[k] for k in ("rx_bad_ip_checksum", "rx_bad_udp_checksum", "rx_bad_icrc")}
+    assert counters["rx_malformed"] == 4, f"rx_malformed {counters['rx_malformed']}, {bad}"
+    assert bad == {"rx_bad_ip_checksum": 1, "rx_bad_udp_checksum": 1, "rx_bad_icrc": 2}
+    parts = sum(-(-(14 + len(ip)) // room) for _, ip in sent)
+    assert path_mtu == 1024 or parts > len(sent)  # multi-buffer frames were received
+    assert counters["frames_recycled"] == parts  # the dropped ones' frames too

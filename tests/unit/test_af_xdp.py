@@ -1,6 +1,7 @@
 """The AF_XDP port's pure parts (emulator/engine/af_xdp.py, emulator/native/xsk_*.c): the headers
 it writes (checked with scapy's parser), its token bucket (a simulated clock, never the wall
-clock), frame sizes and the multi-buffer refusal, the refusal lines.
+clock), its transmit backlog's reordering (ACKs and CNPs ahead of waiting data), frame sizes
+and the multi-buffer refusal, the refusal lines.
 
 The C parts skip with the reason when emulator.native._xsk is not built (./setup.sh builds it
 where libxdp-dev is installed); the Python bucket is the C bucket's reference and always runs.
@@ -262,3 +263,77 @@ def test_check_interface_passes_a_capable_interface(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(af_xdp, "link_state", lambda ifname, netns: _link())
     monkeypatch.setattr(af_xdp, "kernel_release", lambda: (6, 6))
     af_xdp.check_interface("p1", "emu-r1", ["10.1.0.1"], AfXdpConfig(path_mtu_bytes=4096))
+
+
+# --- the transmit backlog: descriptors queued ahead of those waiting (xsk_port_send) ----------
+
+DESC_WORDS = 4  # a struct xdp_desc is 16 bytes: u64 addr, u32 len, u32 options
+FREE_SLOT = 0xFFFFFFFF
+WAITING_LABEL, ADDED_LABEL = 1 << 20, 2 << 20
+
+
+def _label_name(label: int) -> str:
+    if label == FREE_SLOT:
+        return "free"
+    return ("W" if label < ADDED_LABEL else "A") + str(label % (1 << 20))
+
+
+def _c_move_ahead(
+    cap: int, head: int, waiting: int, added: int, words: int = DESC_WORDS
+) -> tuple[int, list[str]]:
+    """xsk_backlog_move_ahead over a ring of `cap` slots of `words` uint32 whose FIFO from
+    `head` holds W0.. then A0..; the new head and the FIFO read from it."""
+    assert MODULE is not None
+    ffi, lib = MODULE.ffi, MODULE.lib
+    ring = ffi.new("uint32_t[]", [FREE_SLOT] * (cap * words))
+    fifo = [WAITING_LABEL + i for i in range(waiting)] + [ADDED_LABEL + i for i in range(added)]
+    for n, label in enumerate(fifo):
+        at = (head + n) % cap * words
+        ring[at : at + words] = [label] * words
+    new_head = lib.xsk_backlog_move_ahead(ring, 4 * words, cap, head, waiting, added)
+    out = []
+    for n in range(len(fifo)):
+        at = (new_head + n) % cap * words
+        slot = ring[at : at + words]
+        assert len(set(slot)) == 1, f"slot {at // words} mixes two descriptors: {slot}"
+        out.append(_label_name(slot[0]))
+    return new_head, out
+
+
+def _model_move_ahead(cap: int, head: int, waiting: int, added: int) -> tuple[int, list[str]]:
+    """What the move means: the added ones first, in their order, then the waiting ones, the
+    head moved back by `added` (unchanged when there is nothing to move past)."""
+    new_head = (head - added) % cap if waiting and added else head
+    return new_head, [f"A{i}" for i in range(added)] + [f"W{i}" for i in range(waiting)]
+
+
+@needs_native
+@pytest.mark.parametrize(
+    ("cap", "waiting", "added"),
+    [(10, 5, 3), (4096, 4000, 64)],
+    ids=["cap10-overlap-by-1", "cap4096-overlap-by-32"],
+)
+def test_backlog_moves_new_descriptors_ahead_without_losing_one(cap, waiting, added) -> None:
+    """The new descriptors' old and new places overlap when 0 < cap - descs < added: a
+    forward copy read descriptors it had already overwritten (A0 twice, A2 lost)."""
+    new_head, fifo = _c_move_ahead(cap, 0, waiting, added)
+    assert new_head == cap - added
+    want = [f"A{i}" for i in range(added)] + [f"W{i}" for i in range(waiting)]
+    assert fifo == want, f"FIFO after moving ahead: {fifo[: added + 2]} ..."
+
+
+@st.composite
+def _backlogs(draw: st.DrawFn) -> tuple[int, int, int, int]:
+    cap = draw(st.integers(1, 80))
+    head = draw(st.integers(0, cap - 1))
+    waiting = draw(st.integers(0, cap))
+    added = draw(st.integers(0, cap - waiting))
+    return cap, head, waiting, added
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(backlog=_backlogs(), words=st.sampled_from([1, DESC_WORDS]))
+def test_backlog_move_ahead_is_the_model(backlog, words) -> None:
+    cap, head, waiting, added = backlog
+    assert _c_move_ahead(cap, head, waiting, added, words) == _model_move_ahead(*backlog)
