@@ -626,6 +626,15 @@ def _check(check: Mapping[str, Any], level: str) -> str:
         for side in ("alone", "mixed", "ratio")
     ]
     rows[2][0] = "mixed/alone" if check.get("mixed") is not None else "ratio"
+    if check.get("ratio_undefined"):  # the alone value at its floor: the difference instead
+        rows[2][1:] = ["undefined", "-"]
+        rows.append(
+            [
+                "mixed - alone",
+                _num(check.get("difference"), "{:+.3g}"),
+                _interval(check.get("difference_ci")),
+            ]
+        )
     numbers = check.get("numbers") or {}
     return "\n".join(
         [
@@ -880,6 +889,12 @@ def _jobs_metric_row(m: Mapping[str, Any]) -> list[Any]:
             _num(_divided(value.get("value"), by), spec),
             _interval(_divided(value.get("interval"), by), spec),
         ]
+    if m.get("ratio_undefined"):  # the alone value at its floor: the difference instead
+        diff = m.get("together_minus_alone") or {}
+        cells[-2:] = [
+            f"undefined; difference {_num(_divided(diff.get('value'), divisor), fmt)}",
+            _interval(_divided(diff.get("interval"), divisor), fmt),
+        ]
     return [*cells, _badge(m.get("effect_of_the_others", "?"), EFFECT_TONES)]
 
 
@@ -914,11 +929,16 @@ def render_jobs_report(out_dir: Path) -> str:
         ]
         for r in runs
     ]
-    degraded = [
-        f"{r.get('condition')}-seed{r.get('seed')}"
+    flagged = [
+        f"{r.get('condition')}-seed{r.get('seed')} ({'; '.join(r.get('flags') or [])})"
         for r in runs
-        if r.get("verdict") != "ok" or r.get("partial")
+        if r.get("flags")
     ]
+    flagged_what = (
+        "flagged, and judged (--include-flagged)"
+        if doc.get("include_flagged")
+        else "flagged, and left out of every measure"
+    )
     return _page(
         "jobs study: report",
         [
@@ -944,11 +964,7 @@ def render_jobs_report(out_dir: Path) -> str:
                 _table(
                     ["condition", "seed", "folder", "partial", "fidelity"], run_rows, (0, 2, 3, 4)
                 ),
-                _list(
-                    [f"fidelity verdict not ok or partial: {', '.join(degraded)}"]
-                    if degraded
-                    else []
-                ),
+                _list([f"{flagged_what}: {'; '.join(flagged)}"] if flagged else []),
             ),
             _plots(out_dir),
             _text_file(out_dir / JOBS_TEXT),

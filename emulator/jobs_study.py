@@ -10,10 +10,14 @@ Per job and per collective type of the job, over the job's units only (its colle
 the job column of the tables): busbw mean, busbw CV over complete instances, FCT p50 and p99 over
 finished flows, alone and together, each with the two-level bootstrap interval of
 emulator.study_stats, and together / alone with its interval; per job its time (first flow start
-to last flow end, one unit per repeat). What the others do to a job is that ratio: an effect is
-"shown" when the interval of the ratio lies beyond 1 (slower, lower busbw, longer tail) and the
-change is material (MATERIAL_CHANGE, MATERIAL_CV), "not shown" otherwise, "not measurable" with
-fewer than 2 units a side (the job time with one repeat: one unit).
+to last flow end, one unit per repeat). What the others do to a job is that ratio, judged by the
+interference study's rule (emulator.study_stats.judge): an effect is "shown" when the interval
+of the ratio lies beyond 1 (slower, lower busbw, longer tail) and the change is material
+(MATERIAL_CHANGE, MATERIAL_CV), "not shown" otherwise, "not measurable" with fewer than 2 units
+or fewer than StudyThresholds.repeats_min repeats a side (one run's interval leaves out
+run-to-run variation). A ratio over an alone busbw CV at its floor is undefined: the difference
+together - alone is given and judged instead. Runs the project flagged (partial, a fidelity
+verdict other than ok) are left out of every statistic unless JobsSettings.include_flagged.
 """
 
 from __future__ import annotations
@@ -31,16 +35,27 @@ from emulator.errors import InputError
 from emulator.study_stats import (
     BOOTSTRAP_METHOD,
     DEFAULT_BOOTSTRAP,
+    DEFAULT_THRESHOLDS,
+    NO_FIDELITY,
     BootstrapSpec,
     Comparison,
     PooledSample,
     Statistic,
+    Worse,
+    busbw_cv_floor,
     compare,
     cv,
+    flagged_notes,
+    flags_of,
     fmt_interval,
+    fmt_ratio,
     json_finite,
+    judge,
+    judged_runs,
     mean,
     percentile,
+    timing_resolution_s,
+    with_flagged,
 )
 
 if TYPE_CHECKING:
@@ -52,13 +67,14 @@ ALL = "all"  # the condition with every job
 
 
 # Metric -> (what it is, unit scale for text, format, the statistic, the units it takes, the
-# direction that is worse: +1 higher is worse, -1 lower is worse).
-METRICS: dict[str, tuple[str, float, str, Statistic, str, int]] = {
-    "busbw_mean": ("busbw mean GB/s", 1e-9, ".2f", mean, "busbw", -1),
-    "busbw_cv": ("busbw CV", 1.0, ".3f", cv, "busbw", +1),
-    "fct_p50": ("FCT p50 us", 1e6, ".1f", percentile(50), "fct", +1),
-    "fct_p99": ("FCT p99 us", 1e6, ".1f", percentile(99), "fct", +1),
+# direction that is worse).
+METRICS: dict[str, tuple[str, float, str, Statistic, str, Worse]] = {
+    "busbw_mean": ("busbw mean GB/s", 1e-9, ".2f", mean, "busbw", "lower"),
+    "busbw_cv": ("busbw CV", 1.0, ".3f", cv, "busbw", "higher"),
+    "fct_p50": ("FCT p50 us", 1e6, ".1f", percentile(50), "fct", "higher"),
+    "fct_p99": ("FCT p99 us", 1e6, ".1f", percentile(99), "fct", "higher"),
 }
+UNITS = {"busbw": "complete instances", "fct": "finished flows"}
 # What counts as a material effect, besides an interval beyond 1: a change of at least 5% (a
 # simulation's intervals are narrow enough to call a 0.2% change "beyond 1"), and for the CV a
 # together CV of at least 0.02 (from 0.0001 to 0.001 is a large ratio of a steady collective).
@@ -72,6 +88,7 @@ class JobsSettings:
     tdf: float | None  # None: the scenario's run.time_dilation
     progress: bool
     repeats: int = 3
+    include_flagged: bool = False  # judge the runs the project flagged too (--include-flagged)
 
 
 # A runner takes a scenario, the results folder to write and the settings, and returns the
@@ -153,6 +170,17 @@ class JobsRun:
     folder: Path
     verdict: str
     partial: bool
+    reasons: tuple[str, ...] = ()  # of the fidelity verdict
+    resolution_s: float = 0.0  # its stamps' timing resolution (study_stats.timing_resolution_s)
+
+    @property
+    def name(self) -> str:
+        return f"{self.condition}-seed{self.seed}"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Why the project flagged the run (empty: judged; emulator.study_stats.flags_of)."""
+        return flags_of(self.partial, self.verdict, self.reasons)
 
 
 @dataclass(frozen=True)
@@ -162,6 +190,8 @@ class MetricRow:
     metric: str
     comparison: Comparison
     effect: str  # shown / not shown / not measurable
+    detail: str = ""  # why (emulator.study_stats.judge)
+    flagged: tuple[str, ...] = ()  # flagged runs it was judged on (include_flagged)
 
     def to_json(self) -> dict[str, Any]:
         c = self.comparison
@@ -173,9 +203,16 @@ class MetricRow:
                 "alone": {"value": c.alone.point, "interval": c.alone.interval},
                 "together": {"value": c.mixed.point, "interval": c.mixed.interval},
                 "together_over_alone": {"value": c.ratio, "interval": c.ratio_interval},
+                "ratio_undefined": c.ratio_undefined,
+                "together_minus_alone": {
+                    "value": c.difference,
+                    "interval": c.difference_interval,
+                },
                 "repeats": {"alone": c.alone.repeats, "together": c.mixed.repeats},
                 "units": {"alone": c.alone.units, "together": c.mixed.units},
                 "effect_of_the_others": self.effect,
+                "detail": self.detail,
+                "flagged_runs_judged": list(self.flagged),
             }
         )
 
@@ -188,13 +225,24 @@ class JobsStudyResult:
     rows: tuple[MetricRow, ...]
     text: str
     report: Path | None = None  # report.html; None if it could not be written (a warning said)
+    include_flagged: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
             "study": "jobs",
             "scenario": str(self.scenario),
             "bootstrap": BOOTSTRAP_METHOD,
-            "runs": [{**dataclasses.asdict(r), "folder": str(r.folder)} for r in self.runs],
+            "repeats_min": DEFAULT_THRESHOLDS.repeats_min,
+            "include_flagged": self.include_flagged,
+            "runs": [
+                {
+                    **dataclasses.asdict(r),
+                    "folder": str(r.folder),
+                    "flags": list(r.flags),
+                    "judged": self.include_flagged or not r.flags,
+                }
+                for r in self.runs
+            ],
             "metrics": [row.to_json() for row in self.rows],
         }
 
@@ -225,26 +273,40 @@ def run_study(
             say(f"jobs study: running {name}, repeat {k + 1} of {settings.repeats} (seed {seed})")
             folder = runner(_seeded(variant, seed), run_folder(out_dir, name, seed), settings)
             runs.append(_loaded(name, seed, folder))
-    return write_study(runs, out_dir, scenario_path, bootstrap)
+    return write_study(runs, out_dir, scenario_path, bootstrap, settings.include_flagged)
 
 
 def _loaded(condition: str, seed: int, folder: Path) -> JobsRun:
     from collectors.results import read_json_object
 
     summary = read_json_object(folder / "summary.json")
-    verdict = str((summary.get("fidelity") or {}).get("verdict", "unknown"))
-    return JobsRun(condition, seed, folder, verdict, bool(summary.get("partial")))
+    fidelity = summary.get("fidelity") or {}
+    verdict = fidelity.get("verdict")
+    # no fidelity section: nothing vouches for the run (emulator.study_stats.run_flags)
+    reasons = tuple(fidelity.get("reasons") or ()) if verdict is not None else (NO_FIDELITY,)
+    return JobsRun(
+        condition,
+        seed,
+        folder,
+        str(verdict or "unknown"),
+        bool(summary.get("partial")),
+        reasons,
+        timing_resolution_s(summary),
+    )
 
 
 def _units(tables: RunTables, job: str, collective: str) -> dict[str, np.ndarray]:
+    """The job's units of one collective type: busbw of its complete instances (and their
+    durations, for the CV's floor), FCT of its finished flows."""
     from collectors.summary import job_tables
     from collectors.tables import rows
 
     mine = job_tables(tables, job)
-    busbw = [
-        b
-        for ctype, complete, b in rows(
-            mine.collectives, ("collective_type", "complete", "busbw_bytes_per_s")
+    timed = [
+        (b, d)
+        for ctype, complete, b, d in rows(
+            mine.collectives,
+            ("collective_type", "complete", "busbw_bytes_per_s", "bandwidth_time_s"),
         )
         if ctype == collective and complete and b is not None
     ]
@@ -253,55 +315,98 @@ def _units(tables: RunTables, job: str, collective: str) -> dict[str, np.ndarray
         for ctype, f in rows(mine.flows, ("collective_type", "fct_s"))
         if ctype == collective and f is not None
     ]
-    return {"busbw": np.asarray(busbw, dtype=float), "fct": np.asarray(fct, dtype=float)}
+    return {
+        "busbw": np.asarray([b for b, _ in timed], dtype=float),
+        "durations": np.asarray([d for _, d in timed if d is not None], dtype=float),
+        "fct": np.asarray(fct, dtype=float),
+    }
 
 
-def _effect(c: Comparison, worse: int, metric: str) -> str:
-    """shown: the interval of together/alone lies beyond 1 on the worse side and the change is
-    material (MATERIAL_CHANGE, MATERIAL_CV)."""
-    if c.ratio_interval is None or c.ratio is None:
-        return "not measurable"
-    low, high = c.ratio_interval
-    if worse > 0:
-        beyond = low > 1.0 and c.ratio >= 1.0 + MATERIAL_CHANGE
-    else:
-        beyond = high < 1.0 and c.ratio <= 1.0 - MATERIAL_CHANGE
-    if metric == "busbw_cv":
-        beyond = beyond and (c.mixed.point or 0.0) >= MATERIAL_CV
-    return "shown" if beyond else "not shown"
+def _row(
+    job: str,
+    collective: str,
+    metric: str,
+    c: Comparison,
+    units: str,
+    sides: Sequence[tuple[str, Sequence[JobsRun], Sequence[JobsRun]]],
+    confidence: float,
+) -> MetricRow:
+    """The row with the interference study's verdict (emulator.study_stats.judge) at this
+    study's material change: shown when the interval of together/alone lies beyond 1 on the
+    worse side and the change is at least MATERIAL_CHANGE (a busbw CV: and at least MATERIAL_CV
+    together); then what the flagged runs did to it (with_flagged)."""
+    label, worse = _rule(metric)
+    threshold = 1.0 + MATERIAL_CHANGE if worse == "higher" else 1.0 - MATERIAL_CHANGE
+    steady = MATERIAL_CV if metric == "busbw_cv" else None
+    repeats_min = DEFAULT_THRESHOLDS.repeats_min
+    verdict, detail = judge(c, label, units, threshold, repeats_min, confidence, steady, worse)
+    effect, detail, flagged = with_flagged(verdict, detail, sides)
+    return MetricRow(job, collective, metric, c, effect, detail, flagged)
+
+
+def _rule(metric: str) -> tuple[str, Worse]:
+    """What a metric is called in a verdict's detail, and which way is worse."""
+    if metric == "job_time":
+        return "job time", "higher"
+    label, *_, worse = METRICS[metric]
+    return label, worse
+
+
+def _cv_floor(runs: Sequence[JobsRun], units: Sequence[dict[str, np.ndarray]]) -> float:
+    """The alone runs' busbw CV floor: the largest of theirs (study_stats.busbw_cv_floor)."""
+    floors = [
+        busbw_cv_floor(list(u["durations"]), r.resolution_s)
+        for r, u in zip(runs, units, strict=True)
+    ]
+    return max(floors, default=0.0)
 
 
 def analyse(
-    runs: Sequence[JobsRun], bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP
+    runs: Sequence[JobsRun],
+    bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+    include_flagged: bool = False,
 ) -> tuple[MetricRow, ...]:
+    """Per job and collective type every metric, and per job its time, alone vs together, over
+    the runs not flagged (or every run, include_flagged)."""
     from collectors.tables import read_tables
 
     tables = {(r.condition, r.seed): read_tables(r.folder) for r in runs}
-    together = [t for (cond, _), t in tables.items() if cond == ALL]
+    together = [r for r in runs if r.condition == ALL]
+    together_judged = judged_runs(together, include_flagged)
     jobs = [r.condition for r in runs if r.condition != ALL]
     out: list[MetricRow] = []
     for job in dict.fromkeys(jobs):
-        alone = [t for (cond, _), t in tables.items() if cond == job]
-        types = sorted({ctype for t in alone for ctype in _types(t, job)})
+        alone = [r for r in runs if r.condition == job]
+        alone_judged = judged_runs(alone, include_flagged)
+        sides = [(f"{job} alone", alone, alone_judged), (ALL, together, together_judged)]
+        # the types are not a statistic: a flagged run's say which rows there are
+        types = sorted({ctype for r in alone for ctype in _types(tables[_key(r)], job)})
         for ctype in types:
-            a_units = [_units(t, job, ctype) for t in alone]
-            m_units = [_units(t, job, ctype) for t in together]
-            for metric, (_, _, _, statistic, kind, worse) in METRICS.items():
+            a_units = [_units(tables[_key(r)], job, ctype) for r in alone_judged]
+            m_units = [_units(tables[_key(r)], job, ctype) for r in together_judged]
+            for metric, (_, _, _, statistic, kind, _) in METRICS.items():
                 c = compare(
                     PooledSample.of([u[kind] for u in a_units], statistic),
                     PooledSample.of([u[kind] for u in m_units], statistic),
                     bootstrap,
+                    _cv_floor(alone_judged, a_units) if metric == "busbw_cv" else 0.0,
                 )
-                out.append(MetricRow(job, ctype, metric, c, _effect(c, worse, metric)))
-        a_time = [_job_time(t, job) for t in alone]
-        m_time = [_job_time(t, job) for t in together]
+                units = f"{UNITS[kind]} of {job}'s {ctype}"
+                out.append(_row(job, ctype, metric, c, units, sides, bootstrap.confidence))
+        a_time = [_job_time(tables[_key(r)], job) for r in alone_judged]
+        m_time = [_job_time(tables[_key(r)], job) for r in together_judged]
         c = compare(
             PooledSample.of([np.array([x]) for x in a_time if x is not None], mean),
             PooledSample.of([np.array([x]) for x in m_time if x is not None], mean),
             bootstrap,
         )
-        out.append(MetricRow(job, "job", "job_time", c, _effect(c, +1, "job_time")))
+        units = "runs (one job time each)"
+        out.append(_row(job, "job", "job_time", c, units, sides, bootstrap.confidence))
     return tuple(out)
+
+
+def _key(run: JobsRun) -> tuple[str, int]:
+    return run.condition, run.seed
 
 
 def _types(tables: RunTables, job: str) -> set[str]:
@@ -317,7 +422,12 @@ def _job_time(tables: RunTables, job: str) -> float | None:
     return (jobs_summary(tables).get(job) or {}).get("job_time_s")
 
 
-def render(runs: Sequence[JobsRun], rows: Sequence[MetricRow], scenario: Path) -> str:
+def render(
+    runs: Sequence[JobsRun],
+    rows: Sequence[MetricRow],
+    scenario: Path,
+    include_flagged: bool = False,
+) -> str:
     from collectors.report import _render
 
     labels = {m: (label, scale, spec) for m, (label, scale, spec, *_) in METRICS.items()}
@@ -341,13 +451,12 @@ def render(runs: Sequence[JobsRun], rows: Sequence[MetricRow], scenario: Path) -
                 label,
                 scaled(c.alone),
                 scaled(c.mixed),
-                fmt_interval(c.ratio, c.ratio_interval, ".3f"),
+                _ratio_cell(c, scale, spec),
                 row.effect,
             ]
         )
     headers = ["job", "collective", "metric", "alone", "together", "together/alone", "effect"]
     repeats = max((r.seed for r in runs), default=0) - min((r.seed for r in runs), default=0) + 1
-    degraded = [f"{r.condition}-seed{r.seed}" for r in runs if r.verdict != "ok" or r.partial]
     lines = [
         f"jobs study of {scenario}: each job alone on its hosts vs all together, "
         f"{repeats} repeat(s); 95% intervals: {BOOTSTRAP_METHOD}",
@@ -356,13 +465,28 @@ def render(runs: Sequence[JobsRun], rows: Sequence[MetricRow], scenario: Path) -
         "",
         "effect: what the other jobs do to this one: shown when the interval of together/alone "
         f"lies beyond 1 on the worse side and the change is at least {MATERIAL_CHANGE:.0%} (a "
-        f"busbw CV: and at least {MATERIAL_CV} together)",
+        f"busbw CV: and at least {MATERIAL_CV} together), over at least "
+        f"{DEFAULT_THRESHOLDS.repeats_min} repeats a side; a ratio over an alone CV at its floor "
+        "is undefined, and the difference together - alone is judged",
     ]
-    if degraded:
-        lines.append(
-            f"runs whose fidelity verdict is not ok or which are partial: {', '.join(degraded)}"
-        )
+    flagged = [(r.name, r.flags) for r in runs if r.flags]
+    lines += [f"note: {n}" for n in flagged_notes(flagged, include_flagged)]
     return "\n".join(lines)
+
+
+def _ratio_cell(c: Comparison, scale: float, spec: str) -> str:
+    """together/alone, or where it is undefined the difference in the metric's unit."""
+    if c.ratio_undefined is None:
+        return fmt_interval(c.ratio, c.ratio_interval, ".3f")
+    diff = c.difference_interval
+    return fmt_ratio(
+        None,
+        None,
+        c.ratio_undefined,
+        None if c.difference is None else c.difference * scale,
+        None if diff is None else (diff[0] * scale, diff[1] * scale),
+        spec,
+    )
 
 
 def write_study(
@@ -370,6 +494,7 @@ def write_study(
     out_dir: Path,
     scenario: Path,
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+    include_flagged: bool = False,
 ) -> JobsStudyResult:
     """Analyse, then write jobs.json, jobs.txt and last report.html (a page that cannot be
     written is a warning on stderr: the study's results stand without it,
@@ -377,9 +502,11 @@ def write_study(
     from collectors.html_report import write_jobs_report, write_or_warn
     from collectors.results import make_private, write_private
 
-    rows = analyse(runs, bootstrap)
-    text = render(runs, rows, scenario)
-    result = JobsStudyResult(out_dir, scenario, tuple(runs), rows, text)
+    rows = analyse(runs, bootstrap, include_flagged)
+    text = render(runs, rows, scenario, include_flagged)
+    result = JobsStudyResult(
+        out_dir, scenario, tuple(runs), rows, text, include_flagged=include_flagged
+    )
     write_private(out_dir / JOBS_JSON, (json.dumps(result.to_json(), indent=2) + "\n").encode())
     write_private(out_dir / JOBS_TEXT, (text + "\n").encode())
     make_private(out_dir)

@@ -14,7 +14,9 @@ In simulation a seed is the only thing that changes between runs (same seed, sam
 intervals are the model's spread over ECMP placements and random draws. On the emulated fabric
 the runs also differ by the machine's run-to-run variation, which the upper level of the
 bootstrap carries too. A per-run number (job time) has one unit per seed: with one seed it has no
-interval.
+interval. Runs the project flagged (partial, or a fidelity verdict other than ok:
+emulator.study_stats.run_flags) are listed with their reasons and left out of every estimate,
+unless include_flagged (`--include-flagged`), and then the text says the estimates include them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from emulator.errors import InputError
 from emulator.study_stats import (
     BOOTSTRAP_METHOD,
     DEFAULT_BOOTSTRAP,
+    INCLUDED_FLAGGED,
     BootstrapSpec,
     CollectiveUnits,
     Estimate,
@@ -41,9 +44,13 @@ from emulator.study_stats import (
     collective_units,
     cv,
     estimate,
+    flagged_notes,
+    flagged_text,
     fmt_interval,
     json_finite,
+    judged_runs,
     percentile,
+    run_flags,
 )
 
 SEEDS_JSON = "seeds.json"
@@ -90,6 +97,15 @@ class SeedRun:
     units: Mapping[str, CollectiveUnits]
     failed_expectations: int = 0
 
+    @property
+    def name(self) -> str:
+        return f"seed {self.seed}"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Why the project flagged the run (empty: it is in the estimates)."""
+        return run_flags(self.summary)
+
     def per_run(self, name: str) -> float | None:
         if name == "job_time_s":
             value = self.summary.get("job_time_s")
@@ -108,6 +124,7 @@ class SeedsResult:
     bootstrap: BootstrapSpec
     text: str
     report: Path | None = None  # report.html; None if it could not be written (a warning said)
+    include_flagged: bool = False  # flagged runs are in the estimates (--include-flagged)
 
     @property
     def failed_expectations(self) -> int:
@@ -130,9 +147,12 @@ class SeedsResult:
                     "folder": str(r.folder),
                     "partial": bool(r.summary.get("partial")),
                     "fidelity": (r.summary.get("fidelity") or {}).get("verdict"),
+                    "flags": list(r.flags),
+                    "judged": self.include_flagged or not r.flags,
                 }
                 for r in self.runs
             ],
+            "include_flagged": self.include_flagged,
             "backend": self.runs[0].summary.get("backend") if self.runs else None,
             "estimates": {
                 group: {name: one(e) for name, e in measures.items()}
@@ -158,15 +178,18 @@ def analyse_seeds(
     out_dir: Path,
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
     say: Callable[[str], None] | None = None,
+    include_flagged: bool = False,
 ) -> SeedsResult:
-    """Every measure over the runs with its interval; writes seeds.json, seeds.txt and then
-    report.html (a page that cannot be written is a warning through `say`, default stderr: the
-    series' results stand without it, collectors.html_report.write_or_warn)."""
+    """Every measure over the runs not flagged (every run, include_flagged) with its interval;
+    writes seeds.json, seeds.txt and then report.html (a page that cannot be written is a
+    warning through `say`, default stderr: the series' results stand without it,
+    collectors.html_report.write_or_warn)."""
     from collectors.html_report import write_or_warn, write_seeds_report
     from collectors.results import write_private
 
     if not runs:
         raise InputError("--seeds: no run to analyse")
+    every, runs = runs, judged_runs(runs, include_flagged)
     rng = np.random.default_rng(bootstrap.seed)
     estimates: dict[str, dict[str, Estimate]] = {}
     types = sorted({t for r in runs for t in r.units})
@@ -189,8 +212,10 @@ def analyse_seeds(
         )
         for m in RUN_MEASURES
     }
-    text = seeds_text(runs, estimates, bootstrap, out_dir)
-    result = SeedsResult(out_dir, tuple(runs), estimates, bootstrap, text)
+    text = seeds_text(every, estimates, bootstrap, out_dir, include_flagged)
+    result = SeedsResult(
+        out_dir, tuple(every), estimates, bootstrap, text, include_flagged=include_flagged
+    )
     document = json.dumps(json_finite(result.to_json()), indent=2) + "\n"
     write_private(out_dir / SEEDS_JSON, document.encode())
     write_private(out_dir / SEEDS_TEXT, (text + "\n").encode())
@@ -203,6 +228,7 @@ def seeds_text(
     estimates: Mapping[str, Mapping[str, Estimate]],
     bootstrap: BootstrapSpec,
     out_dir: Path,
+    include_flagged: bool = False,
 ) -> str:
     measures = {m.name: m for m in (*COLLECTIVE_MEASURES, *RUN_MEASURES)}
     seeds = ", ".join(str(r.seed) for r in runs)
@@ -221,9 +247,12 @@ def seeds_text(
         f"intervals: {bootstrap.confidence:.0%}, {BOOTSTRAP_METHOD}, B={bootstrap.resamples}, "
         f"seed {bootstrap.seed}; a per-run number with one seed has none",
     ]
-    partial = [r.seed for r in runs if r.summary.get("partial")]
-    if partial:
-        lines.append(f"partial runs (their finished units are counted): seeds {partial}")
+    flagged = [(r.name, r.flags) for r in runs if r.flags]
+    if flagged and include_flagged:
+        lines.append(f"every estimate {INCLUDED_FLAGGED}: {flagged_text(flagged)}")
+    elif flagged and len(flagged) == len(runs):
+        lines.append("no estimate: every run is flagged and left out (--include-flagged)")
+    lines += [f"note: {n}" for n in flagged_notes(flagged, include_flagged)]
     return "\n".join(lines)
 
 
@@ -256,6 +285,7 @@ def run_seeds(
     runner: SeedRunner,
     say: Callable[[str], None],
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+    include_flagged: bool = False,
 ) -> SeedsResult:
     """Run the scenario with run.seed, run.seed + 1, ... (count runs) into out_dir/seed-<seed>/,
     then analyse them. A run that fails stops the series (its error propagates); the finished
@@ -273,4 +303,4 @@ def run_seeds(
         say(f"seeds: run {k + 1} of {count} (run.seed {seed})")
         folder, failed = runner(seeded, out_dir / RUN_FOLDER.format(seed=seed))
         runs.append(load_seed_run(folder, seed, failed))
-    return analyse_seeds(runs, out_dir, bootstrap, say)
+    return analyse_seeds(runs, out_dir, bootstrap, say, include_flagged)

@@ -23,6 +23,10 @@ Bound or not: with a time t(rate) = a + b / rate (a: latency and anything the ra
 change; b / rate: serialization), the slowdown at ratio k is s = (1 - f) + f k, where
 f = b / rate_ref / t_ref is the share of the reference time that scales with 1/rate. So
 f = (s - 1) / (k - 1) is measured, and Tolerance says what counts as bandwidth-bound.
+
+A run the project flagged (partial, or a fidelity verdict other than ok) is listed with its
+reasons and its rate is not measured (every slowdown against a flagged reference is not), unless
+include_flagged (`--include-flagged`); every verdict then says which flagged runs it read.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from emulator.sensitivity_analysis import (
     analyse_runs,
     type_times,
 )
+from emulator.study_stats import INCLUDED_FLAGGED, NO_FIDELITY, flagged_notes, flagged_text
 
 if TYPE_CHECKING:
     from emulator.scenario.model import Scenario
@@ -158,6 +163,9 @@ def load_rate_run(folder: Path) -> RateRun:
             "fabrics at several link rates"
         )
     summary = run.summary
+    fidelity = summary.get("fidelity") or {}
+    # no fidelity section: nothing vouches for the run (emulator.study_stats.run_flags)
+    reasons = (fidelity.get("reasons") or ()) if "verdict" in fidelity else (NO_FIDELITY,)
     return RateRun(
         fabric.host_link_gbps,
         fabric.fabric_link_gbps,
@@ -169,6 +177,7 @@ def load_rate_run(folder: Path) -> RateRun:
         bool(summary.get("partial")),
         summary.get("tdf"),
         summary.get("backend"),
+        tuple(reasons),
     )
 
 
@@ -198,10 +207,12 @@ class SensitivityResult:
     text: str
     tolerance: Tolerance = DEFAULT_TOLERANCE
     report: Path | None = None  # report.html; None if it could not be written (a warning said)
+    include_flagged: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
             "study": "sensitivity",
+            "include_flagged": self.include_flagged,
             "scenario": None if self.scenario is None else str(self.scenario),
             "reference_gbps": self.runs[0].host_link_gbps,
             "duration": f"{DURATION}: all members entered -> last byte",
@@ -226,6 +237,7 @@ def run_study(
     runner: Runner = run_at_rate,
     say: Callable[[str], None] = lambda line: None,
     tolerance: Tolerance = DEFAULT_TOLERANCE,
+    include_flagged: bool = False,
 ) -> SensitivityResult:
     """Check everything, then run the scenario at each rate (in order) and analyse."""
     from collectors.results import DIR_MODE
@@ -243,7 +255,7 @@ def run_study(
         if created and not any(out_dir.iterdir()):
             out_dir.rmdir()
         raise
-    return write_study(runs, out_dir, scenario_path, tolerance)
+    return write_study(runs, out_dir, scenario_path, tolerance, include_flagged)
 
 
 def check_study(
@@ -263,7 +275,10 @@ def check_study(
 
 
 def reuse_study(
-    folders: Sequence[Path], out_dir: Path, tolerance: Tolerance = DEFAULT_TOLERANCE
+    folders: Sequence[Path],
+    out_dir: Path,
+    tolerance: Tolerance = DEFAULT_TOLERANCE,
+    include_flagged: bool = False,
 ) -> SensitivityResult:
     """Analyse finished runs, the first the reference; their rates from their scenario copies."""
     if len(folders) < 2:
@@ -274,7 +289,7 @@ def reuse_study(
     check_distinct(runs)
     prepare_out_dir(out_dir)
     out_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    return write_study(runs, out_dir, None, tolerance)
+    return write_study(runs, out_dir, None, tolerance, include_flagged)
 
 
 def write_study(
@@ -282,6 +297,7 @@ def write_study(
     out_dir: Path,
     scenario: Path | None,
     tolerance: Tolerance = DEFAULT_TOLERANCE,
+    include_flagged: bool = False,
 ) -> SensitivityResult:
     """Analyse, then write plots/sensitivity.png, sensitivity.json, sensitivity.txt and last
     report.html (a page that cannot be written is a warning on stderr: the study's results stand
@@ -290,7 +306,7 @@ def write_study(
     from collectors.results import DIR_MODE, make_private, write_private
     from emulator.sensitivity_plots import write_slowdown_plot
 
-    rows, job = analyse_runs(runs, tolerance)
+    rows, job = flagged_rows(runs, tolerance, include_flagged)
     others = runs[1:]
     (out_dir / PLOTS).mkdir(mode=DIR_MODE, exist_ok=True)
     plot = write_slowdown_plot(
@@ -303,10 +319,19 @@ def write_study(
         runs[0].host_link_gbps,
     )
     make_private(out_dir / PLOTS)
-    notes = tuple(run_notes(runs))
+    notes = tuple(run_notes(runs, include_flagged))
     text = render_text(out_dir, scenario, runs, rows, job, notes, tolerance, plot)
     result = SensitivityResult(
-        out_dir, scenario, tuple(runs), rows, job, notes, (plot,), text, tolerance
+        out_dir,
+        scenario,
+        tuple(runs),
+        rows,
+        job,
+        notes,
+        (plot,),
+        text,
+        tolerance,
+        include_flagged=include_flagged,
     )
     write_private(
         out_dir / SENSITIVITY_JSON, (json.dumps(result.to_json(), indent=2) + "\n").encode()
@@ -323,17 +348,25 @@ def _plotted(point: Point | None) -> float | None:
     return point.slowdown if point.slowdown is not None else point.mean_slowdown
 
 
-def run_notes(runs: Sequence[RateRun]) -> list[str]:
-    notes = []
-    for run in runs:
-        name = f"{run.host_link_gbps:g} Gb/s ({run.folder})"
-        if run.partial:
-            notes.append(f"{name}: the run is partial (interrupted or failed)")
-        if run.fidelity not in ("ok", "unknown"):
-            notes.append(
-                f"{name}: fidelity {run.fidelity}: the numbers may show this machine's limits "
-                "rather than the fabric's"
-            )
+def flagged_rows(
+    runs: Sequence[RateRun], tolerance: Tolerance, include_flagged: bool
+) -> tuple[tuple[Row, ...], Row]:
+    """analyse_runs with each flagged run not measured (its rate keeps its place), or with
+    every run (include_flagged); each row's detail then says which flagged runs it left out or
+    read."""
+    flagged = [(r.name, r.flags) for r in runs if r.flags]
+    judged = runs if include_flagged else [r.unmeasured() if r.flags else r for r in runs]
+    rows, job = analyse_runs(judged, tolerance)
+    if not flagged:
+        return rows, job
+    said = INCLUDED_FLAGGED if include_flagged else "flagged and left out"
+    tail = f"; {said}: {flagged_text(flagged)}"
+    qualified = [dataclasses.replace(row, detail=row.detail + tail) for row in (*rows, job)]
+    return tuple(qualified[:-1]), qualified[-1]
+
+
+def run_notes(runs: Sequence[RateRun], include_flagged: bool = False) -> list[str]:
+    notes = flagged_notes([(r.name, r.flags) for r in runs if r.flags], include_flagged)
     if len({r.backend for r in runs}) > 1:
         notes.append(
             f"the runs used different backends ({', '.join(str(r.backend) for r in runs)})"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from emulator.errors import InputError
+from emulator.study_stats import flags_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -112,6 +113,20 @@ class RateRun:
     partial: bool = False
     tdf: float | None = None
     backend: str | None = None
+    fidelity_reasons: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.host_link_gbps:g} Gb/s ({self.folder})"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Why the project flagged the run (empty: judged; emulator.study_stats.flags_of)."""
+        return flags_of(self.partial, self.fidelity, self.fidelity_reasons)
+
+    def unmeasured(self) -> RateRun:
+        """The run with nothing measured: a flagged run left out keeps its place (its rate)."""
+        return dataclasses.replace(self, times={}, job_time_s=None, ideal_job_time_s=None)
 
     def identity(self) -> dict[str, Any]:
         return {
@@ -122,6 +137,7 @@ class RateRun:
             "tdf": self.tdf,
             "fidelity": self.fidelity,
             "partial": self.partial,
+            "flags": list(self.flags),
             "job_time_s": self.job_time_s,
             "ideal_job_time_s": self.ideal_job_time_s,
         }

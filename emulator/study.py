@@ -29,12 +29,16 @@ bootstrap, repeats then units (emulator.study_stats documents the method). A mix
 is "shown" when its ratio is at or above the threshold and the interval of the ratio lies above
 1 (not run-to-run noise); "not measurable" when a side has fewer than 2 units or fewer repeats
 with data than StudyThresholds.repeats_min (one run's interval leaves out run-to-run variation).
-The verdicts are reported as measured: "not shown" is a result, not an error.
+The verdicts are reported as measured: "not shown" is a result, not an error. Runs the project
+flagged (partial, or a fidelity verdict other than ok) are listed with their reasons and left out
+of every statistic and figure over the repeats; include_flagged (--include-flagged) judges them
+too, and every check judged on one says so (emulator.study_checks.judge_checks).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -44,17 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.errors import InputError
-from emulator.study_checks import (
-    ALL_REDUCE,
-    ALL_TO_ALL,
-    StudyRun,
-    check_allreduce_busbw,
-    check_allreduce_cv,
-    check_allreduce_cv_within_groups,
-    check_allreduce_line_rate,
-    check_alltoall_p99,
-    check_alltoall_tail,
-)
+from emulator.study_checks import ALL_REDUCE, ALL_TO_ALL, StudyRun, judge_checks
 from emulator.study_report import checks_table, reference_table, runs_table, study_notes
 from emulator.study_stats import (
     BOOTSTRAP_METHOD,
@@ -64,6 +58,8 @@ from emulator.study_stats import (
     Check,
     StudyThresholds,
     collective_units,
+    judged_runs,
+    timing_resolution_s,
 )
 
 STUDY_JSON, STUDY_TEXT, PLOTS, RUNS = "study.json", "study.txt", "plots", "runs"
@@ -103,6 +99,7 @@ class StudyResult:
     notes: tuple[str, ...]
     plots: tuple[Path, ...]
     text: str
+    include_flagged: bool = False  # flagged runs judged too (--include-flagged)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,6 +110,13 @@ class StudyResult:
                 for role in ROLES
                 if any(r.role == role for r in self.runs)
             },
+            "include_flagged": self.include_flagged,
+            # the runs the project flagged: left out of every statistic unless include_flagged
+            "flagged_runs": [
+                {"role": r.role, "repeat": r.repeat + 1, "folder": str(r.folder), "flags": r.flags}
+                for r in self.runs
+                if r.flags
+            ],
             "checks": [c.to_json() for c in self.checks],
             "all_shown": all(c.shown for c in self.checks),
             "notes": list(self.notes),
@@ -218,12 +222,15 @@ def run_study(
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
     scenario_set: str = "main",
     reference: str | None = None,
+    include_flagged: bool = False,
 ) -> StudyResult:
     """Run `repeats` runs of each condition (or reuse finished ones: role -> results folders,
     one per repeat), then write the study into out_dir. scenario_set: the shipped scenarios of
     each role (SCENARIO_SETS), before `scenarios` replaces any. reference "sim": the runner also
     simulated each run (into <run folder>-reference-sim); those are judged as a study of their
-    own in out_dir/reference-sim/ and set beside the emulated checks."""
+    own in out_dir/reference-sim/ and set beside the emulated checks. include_flagged: judge
+    the runs the project flagged too (module docstring)."""
+    study_of = functools.partial(analyse, include_flagged=include_flagged)
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: must be at least 1")
     if reuse is not None:
@@ -231,7 +238,7 @@ def run_study(
         if missing:
             raise InputError(f"study: no results folder to reuse for {', '.join(missing)}")
         prepare_out_dir(out_dir)
-        return analyse(reuse, out_dir, thresholds, bootstrap=bootstrap)
+        return study_of(reuse, out_dir, thresholds, bootstrap=bootstrap)
     paths = {**default_scenarios(scenario_set), **(scenarios or {})}
     for role, path in paths.items():
         if not path.is_file():
@@ -248,11 +255,11 @@ def run_study(
             folders[role].append(runner(paths[role], run_dir, tdf, progress, seed))
             seeds[role].append(seed)
     if reference is None:
-        return analyse(folders, out_dir, thresholds, seeds, bootstrap)
+        return study_of(folders, out_dir, thresholds, seeds, bootstrap)
     simulated = {role: [reference_folder(f) for f in runs] for role, runs in folders.items()}
     prepare_out_dir(out_dir / REFERENCE_DIR)
-    ref = analyse(simulated, out_dir / REFERENCE_DIR, thresholds, seeds, bootstrap)
-    return analyse(folders, out_dir, thresholds, seeds, bootstrap, reference=ref)
+    ref = study_of(simulated, out_dir / REFERENCE_DIR, thresholds, seeds, bootstrap)
+    return study_of(folders, out_dir, thresholds, seeds, bootstrap, reference=ref)
 
 
 def reference_folder(folder: Path) -> Path:
@@ -299,10 +306,11 @@ def analyse(
     seeds: Mapping[str, Sequence[int | None]] | None = None,
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
     reference: StudyResult | None = None,
+    include_flagged: bool = False,
 ) -> StudyResult:
     """Read the results folders (role -> one folder, or one per repeat), judge the checks, write
     plots, study.json and study.txt. seeds: role -> each repeat's run.seed (default: from the
-    folders, seed_of)."""
+    folders, seed_of). include_flagged: judge the runs the project flagged too."""
     from collectors.html_report import write_or_warn, write_study_report
     from collectors.report import LoadedRun, compare_table, load_run, write_compare_plots
     from collectors.results import write_private
@@ -321,6 +329,9 @@ def analyse(
             summary = build_summary(
                 RunMeta.from_summary(run.summary), run.tables, bool(run.summary.get("partial"))
             )
+            # the verdict as the run wrote it: a missing one is not "ok" (study_stats.run_flags)
+            summary["fidelity"] = run.summary.get("fidelity")
+            resolution_s = timing_resolution_s(run.summary)
             line_rate, copy_seed = _scenario_facts(run.folder)
             seed = seeds[role][k] if seeds is not None else seed_of(run.folder, copy_seed)
             # Label plots and tables by role, so the legends say "alone" or "mixed" whatever the
@@ -328,24 +339,20 @@ def analyse(
             label = f"{ROLE_LABELS[role]}{'' if seed is None else f' seed {seed}'} ({run.label})"
             loaded.append(LoadedRun(run.folder, {**run.summary, "scenario": label}, run.tables))
             units = {
-                ctype: collective_units(run.tables, ctype) for ctype in (ALL_REDUCE, ALL_TO_ALL)
+                ctype: collective_units(run.tables, ctype, resolution_s)
+                for ctype in (ALL_REDUCE, ALL_TO_ALL)
             }
             runs.append(StudyRun(role, run.folder, summary, line_rate, seed, k, units))
-    by_role = {role: [r for r in runs if r.role == role] for role in ROLES}
-    ar_alone, a2a_alone, mixed = (by_role[role] for role in ROLES)
-    checks = (
-        check_allreduce_cv(ar_alone, mixed, thresholds, bootstrap),
-        check_alltoall_tail(a2a_alone, mixed, thresholds, bootstrap),
-        check_allreduce_line_rate(ar_alone, thresholds, bootstrap),
-        check_allreduce_cv_within_groups(ar_alone, mixed, thresholds, bootstrap),
-        check_allreduce_busbw(ar_alone, mixed, thresholds, bootstrap),
-        check_alltoall_p99(a2a_alone, mixed, thresholds, bootstrap),
-    )
-    notes = study_notes(runs, checks)
-    # The figures show the first repeat of each role. write_compare_plots takes any number of
+    checks = judge_checks(runs, thresholds, bootstrap, include_flagged)
+    notes = study_notes(runs, checks, include_flagged)
+    # The figures are of the judged runs, as the checks (a flagged run only in the tables).
+    by_role = {
+        role: judged_runs([r for r in runs if r.role == role], include_flagged) for role in ROLES
+    }
+    # They show the first repeat of each role. write_compare_plots takes any number of
     # runs, but it colours each on its own (nothing groups the repeats of a role), so 3 x N lines
     # would hide the alone/mixed contrast; every repeat is in the tables, the checks and study.json.
-    firsts = [loaded[runs.index(by_role[role][0])] for role in ROLES]
+    firsts = [loaded[runs.index(by_role[role][0])] for role in ROLES if by_role[role]]
     plots = write_compare_plots(firsts, out_dir / PLOTS)
     # The paper's Fig. 10 and 11 over every repeat, with the repeats' 95% bands.
     every = {role: [loaded[runs.index(r)].tables for r in by_role[role]] for role in ROLES}
@@ -354,7 +361,7 @@ def analyse(
         [
             f"interference study: {out_dir}",
             "",
-            runs_table(runs),
+            runs_table(runs, include_flagged),
             "",
             checks_table(checks),
             *(f"  {c.name}: {c.detail}" for c in checks),
@@ -376,7 +383,9 @@ def analyse(
             f"plots (Fig. 10 and 11 over every repeat; the rest, the first repeat): {out_dir / PLOTS}",
         ]
     )
-    result = StudyResult(out_dir, tuple(runs), checks, tuple(notes), tuple(plots), text)
+    result = StudyResult(
+        out_dir, tuple(runs), checks, tuple(notes), tuple(plots), text, include_flagged
+    )
     document = {
         **result.to_json(),
         "thresholds": asdict(thresholds),

@@ -4,13 +4,15 @@ Six checks (All-Reduce busbw CV over every instance and within each process grou
 busbw mean, All-to-All FCT tail p99/p50 and p99, All-Reduce alone against line rate), each a Check with its numbers, intervals and
 verdict; the statistics, the bootstrap and the verdict rule are emulator.study_stats'. Each takes
 the runs as StudyRun (one run read back, with its units per collective), so the checks can be
-judged without results folders.
+judged without results folders; judge_checks judges all six on the runs the project did not flag
+(or on every run, include_flagged).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,11 +35,14 @@ from emulator.study_stats import (
     estimate_alone,
     fmt_interval,
     judge,
-    judge_lower,
+    judged_runs,
     mean,
     percentile,
     percentile_ratio,
     ratio_of_sums,
+    run_flags,
+    units_cv_floor,
+    with_flagged,
 )
 
 ALL_REDUCE, ALL_TO_ALL = "ALL_REDUCE", "ALL_TO_ALL"
@@ -59,6 +64,12 @@ class StudyRun:
     def name(self) -> str:
         return f"{self.role} repeat {self.repeat + 1}"
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Why the project flagged the run (emulator.study_stats.run_flags; empty: judged).
+        summary keeps the fidelity section as the run wrote it (None when it had none)."""
+        return run_flags(self.summary)
+
     def stats(self, collective: str) -> Mapping[str, Any]:
         return (self.summary.get("collectives") or {}).get(collective) or {}
 
@@ -74,6 +85,7 @@ class StudyRun:
             "tdf": self.summary.get("tdf"),
             "partial": bool(self.summary.get("partial")),
             "fidelity": self.summary.get("fidelity"),
+            "flags": list(self.flags),
             "line_rate_bytes_per_s": self.line_rate_bytes_per_s,
             "cnps_by_collective": {
                 ctype: stats.get("cnps")
@@ -95,6 +107,7 @@ def check_allreduce_cv(
 ) -> Check:
     """CV over every instance: includes the fixed differences between process groups (paths)."""
     a, m = _pooled(alone, ALL_REDUCE, "busbw"), _pooled(mixed, ALL_REDUCE, "busbw")
+    floor = units_cv_floor([r.of(ALL_REDUCE) for r in alone])
     return cv_check(
         "allreduce_busbw_cv",
         "Does the All-Reduce busbw vary more when mixed with the All-to-All?",
@@ -109,6 +122,7 @@ def check_allreduce_cv(
             "busbw_mean_alone_bytes_per_s": float(a.mean()) if len(a) else None,
             "busbw_mean_mixed_bytes_per_s": float(m.mean()) if len(m) else None,
         },
+        floor,
     )
 
 
@@ -136,6 +150,7 @@ def check_allreduce_cv_within_groups(
         thresholds,
         spec,
         {"instances_alone": a.units, "instances_mixed": m.units},
+        units_cv_floor([r.of(ALL_REDUCE) for r in alone]),
     )
 
 
@@ -191,7 +206,9 @@ def check_allreduce_busbw(
     )
     maximum = thresholds.busbw_ratio_max
     units = "complete All-Reduce instances"
-    verdict = judge_lower(c, "busbw mean", units, maximum, thresholds.repeats_min, spec.confidence)
+    verdict = judge(
+        c, "busbw mean", units, maximum, thresholds.repeats_min, spec.confidence, worse="lower"
+    )
     return comparison_check(
         "allreduce_busbw_mean",
         "Does the All-Reduce lose bandwidth (mean busbw) when mixed with the All-to-All?",
@@ -298,3 +315,44 @@ def check_allreduce_line_rate(
         None,
         e.interval,
     )
+
+
+# Each check and the roles whose runs it is judged on, in the order of the study's tables.
+CHECKS: tuple[tuple[Callable[..., Check], tuple[str, ...]], ...] = (
+    (check_allreduce_cv, ("allreduce_only", "mixed")),
+    (check_alltoall_tail, ("alltoall_only", "mixed")),
+    (check_allreduce_line_rate, ("allreduce_only",)),
+    (check_allreduce_cv_within_groups, ("allreduce_only", "mixed")),
+    (check_allreduce_busbw, ("allreduce_only", "mixed")),
+    (check_alltoall_p99, ("alltoall_only", "mixed")),
+)
+
+
+def judge_checks(
+    runs: Sequence[StudyRun],
+    thresholds: StudyThresholds,
+    spec: BootstrapSpec = DEFAULT_BOOTSTRAP,
+    include_flagged: bool = False,
+) -> tuple[Check, ...]:
+    """Every check on the runs the project did not flag (run_flags), or on every run with
+    include_flagged, each then saying which flagged runs it was judged on."""
+    out = []
+    for check, roles in CHECKS:
+        sides = [[r for r in runs if r.role == role] for role in roles]
+        judged = [judged_runs(side, include_flagged) for side in sides]
+        out.append(_flagged(check(*judged, thresholds, spec), roles, sides, judged))
+    return tuple(out)
+
+
+def _flagged(
+    check: Check,
+    roles: Sequence[str],
+    sides: Sequence[Sequence[StudyRun]],
+    judged: Sequence[Sequence[StudyRun]],
+) -> Check:
+    """The check not measurable where every run of a side is flagged and left out, or saying
+    which flagged runs it was judged on (emulator.study_stats.with_flagged)."""
+    verdict, detail, flagged = with_flagged(
+        check.verdict, check.detail, list(zip(roles, sides, judged, strict=True))
+    )
+    return dataclasses.replace(check, verdict=verdict, detail=detail, flagged=flagged)

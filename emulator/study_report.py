@@ -1,9 +1,10 @@
 """The interference study's text: the runs and checks tables, and the notes that qualify them.
 
-Plain-text tables for study.txt and the terminal (every run's identity, each check's estimates
-with intervals and verdict), and the notes on what may distort the numbers (partial runs, a
-fidelity verdict other than ok, an alone run carrying the other collective, mixed TDFs, a plan
-below line rate), which study.json keeps as well.
+Plain-text tables for study.txt and the terminal (every run's identity and whether it was judged,
+each check's estimates with intervals and verdict), and the notes on what may distort the numbers
+or was left out (runs the project flagged: partial, or a fidelity verdict other than ok; an alone
+run carrying the other collective, mixed TDFs, a plan below line rate), which study.json keeps as
+well.
 """
 
 from __future__ import annotations
@@ -11,21 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from emulator.study_checks import ALL_REDUCE, ALL_TO_ALL, StudyRun
-from emulator.study_stats import Check, fmt_interval
+from emulator.study_stats import Check, flagged_notes, fmt_interval, fmt_ratio
 
 
-def study_notes(runs: Sequence[StudyRun], checks: Sequence[Check]) -> list[str]:
-    notes = []
-    for run in runs:
-        if run.summary.get("partial"):
-            notes.append(f"{run.name}: the run is partial (interrupted or failed); fewer samples")
-        fidelity = run.summary.get("fidelity") or {}
-        if fidelity.get("verdict") not in (None, "ok"):
-            reasons = "; ".join(fidelity.get("reasons") or []) or "no reason given"
-            notes.append(
-                f"{run.name}: fidelity {fidelity.get('verdict')} ({reasons}): the numbers may "
-                "show this machine's limits rather than the fabric's"
-            )
+def study_notes(
+    runs: Sequence[StudyRun], checks: Sequence[Check], include_flagged: bool = False
+) -> list[str]:
+    notes = flagged_notes([(r.name, r.flags) for r in runs if r.flags], include_flagged)
+    judged = [r for r in runs if include_flagged or not r.flags]
     # An "alone" run carrying the other collective is not a baseline (wrong folder or scenario).
     others = {"allreduce_only": ALL_TO_ALL, "alltoall_only": ALL_REDUCE}
     for run in runs:
@@ -35,7 +29,7 @@ def study_notes(runs: Sequence[StudyRun], checks: Sequence[Check]) -> list[str]:
                 f"{run.name}: the run also carries {other} ({run.stats(other)['instances']} "
                 "instances), so it is not that collective alone; check the folder or scenario"
             )
-    tdfs = {run.summary.get("tdf") for run in runs}
+    tdfs = {run.summary.get("tdf") for run in judged}
     if len(tdfs) > 1:
         notes.append(
             "the runs used different time dilation factors "
@@ -74,7 +68,9 @@ def checks_table(checks: Sequence[Check]) -> str:
             c.expected,
             fmt_interval(c.alone, c.alone_ci),
             fmt_interval(c.mixed, c.mixed_ci),
-            fmt_interval(c.ratio, c.ratio_ci) if c.mixed is not None else "-",
+            fmt_ratio(c.ratio, c.ratio_ci, c.ratio_undefined, c.difference, c.difference_ci)
+            if c.mixed is not None
+            else "-",
             c.verdict,
         )
         for c in checks
@@ -82,9 +78,17 @@ def checks_table(checks: Sequence[Check]) -> str:
     return _table(headers, body, {0, 1, 5})
 
 
-def runs_table(runs: Sequence[StudyRun]) -> str:
-    """Every run's identity: role, repeat, seed, TDF, fidelity verdict, partial, folder."""
-    headers = ("role", "repeat", "seed", "tdf", "fidelity", "partial", "folder")
+def judged_cell(flags: Sequence[str], include_flagged: bool) -> str:
+    """Whether a run's numbers are in the statistics: yes, no (flagged), yes (flagged)."""
+    if not flags:
+        return "yes"
+    return "yes (flagged)" if include_flagged else "no (flagged)"
+
+
+def runs_table(runs: Sequence[StudyRun], include_flagged: bool = False) -> str:
+    """Every run's identity: role, repeat, seed, TDF, fidelity verdict, partial, whether it is
+    judged, folder."""
+    headers = ("role", "repeat", "seed", "tdf", "fidelity", "partial", "judged", "folder")
     body = [
         (
             r.role,
@@ -93,11 +97,12 @@ def runs_table(runs: Sequence[StudyRun]) -> str:
             "-" if r.summary.get("tdf") is None else f"{r.summary['tdf']:g}",
             str((r.summary.get("fidelity") or {}).get("verdict", "-")),
             "yes" if r.summary.get("partial") else "no",
+            judged_cell(r.flags, include_flagged),
             str(r.folder),
         )
         for r in runs
     ]
-    return _table(headers, body, {0, 4, 5, 6})
+    return _table(headers, body, {0, 4, 5, 6, 7})
 
 
 def _judged(check: Check | None) -> str:
@@ -106,7 +111,13 @@ def _judged(check: Check | None) -> str:
     if check is None:
         return "-"
     if check.mixed is not None:
-        return fmt_interval(check.ratio, check.ratio_ci)
+        return fmt_ratio(
+            check.ratio,
+            check.ratio_ci,
+            check.ratio_undefined,
+            check.difference,
+            check.difference_ci,
+        )
     return fmt_interval(check.alone, check.alone_ci)
 
 

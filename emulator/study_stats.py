@@ -31,10 +31,18 @@ so two repeats that disagree give a wider interval than two that agree. With one
 level draws it every time and the interval covers only the variation among its units.
 
 A mixed/alone ratio is bootstrapped by resampling alone and mixed independently (draws one after
-the other from one generator) and dividing the two resampled statistics; a resample whose alone
-statistic is 0 gives an infinite ratio (0/0 is left out). Point estimates are the statistic on all
-units of all repeats, the same definitions as collectors.summary for one run (population CV,
-nearest-rank percentiles).
+the other from one generator) and dividing the two resampled statistics (0/0 is left out). The
+ratio is given only when the alone interval's lower end lies above the alone statistic's floor
+(0, or for a busbw CV what the runs' time stamps can resolve: timing_resolution_s): a denominator
+whose interval reaches its floor may be 0, and the ratio's interval then spans orders of magnitude
+of noise (the jobs study printed 471.6 [0.141, 1.9e10] over an All-Reduce CV of 0.000 alone: an
+upper end only alone resamples near 4e-12, float rounding of the simulated time, can give).
+Then the difference mixed - alone is given with its interval (the same resamples subtracted), and
+the verdict is on it. Point estimates are the statistic on all units of all repeats, the same
+definitions as collectors.summary for one run (population CV, nearest-rank percentiles).
+
+Runs the project itself flagged (partial, or a fidelity verdict other than ok: run_flags) are
+left out of every statistic unless the study is asked to include them (--include-flagged).
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ BATCH_ELEMENTS = 1 << 21  # resampled values held at once (x 8 bytes), whatever 
 
 Interval = tuple[float, float]
 Verdict = Literal["shown", "not shown", "not measurable"]
+Worse = Literal["higher", "lower"]  # the direction of a statistic that an effect makes worse
 Statistic = Callable[[np.ndarray], np.ndarray]  # (rows, units[, columns]) -> (rows,)
 
 
@@ -289,24 +298,54 @@ def estimate(sample: Sample, spec: BootstrapSpec, rng: np.random.Generator) -> E
 
 @dataclass(frozen=True)
 class Comparison:
-    """A statistic alone and mixed, and mixed / alone, each with its interval."""
+    """A statistic alone and mixed, mixed / alone and mixed - alone, each with its interval.
+
+    ratio and ratio_interval are None, and ratio_undefined says why, when the alone statistic
+    may be at its floor (ratio_floor_reason)."""
 
     alone: Estimate
     mixed: Estimate
-    ratio: float | None  # +inf when the alone statistic is 0 and the mixed one is not
+    ratio: float | None
     ratio_interval: Interval | None
+    difference: float | None = None  # mixed - alone
+    difference_interval: Interval | None = None
+    ratio_undefined: str | None = None
 
 
-def compare(alone: Sample, mixed: Sample, spec: BootstrapSpec) -> Comparison:
-    """Both sides bootstrapped independently from one generator seeded with spec.seed."""
+def ratio_floor_reason(alone: Estimate, floor: float) -> str | None:
+    """Why mixed/alone is not given, or None when it is.
+
+    The ratio is given only when the alone interval's lower end (the point, without an interval)
+    lies above the floor, the least value of the statistic that is not indistinguishable from 0.
+    A ratio's interval is bounded only if its denominator's is bounded away from 0 (the
+    condition of Fieller's theorem for a ratio's confidence set): a resampled alone statistic at
+    the floor divides a finite mixed one into anything up to infinity."""
+    low = alone.point if alone.interval is None else alone.interval[0]
+    if low is None or low > floor:
+        return None
+    where = "value is" if alone.interval is None else "interval reaches down to"
+    return f"the alone {where} {low:.3g}, not above its floor {floor:.3g}: the ratio is unbounded"
+
+
+def compare(alone: Sample, mixed: Sample, spec: BootstrapSpec, floor: float = 0.0) -> Comparison:
+    """Both sides bootstrapped independently from one generator seeded with spec.seed; floor:
+    the alone statistic's floor (ratio_floor_reason), 0 for a statistic that only 0 makes
+    meaningless as a denominator."""
     rng = np.random.default_rng(spec.seed)
     a, m = estimate(alone, spec, rng), estimate(mixed, spec, rng)
-    ratio = interval = None
+    ratio = interval = difference = difference_interval = None
     if a.point is not None and m.point is not None:
         ratio = _finite_or_none(divide(np.array(m.point), np.array(a.point)))
+        difference = m.point - a.point
     if a.values is not None and m.values is not None:
         interval = percentile_interval(divide(m.values, a.values), spec.confidence)
-    return Comparison(a, m, ratio, interval)
+        difference_interval = percentile_interval(m.values - a.values, spec.confidence)
+    undefined = ratio_floor_reason(a, floor)
+    if undefined is None and interval is not None and not all(map(math.isfinite, interval)):
+        undefined = "the interval of the ratio is unbounded"
+    if undefined is not None:
+        ratio = interval = None
+    return Comparison(a, m, ratio, interval, difference, difference_interval, undefined)
 
 
 def estimate_alone(sample: Sample, spec: BootstrapSpec) -> Estimate:
@@ -323,26 +362,31 @@ class CollectiveUnits:
     groups: tuple[np.ndarray, ...]  # the same, per process group
     paired: np.ndarray  # (n, 2): busbw and ideal busbw of the complete instances that have both
     fct: np.ndarray  # finished flows, s
+    cv_floor: float = 0.0  # the busbw CV the run's time stamps cannot tell from 0 (busbw_cv_floor)
 
     @classmethod
     def empty(cls) -> CollectiveUnits:
         return cls(np.empty(0), (), np.empty((0, 2)), np.empty(0))
 
 
-def collective_units(tables: Any, collective: str) -> CollectiveUnits:
+def collective_units(tables: Any, collective: str, resolution_s: float = 0.0) -> CollectiveUnits:
     """The units of one collective type in a run's tables (collectors.tables.RunTables), chosen as
-    collectors.summary chooses them."""
+    collectors.summary chooses them; resolution_s: the run's timing_resolution_s."""
     import pyarrow.compute as pc
 
     from collectors.tables import rows
 
     busbw: list[float] = []
+    durations_s: list[float] = []
     by_group: dict[str, list[float]] = {}
     paired: list[tuple[float, float]] = []
     columns = ("collective_type", "process_group", "busbw_bytes_per_s", "ideal_busbw_bytes_per_s")
-    for ctype, group, value, ideal, complete in rows(tables.collectives, (*columns, "complete")):
+    for ctype, group, value, ideal, complete, duration_s in rows(
+        tables.collectives, (*columns, "complete", "bandwidth_time_s")
+    ):
         if ctype == collective and complete and value is not None:
             busbw.append(value)
+            durations_s.append(duration_s)
             by_group.setdefault(group, []).append(value)
             if ideal:
                 paired.append((value, ideal))
@@ -354,7 +398,134 @@ def collective_units(tables: Any, collective: str) -> CollectiveUnits:
         tuple(np.asarray(v, dtype=float) for v in by_group.values()),
         np.asarray(paired, dtype=float).reshape(-1, 2),
         np.asarray(fct, dtype=float),
+        busbw_cv_floor(durations_s, resolution_s),
     )
+
+
+# The emulated engine stamps flow starts and ends with time.perf_counter (CLOCK_MONOTONIC,
+# nanoseconds on Linux) in wall time and divides by the TDF into target time
+# (emulator.engine.clock), so two stamps closer than 1 ns / TDF are one reading.
+CLOCK_RESOLUTION_S = 1e-9
+
+
+def timing_resolution_s(summary: Mapping[str, Any]) -> float:
+    """How far a run's time stamps may be from the times they stand for by their rounding alone,
+    in target time, from its summary.json.
+
+    The emulated engine: its clock's resolution / TDF. The simulator: its clock is a float of
+    simulated seconds advanced event by event (emulator.sim.engine), each event's time one
+    rounding (at most an ulp of the time) after the event that scheduled it, so a stamp can carry
+    up to `events` ulps of the run's end time (summary.json engine.events, engine.simulated_s).
+    Measured: two instances of a simulated two_tenant All-Reduce alone that took the same
+    2.406 ms were stamped 2.5e-14 s apart, within the 4e-12 s (2.4e6 events x 1.7e-18 s) this
+    gives."""
+    engine = summary.get("engine") or {}
+    if summary.get("backend") == "sim":
+        events, end_s = engine.get("events"), engine.get("simulated_s")
+        if events and end_s:
+            return float(events) * float(np.spacing(float(end_s)))
+    return CLOCK_RESOLUTION_S / float(summary.get("tdf") or 1.0)
+
+
+def busbw_cv_floor(durations_s: Sequence[float | None], resolution_s: float) -> float:
+    """The busbw CV that the rounding of the stamps alone can produce: a busbw is bytes over a
+    duration between two stamps (all members entered -> last byte), each off by up to
+    resolution_s, so instances that took the same time can differ by up to 2 x resolution_s /
+    duration relative, and so can their CV. A CV at or below it is indistinguishable from 0."""
+    durations = [d for d in durations_s if d]
+    return 2.0 * resolution_s / min(durations) if durations else 0.0
+
+
+def units_cv_floor(units: Sequence[CollectiveUnits]) -> float:
+    """The CV floor of a side's runs pooled: the largest of theirs."""
+    return max((u.cv_floor for u in units), default=0.0)
+
+
+# -- runs the project flagged ------------------------------------------------------------------
+
+# A study leaves out of every statistic the runs the project itself flagged, unless asked to
+# include them (--include-flagged): a partial run measured part of its workload, and a fidelity
+# verdict other than "ok" (degraded, or unknown: a check had no data) says the numbers may be
+# this machine's limits rather than the fabric's. Every summary.json the run pipeline writes has
+# a fidelity section, a simulated run's too (emulator.run.execute assesses every backend; the
+# simulator leaves out the machine's checks as not applicable, emulator.backends.sim, so its
+# verdict is ok unless a check that does apply to it failed or had no data): "ok" means the same
+# there. A summary.json without the section was not written by a run of this emulator, or by one
+# older than the verdict, and nothing in it vouches for the run: it is flagged too.
+NO_FIDELITY = "no fidelity verdict in its summary.json: nothing says the run kept up"
+
+
+def flags_of(partial: bool, verdict: str | None, reasons: Sequence[str] = ()) -> tuple[str, ...]:
+    """Why a run is flagged (empty: it is not): partial, and a fidelity verdict other than ok
+    (None: no fidelity section) with its reasons."""
+    flags = []
+    if partial:
+        flags.append("partial: the run did not finish (interrupted or failed)")
+    if verdict is None:
+        flags.append(NO_FIDELITY)
+    elif verdict != "ok":
+        flags.append(f"fidelity {verdict}: {'; '.join(reasons) or 'no reason given'}")
+    return tuple(flags)
+
+
+def run_flags(summary: Mapping[str, Any]) -> tuple[str, ...]:
+    """flags_of a run's summary.json as written (not one recomputed with a default verdict)."""
+    fidelity = summary.get("fidelity")
+    if not isinstance(fidelity, Mapping) or fidelity.get("verdict") is None:
+        return flags_of(bool(summary.get("partial")), None)
+    reasons = [str(r) for r in fidelity.get("reasons") or ()]
+    return flags_of(bool(summary.get("partial")), str(fidelity["verdict"]), reasons)
+
+
+def judged_runs(runs: Sequence[Any], include_flagged: bool) -> list[Any]:
+    """The runs a study's statistics are of: those not flagged (each has .flags), or all."""
+    return list(runs) if include_flagged else [r for r in runs if not r.flags]
+
+
+def with_flagged(
+    verdict: Verdict, detail: str, sides: Sequence[tuple[str, Sequence[Any], Sequence[Any]]]
+) -> tuple[Verdict, str, tuple[str, ...]]:
+    """A verdict and its detail given which runs were judged: sides are (label, every run of
+    the side, the runs judged), each run with .name and .flags. Not measurable when every run of
+    a side is flagged and left out (the detail says which, and why); else the detail says which
+    flagged runs the verdict was judged on (--include-flagged), and those are returned too."""
+    for label, every, kept in sides:
+        if every and not kept:
+            why = flagged_text([(r.name, r.flags) for r in every])
+            return (
+                "not measurable",
+                f"every {label} run is flagged and left out: {why}; --include-flagged judges them",
+                (),
+            )
+    used = list({id(r): r for _, _, kept in sides for r in kept if r.flags}.values())
+    if not used:
+        return verdict, detail, ()
+    named = [(r.name, r.flags) for r in used]
+    flagged = tuple(flagged_text([one]) for one in named)
+    return verdict, f"{detail}; {INCLUDED_FLAGGED}: {flagged_text(named)}", flagged
+
+
+def flagged_text(names_and_flags: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """'mixed repeat 2 (fidelity degraded: ...); ...': flagged runs with their reasons."""
+    return "; ".join(f"{name} ({'; '.join(flags)})" for name, flags in names_and_flags)
+
+
+INCLUDED_FLAGGED = "includes runs flagged by the project (--include-flagged)"
+
+
+def flagged_notes(
+    names_and_flags: Sequence[tuple[str, Sequence[str]]], included: bool
+) -> list[str]:
+    """A note per flagged run, with its reasons: left out of every statistic, or (included)
+    judged although its numbers may be of a part of the run or of this machine's limits."""
+    if included:
+        what = (
+            "flagged, and judged (--include-flagged): its numbers may be of a part of the run or "
+            "of this machine's limits rather than the fabric's"
+        )
+    else:
+        what = "flagged, and left out of every statistic (--include-flagged judges it)"
+    return [f"{name}: {what}: {'; '.join(flags)}" for name, flags in names_and_flags]
 
 
 @dataclass(frozen=True)
@@ -406,8 +577,11 @@ DEFAULT_THRESHOLDS = StudyThresholds()
 class Check:
     """One of the issue's expectations, with the numbers it was judged on.
 
-    alone, mixed and ratio are point estimates over every repeat pooled; the *_ci fields their
-    bootstrap percentile intervals (None where not measurable)."""
+    alone, mixed, ratio and difference (mixed - alone) are point estimates over every repeat
+    pooled; the *_ci fields their bootstrap percentile intervals (None where not measurable);
+    ratio_undefined says why ratio is None where the alone value may be at its floor
+    (ratio_floor_reason). flagged: runs the project flagged that the check was judged on
+    (--include-flagged), each with its reasons."""
 
     name: str
     question: str
@@ -422,6 +596,10 @@ class Check:
     alone_ci: Interval | None = None
     mixed_ci: Interval | None = None
     ratio_ci: Interval | None = None
+    difference: float | None = None
+    difference_ci: Interval | None = None
+    ratio_undefined: str | None = None
+    flagged: tuple[str, ...] = ()
 
     @property
     def shown(self) -> bool:
@@ -435,7 +613,7 @@ class Check:
 
 
 def json_finite(value: Any) -> Any:
-    """JSON has no infinity: an unbounded number (a ratio over an alone statistic of 0) is null."""
+    """JSON has no infinity: an unbounded number is null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -456,15 +634,43 @@ def fmt_interval(value: float | None, interval: Interval | None, spec: str = ".3
     return f"{one(value)} [{one(interval[0])}, {one(interval[1])}]"
 
 
+RATIO_UNDEFINED = "ratio undefined"
+
+
+def fmt_ratio(
+    ratio: float | None,
+    interval: Interval | None,
+    undefined: str | None,
+    difference: float | None,
+    difference_interval: Interval | None,
+    spec: str = ".3g",
+) -> str:
+    """A ratio with its interval, or where it is undefined the difference with its interval:
+    'ratio undefined; difference +0.1 [0.08, 0.12]'."""
+    if undefined is None:
+        return fmt_interval(ratio, interval, spec)
+    text = fmt_interval(difference, difference_interval, spec)
+    sign = "+" if difference is not None and difference >= 0 else ""
+    return f"{RATIO_UNDEFINED}; difference {sign}{text}"
+
+
 def _measurable(
     c: Comparison, what: str, units: str, repeats_min: int, confidence: float
 ) -> tuple[str, str]:
     """("not measurable", why) when a side has fewer than 2 units or fewer than repeats_min
-    repeats; else the ratio's text and the pooled units' text, for the judge to finish."""
+    repeats; else the ratio's text (or the difference's, where the ratio is undefined) and the
+    pooled units' text, for the judge to finish."""
     for side, e in (("alone", c.alone), ("mixed", c.mixed)):
         if not e.measurable:
             return "not measurable", f"fewer than 2 {units} in the {side} runs ({e.units})"
-    ratio = f"mixed/alone {what} {fmt_interval(c.ratio, c.ratio_interval)} ({confidence:.0%} CI)"
+    if c.ratio_undefined is None:
+        ratio = f"mixed/alone {what} {fmt_interval(c.ratio, c.ratio_interval)}"
+    else:
+        ratio = (
+            f"mixed/alone {what} undefined ({c.ratio_undefined}); mixed - alone "
+            f"{fmt_interval(c.difference, c.difference_interval)}"
+        )
+    ratio += f" ({confidence:.0%} CI)"
     pooled = (
         f"; over {c.alone.repeats} repeats alone ({c.alone.units} {units}) and "
         f"{c.mixed.repeats} mixed ({c.mixed.units})"
@@ -480,6 +686,22 @@ def _measurable(
     return ratio, pooled
 
 
+# How judge words each outcome for an effect that raises the statistic (higher) or lowers it
+# (lower): (short of the threshold, at it but the interval reaches 1, at it and beyond 1).
+_WORDING: dict[Worse, tuple[str, str, str]] = {
+    "higher": (
+        "below {t:g}",
+        "at or above {t:g}, but the interval reaches down to 1 (no change)",
+        "at or above {t:g} and the interval above 1",
+    ),
+    "lower": (
+        "above {t:g}",
+        "at or below {t:g}, but the interval reaches up to 1 (no change)",
+        "at or below {t:g} and the interval below 1",
+    ),
+}
+
+
 def judge(
     c: Comparison,
     what: str,
@@ -488,45 +710,47 @@ def judge(
     repeats_min: int,
     confidence: float,
     steady_below: float | None = None,
+    worse: Worse = "higher",
 ) -> tuple[Verdict, str]:
-    """The verdict on a mixed/alone comparison, and why.
+    """The verdict on a mixed/alone comparison, and why: the one rule of every study.
 
     not measurable: fewer than 2 units on a side, or fewer than repeats_min repeats with data
     (the interval is still given, and with one repeat said to leave out run-to-run variation);
-    not shown: the mixed statistic below steady_below, the ratio below the threshold, or its
-    interval reaching down to 1 (no change); shown otherwise."""
+    not shown: the mixed statistic below steady_below, the ratio short of the threshold (below
+    it for an effect that raises the statistic, worse "higher"; above it for one that lowers it),
+    or its interval reaching 1 (no change); shown otherwise. Where the ratio is undefined (the
+    alone value at its floor), on mixed - alone: shown when its interval lies beyond 0 on the
+    worse side (from nothing to something is a ratio past any threshold)."""
     ratio, pooled = _measurable(c, what, units, repeats_min, confidence)
     if ratio == "not measurable":
         return "not measurable", pooled
     assert c.mixed.point is not None  # measurable
     if steady_below is not None and c.mixed.point < steady_below:
         return "not shown", f"mixed {what} {c.mixed.point:.4f} is below {steady_below:g}: steady"
-    if c.ratio is None or c.ratio < threshold:
-        return "not shown", f"{ratio}: below {threshold:g}{pooled}"
-    if c.ratio_interval is None or c.ratio_interval[0] <= 1.0:
-        return "not shown", (
-            f"{ratio}: at or above {threshold:g}, but the interval reaches down to 1 (no "
-            f"change){pooled}"
-        )
-    return "shown", f"{ratio}: at or above {threshold:g} and the interval above 1{pooled}"
+    if c.ratio_undefined is not None:
+        return _judge_difference(c, what, worse, ratio, pooled)
+    short, reaches_one, beyond_one = (w.format(t=threshold) for w in _WORDING[worse])
+    higher = worse == "higher"
+    if c.ratio is None or (c.ratio < threshold if higher else c.ratio > threshold):
+        return "not shown", f"{ratio}: {short}{pooled}"
+    interval = c.ratio_interval
+    if interval is None or (interval[0] <= 1.0 if higher else interval[1] >= 1.0):
+        return "not shown", f"{ratio}: {reaches_one}{pooled}"
+    return "shown", f"{ratio}: {beyond_one}{pooled}"
 
 
-def judge_lower(
-    c: Comparison, what: str, units: str, threshold: float, repeats_min: int, confidence: float
+def _judge_difference(
+    c: Comparison, what: str, worse: Worse, ratio: str, pooled: str
 ) -> tuple[Verdict, str]:
-    """judge() for an effect that lowers the statistic (busbw): shown when mixed/alone is at or
-    below the threshold and its interval lies below 1."""
-    ratio, pooled = _measurable(c, what, units, repeats_min, confidence)
-    if ratio == "not measurable":
-        return "not measurable", pooled
-    if c.ratio is None or c.ratio > threshold:
-        return "not shown", f"{ratio}: above {threshold:g}{pooled}"
-    if c.ratio_interval is None or c.ratio_interval[1] >= 1.0:
+    """judge() where the alone value is at its floor: only a rise can be told from it."""
+    if worse == "lower":
+        return "not shown", f"{ratio}: the alone {what} is at its floor, it cannot fall{pooled}"
+    interval = c.difference_interval
+    if interval is None or interval[0] <= 0.0:
         return "not shown", (
-            f"{ratio}: at or below {threshold:g}, but the interval reaches up to 1 (no "
-            f"change){pooled}"
+            f"{ratio}: the interval of mixed - alone reaches down to 0 (no change){pooled}"
         )
-    return "shown", f"{ratio}: at or below {threshold:g} and the interval below 1{pooled}"
+    return "shown", f"{ratio}: from the floor alone, the interval of mixed - alone above 0{pooled}"
 
 
 def comparison_check(
@@ -554,6 +778,9 @@ def comparison_check(
         c.alone.interval,
         c.mixed.interval,
         c.ratio_interval,
+        c.difference,
+        c.difference_interval,
+        c.ratio_undefined,
     )
 
 
@@ -566,11 +793,15 @@ def cv_check(
     thresholds: StudyThresholds,
     spec: BootstrapSpec,
     numbers: Mapping[str, float | None],
+    floor: float = 0.0,
 ) -> Check:
-    """A busbw CV mixed vs alone: shown at cv_ratio_min, steady below cv_min."""
-    c = compare(alone, mixed, spec)
+    """A busbw CV mixed vs alone: shown at cv_ratio_min, steady below cv_min; floor: the alone
+    runs' CV floor (busbw_cv_floor)."""
+    c = compare(alone, mixed, spec, floor)
     minimum = thresholds.cv_ratio_min
     verdict = judge(
         c, "CV", units, minimum, thresholds.repeats_min, spec.confidence, thresholds.cv_min
     )
-    return comparison_check(name, question, "higher CV mixed", c, verdict, minimum, numbers)
+    return comparison_check(
+        name, question, "higher CV mixed", c, verdict, minimum, {**numbers, "alone_cv_floor": floor}
+    )

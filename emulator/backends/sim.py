@@ -280,7 +280,8 @@ class SimSession(Session):
             nic = fabric.ports[(host.name, HOST_IFNAME)]
             down = self._downlink(host.name)
             out.append(NicSample(t, rank, "tx", nic.tx_bytes))
-            out.append(NicSample(t, rank, "rx", down.tx_bytes - down.losses if down else 0))
+            # what its downlink sent, less the bytes of the frames lost on that link
+            out.append(NicSample(t, rank, "rx", down.tx_bytes - down.lost_bytes if down else 0))
         return out
 
     def _attribution(self, t: float) -> list[RunEvent]:

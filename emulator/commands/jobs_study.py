@@ -20,7 +20,7 @@ HELP = "Each job of a several-jobs scenario alone, then all together: what each 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from emulator.commands.sensitivity import add_backend_arguments
+    from emulator.commands.sensitivity import add_backend_arguments, add_include_flagged
 
     parser.add_argument("scenario", metavar="SCENARIO", help="a scenario with `workloads:`")
     parser.add_argument(
@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="study folder: runs/, jobs.json, jobs.txt, report.html "
         "(default results/jobs-<UTC timestamp>)",
     )
+    add_include_flagged(parser, "every measure")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     parser.add_argument("--json", action="store_true", help="print jobs.json instead of tables")
 
@@ -49,7 +50,9 @@ def main(args: argparse.Namespace) -> int:
     if args.tdf is not None and not args.tdf >= 1.0:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
     out = Path(args.out) if args.out else default_out_dir(study="jobs")
-    settings = jobs_study.JobsSettings(args.backend, args.tdf, not args.no_progress, args.repeats)
+    settings = jobs_study.JobsSettings(
+        args.backend, args.tdf, not args.no_progress, args.repeats, args.include_flagged
+    )
     # With --json stdout carries one document: each run's own table goes to stderr instead.
     stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with stdout:

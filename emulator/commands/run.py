@@ -15,6 +15,8 @@ DEFAULT_QUICK_FABRIC = "clos"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from emulator.commands.sensitivity import add_include_flagged
+
     parser.add_argument("scenario", nargs="?", help="scenario YAML file")
     parser.add_argument(
         "--trace", metavar="PREFIX", help="run a trace set directly, without a scenario"
@@ -74,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "seed-<seed>/ inside --out), then give busbw, FCT, job time, CNPs and marks with 95%% "
         "confidence intervals over the seeds (seeds.json, seeds.txt)",
     )
+    add_include_flagged(parser, "the estimates (with --seeds)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line")
     parser.add_argument(
         "--netns-prefix", default="emu-", help="name prefix of the fabric's namespaces (emu-)"
@@ -141,6 +144,8 @@ def main(args: argparse.Namespace) -> int:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
     if args.seeds is not None and args.seeds < 1:
         raise InputError(f"--seeds {args.seeds}: must be at least 1")
+    if args.include_flagged and args.seeds is None:
+        raise InputError("--include-flagged goes with --seeds: one run has nothing to pool")
     if args.iterations is not None and args.iterations < 1:
         raise InputError(f"--iterations {args.iterations}: must be at least 1")
     scenario = load_scenario(args.scenario) if args.scenario else quick_scenario(args)
@@ -172,14 +177,14 @@ def main(args: argparse.Namespace) -> int:
     if args.backend == "sim" and args.tdf is not None:
         raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
     if args.seeds is not None:
-        return _run_seeds(scenario, options, args.seeds)
+        return _run_seeds(scenario, options, args.seeds, args.include_flagged)
     result = run_scenario(scenario, options)
     if result.failed_expectations:
         return EXIT_EXPECTATION_FAILED
     return EXIT_OK
 
 
-def _run_seeds(scenario: Any, options: Any, count: int) -> int:
+def _run_seeds(scenario: Any, options: Any, count: int, include_flagged: bool = False) -> int:
     import dataclasses
 
     from emulator.run.progress import say
@@ -187,7 +192,7 @@ def _run_seeds(scenario: Any, options: Any, count: int) -> int:
 
     out_dir = options.out_dir or default_seeds_dir(scenario)
     runner = pipeline_runner(dataclasses.replace(options, out_dir=None))
-    result = run_seeds(scenario, count, out_dir, runner, say)
+    result = run_seeds(scenario, count, out_dir, runner, say, include_flagged=include_flagged)
     print(result.text)
     if result.report is not None:
         print(f"report: {result.report}")

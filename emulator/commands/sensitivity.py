@@ -43,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="analyse finished results folders instead, the first the reference; each one's "
         "rate is its scenario copy's (excludes SCENARIO, --link-gbps, --backend and --tdf)",
     )
+    add_include_flagged(parser, "the slowdowns (their rate is not measured)")
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     parser.add_argument(
         "--json", action="store_true", help="print sensitivity.json instead of tables"
@@ -64,6 +65,17 @@ def add_backend_arguments(parser: argparse.ArgumentParser, what: str) -> None:
         metavar="X",
         help="time dilation factor of every emulated run (default: the scenario's "
         "run.time_dilation)",
+    )
+
+
+def add_include_flagged(parser: argparse.ArgumentParser, what: str = "the checks") -> None:
+    """--include-flagged of every command that aggregates runs (a study, a series of seeds)."""
+    parser.add_argument(
+        "--include-flagged",
+        action="store_true",
+        help="judge the runs the project flagged (partial, or a fidelity verdict other than ok) "
+        f"too, and say so in each of {what} that used one; by default they are listed with "
+        f"their reasons and left out of {what}",
     )
 
 
@@ -93,7 +105,9 @@ def main(args: argparse.Namespace) -> int:
         if given:
             raise InputError(f"--reuse takes finished runs: it excludes {', '.join(given)}")
         with stdout:
-            result = sensitivity.reuse_study([Path(f) for f in args.reuse], out)
+            result = sensitivity.reuse_study(
+                [Path(f) for f in args.reuse], out, include_flagged=args.include_flagged
+            )
     else:
         if args.scenario is None:
             raise InputError("SCENARIO: give a scenario file (or --reuse DIR... for finished runs)")
@@ -109,6 +123,7 @@ def main(args: argparse.Namespace) -> int:
                 settings,
                 runner=sensitivity.run_at_rate,  # looked up now: tests replace it
                 say=lambda line: print(line, file=sys.stderr),
+                include_flagged=args.include_flagged,
             )
     print(json.dumps(result.to_json(), indent=2) if args.json else result.text)
     if result.report is not None and not args.json:

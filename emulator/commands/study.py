@@ -46,6 +46,7 @@ INTERFERENCE_HELP = "All-Reduce alone, All-to-All alone and both mixed, with rep
 
 
 def add_interference_arguments(parser: argparse.ArgumentParser) -> None:
+    from emulator.commands.sensitivity import add_include_flagged
     from emulator.study import DEFAULT_REPEATS, ROLES, SCENARIO_SETS
 
     parser.add_argument(
@@ -114,6 +115,7 @@ def add_interference_arguments(parser: argparse.ArgumentParser) -> None:
         help="one results folder per role, in this order (one repeat each: the checks are then "
         "not measurable, an interval from one run leaves out run-to-run variation)",
     )
+    add_include_flagged(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
     parser.add_argument("--json", action="store_true", help="print study.json instead of tables")
 
@@ -193,6 +195,7 @@ def main(args: argparse.Namespace) -> int:
                 run_with_pipeline, backend=args.backend, reference=args.reference
             ),
             reference=args.reference,
+            include_flagged=args.include_flagged,
         )
     if args.json:
         print(json.dumps(result.to_json(), indent=2))

@@ -216,7 +216,8 @@ class Port:
         self.tx_frames = 0
         self.tx_bytes = 0
         self.drops = 0
-        self.losses = 0
+        self.losses = 0  # frames sent but lost on the link (loss_probability, a cable down)
+        self.lost_bytes = 0  # their bytes: what the far end did not receive of tx_bytes
         self.marks = 0
         self.max_queued_bytes = 0
         self.queue_samples: list[tuple[float, int]] | None = None
@@ -352,7 +353,7 @@ class Port:
         self.tx_frames += 1
         self.tx_bytes += frame.size_bytes
         if self.loss_probability and self._rng.random() < self.loss_probability:
-            self.losses += 1
+            self._lose(frame)
             sim.at(done, self._done)
         elif self.delay_s:
             sim.at(done, self._done)
@@ -366,10 +367,15 @@ class Port:
 
     def _deliver(self, frame: Frame) -> None:
         if not self.up:
-            self.losses += 1  # on the wire when the cable went down
+            self._lose(frame)  # on the wire when the cable went down
             return
         assert self.peer is not None
         self.peer.receive(frame, self)
+
+    def _lose(self, frame: Frame) -> None:
+        """A frame sent (in tx_bytes) that never reaches the far end."""
+        self.losses += 1
+        self.lost_bytes += frame.size_bytes
 
     def _done(self) -> None:
         self.busy = False

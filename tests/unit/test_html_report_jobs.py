@@ -190,7 +190,7 @@ def write_study(
 ) -> JobsStudyResult:
     """emulator.jobs_study.write_study with these rows for its analysis (no tables to read)."""
     found = metric_rows() if rows is None else rows
-    monkeypatch.setattr(jobs_study, "analyse", lambda _runs, _bootstrap: tuple(found))
+    monkeypatch.setattr(jobs_study, "analyse", lambda *_: tuple(found))
     return jobs_study.write_study(runs(out), out, Path("scenarios/two_tenant.yaml"))
 
 
@@ -287,7 +287,10 @@ def test_the_page_has_the_effects_the_runs_and_the_files(
     assert page.row("all", "0") == ["all", "0", "runs/all-seed0", "no", "ok"]
     assert page.row("dense", "0") == ["dense", "0", "runs/dense-seed0", "yes", "degraded"]
     assert page.row(EVIL, "1") == [EVIL, "1", "/elsewhere/moe-seed1", "no", "ok"]
-    assert "fidelity verdict not ok or partial: dense-seed0" in words
+    assert (
+        "flagged, and left out of every measure: dense-seed0 (partial: the run did not finish "
+        "(interrupted or failed); fidelity degraded: no reason given)"
+    ) in words
     assert page.hrefs[4:] == ["jobs.json", "jobs.txt"]
     assert page.srcs == []  # the study has no plots
     assert "jobs study of scenarios/two_tenant.yaml" in words  # the txt, folded in

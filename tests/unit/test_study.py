@@ -236,7 +236,7 @@ def test_interference_present_is_shown_with_its_numbers(
     low, high = cv.ratio_ci
     assert f"{cv.ratio:.3g} [{low:.3g}, {high:.3g}]" in rows["allreduce_busbw_cv"]
     identity = [r.split() for r in result.text.splitlines() if r.startswith(tuple(ROLES))]
-    assert [(r[0], r[1], r[2]) for r in identity if len(r) == 7] == [
+    assert [(r[0], r[1], r[2]) for r in identity if len(r) == 8] == [
         (role, str(k), str(k)) for role in ROLES for k in (1, 2)
     ]
 
@@ -375,10 +375,17 @@ def test_thresholds_decide_and_notes_flag_fidelity(tmp_path: Path) -> None:
         cv_ratio_min=1000.0, tail_ratio_min=1000.0, line_rate_ratio_min=0.95, busbw_ratio_max=0.01
     )
     result = analyse(
-        {"allreduce_only": ar, "alltoall_only": a2a, "mixed": mixed}, tmp_path / "s", strict
+        {"allreduce_only": ar, "alltoall_only": a2a, "mixed": mixed},
+        tmp_path / "s",
+        strict,
+        include_flagged=True,  # the degraded runs judged too (tests/unit/test_study_flagged_runs.py)
     )
     assert [c.verdict for c in result.checks] == ["not shown"] * 6
-    assert any("mixed repeat 2: fidelity degraded (CPU saturated" in n for n in result.notes)
+    assert any(
+        n.startswith("mixed repeat 2: flagged, and judged (--include-flagged)")
+        and n.endswith("fidelity degraded: CPU saturated in 40% of samples")
+        for n in result.notes
+    )
     [tdf_note] = [n for n in result.notes if "different time dilation factors" in n]
     assert "(10, 20)" in tdf_note, tdf_note  # not 10.0, 20.0
     assert ": below 1000;" in by_name(result)["allreduce_busbw_cv"].detail

@@ -315,12 +315,15 @@ def test_one_repeat_gives_the_interval_of_its_units_and_is_not_judged() -> None:
     assert judged.verdict == "shown" and "does not include run-to-run variation" in judged.detail
 
 
-def test_an_alone_statistic_of_zero_gives_an_unbounded_ratio() -> None:
+def test_an_alone_statistic_of_zero_gives_no_ratio_but_the_difference() -> None:
+    """A ratio over 0 is unbounded: undefined, and the difference judged (issue 33; more in
+    tests/unit/test_study_cv_floor.py)."""
     alone = ar_runs("allreduce_only", np.full(10, 40e9), np.full(10, 40e9))
     mixed = ar_runs("mixed", with_cv(0.2, 10, 1), with_cv(0.2, 10, 2))
     check = check_allreduce_cv(alone, mixed, THRESHOLDS)
-    assert check.alone == 0.0 and check.ratio == np.inf and check.verdict == "shown"
-    assert check.to_json()["ratio"] is None and check.to_json()["ratio_ci"] == [None, None]
+    assert check.alone == 0.0 and check.ratio is None and check.verdict == "shown"
+    assert check.ratio_undefined is not None and check.difference == pytest.approx(0.2)
+    assert check.to_json()["ratio"] is None and check.to_json()["ratio_ci"] is None
 
 
 def test_a_steady_mixed_cv_is_not_shown_whatever_the_ratio() -> None:
