@@ -185,16 +185,21 @@ class Coordinator:
             self._wait_ready()
             if self.on_ready is not None:
                 self.on_ready(self.worker_pids)
+            # What starts at target time 0, asked before the clock runs: a schedule does its
+            # setup at its first poll (reading the trace's nodes: 1 s for 8 ranks, 3 s for 16
+            # here), which after the start instant would delay the whole replay by that much
+            # wall time, 3 s / TDF of target time at the first compute node.
+            first = None if self.driver is None else list(self.driver.poll(0.0))
             start = time.perf_counter() + START_MARGIN_S
             self._start_wall = start
             if self.on_start is not None:
                 self.on_start(start)
             for w in self.workers:  # the instant in each worker's own clock
                 w.pipe.send(("go", start + self.launcher.clock_offset_s(w.index)))
-            if self.driver is None:
+            if self.driver is None or first is None:
                 self._main_loop(start)
             else:
-                self._drive(self.driver, start)
+                self._drive(self.driver, start, first)
             self._stop_all(graceful=True)
         except BaseException:
             self._stop_all(graceful=False)
@@ -260,14 +265,17 @@ class Coordinator:
                 )
             self._poll(0.05)
 
-    def _drive(self, driver: FlowDriver, start_wall: float) -> None:
-        """Hand out the driver's flows as it releases them; run its delays here."""
+    def _drive(
+        self, driver: FlowDriver, start_wall: float, first: list[FlowLike | DelayLike]
+    ) -> None:
+        """Hand out the driver's flows as it releases them, from `first` (what its poll at
+        target time 0 gave); run its delays here."""
         clock = DilatedClock(self.engine.tdf, start_wall)
         deadline = start_wall + self.engine.run_timeout_s
         delays: list[tuple[float, int]] = []
         self._completions.clear()
         now = 0.0
-        actions = list(driver.poll(now))
+        actions = first
         trigger: tuple[float, int] | None = None
         while True:
             self._dispatch(actions, delays, now, trigger)
