@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from collectors.report import _render
-from collectors.summary import collectives_summary
+from collectors.summary import collectives_summary, job_time_s
 from collectors.tables import RunTables, rows
 
 ONE_RUN_ONLY = "present in one run only"
@@ -62,18 +62,23 @@ class ReferenceBounds:
       faster, a difference no engineer would call one; a tail or a shifted body still shows.
     - busbw_cv_abs: |CV run - CV reference|, absolute (CVs are already relative). 0.10: tells a
       steady collective (CV of a few percent) from a disturbed one (CV of tens of percent).
+    - job_time_ratio: |run/reference - 1| of the job time (first flow's start to last flow's
+      end). 0.10, as busbw's: the job time is the slowest chain of collectives, so it carries
+      their busbw; being a maximum over chains it also moves with which chain loses at a shared
+      link, which the reference's draws show (moe_mix, four draws: 34.2-37.2 ms).
     """
 
     busbw_mean_ratio: float = 0.10
     ks_distance: float = 0.25
     busbw_cv_abs: float = 0.10
     fct_tolerance: float = 0.05
+    job_time_ratio: float = 0.10
 
     def describe(self) -> str:
         return (
             f"busbw mean within {self.busbw_mean_ratio:.0%}, busbw CV within "
             f"{self.busbw_cv_abs:.2f}, FCT KS distance at most {self.ks_distance:.2f} beyond "
-            f"{self.fct_tolerance:.0%} of FCT"
+            f"{self.fct_tolerance:.0%} of FCT, job time within {self.job_time_ratio:.0%}"
         )
 
 
@@ -262,12 +267,39 @@ def compare_runs(
         by_collective[ctype] = row
         deviations += [f"{ctype}: {d}" for d in row["deviations"]]
         not_measured += [f"{ctype} {m}" for m in row["not_measured"]]
+    job = _compare_job_time([job_time_s(t) for t in tables], bounds)
+    deviations += job.pop("deviations")
+    if job["ratio"] is None and by_collective:
+        not_measured.append("job time")
     return {
         "bounds": dataclasses.asdict(bounds),
         "reference_draws": 1 + len(draws),
         "by_collective": by_collective,
+        "job_time": job,
         "deviations": deviations,
         "not_measured": not_measured,
+    }
+
+
+def _compare_job_time(times: Sequence[float | None], bounds: ReferenceBounds) -> dict[str, Any]:
+    """The run's job time (times[0]) against the reference's (times[1]), beyond the stated bound
+    and the most any other draw (times[2:]) reads against the reference."""
+    run, ref, *draws = times
+    ratio = run / ref if run is not None and ref else None
+    spread = [abs(d / ref - 1.0) for d in draws if d is not None and ref]
+    model = max(spread) if spread else None
+    deviations = []
+    if ratio is not None and (why := _beyond(abs(ratio - 1.0), bounds.job_time_ratio, model)):
+        assert run is not None and ref is not None
+        deviations.append(
+            f"job time {run * 1e3:.3f} ms vs reference {ref * 1e3:.3f} ms: ratio {ratio:.3f}, "
+            f"off by {abs(ratio - 1.0):.3f} {why}"
+        )
+    return {
+        "job_time_s": [run, ref],
+        "ratio": ratio,
+        "model_spread": model,
+        "deviations": deviations,
     }
 
 
@@ -305,6 +337,14 @@ def reference_lines(comparison: Mapping[str, Any]) -> list[str]:
         for ctype, row in comparison["by_collective"].items()
     ]
     lines = _render(headers, body).splitlines()
+    job = comparison.get("job_time") or {}
+    if job.get("ratio") is not None:
+        run_s, ref_s = job["job_time_s"]
+        model = job.get("model_spread")
+        lines.append(
+            f"job time run/ref {run_s * 1e3:.3f}/{ref_s * 1e3:.3f} ms, ratio {job['ratio']:.3f}"
+            + ("" if model is None else f" (±{model:.3f})")
+        )
     if (draws := comparison.get("reference_draws", 1)) > 1:
         lines.append(
             f"(in parentheses: the most the simulation's {draws - 1} other draws read against "

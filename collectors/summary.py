@@ -223,6 +223,12 @@ def jobs_summary(tables: RunTables) -> dict[str, dict[str, Any]]:
     return out
 
 
+def job_time_s(tables: RunTables) -> float | None:
+    """From the first flow's start to the last flow's end (target seconds), None without
+    flows."""
+    return _job_time(tables)
+
+
 def _job_time(tables: RunTables) -> float | None:
     starts = [s for s in rows(tables.flows, ("start_s",)) if s[0] is not None]
     ends = [e for e in rows(tables.flows, ("end_s",)) if e[0] is not None]

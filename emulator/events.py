@@ -43,7 +43,10 @@ class FlowFinished:
 
     packets: data packets sent (first transmissions and retransmissions); ce_marks: CE-marked data
     packets the receiver got; cnps_sent: CNPs the receiver (notification point) sent for this flow's
-    QP; cnps_received: CNPs the sender (reaction point) got.
+    QP; cnps_received: CNPs the sender (reaction point) got. engine_lag_s: how far behind their
+    schedules the engine's sending and receiving workers were when the flow's last byte was read
+    and its last ACK (target seconds: time the flow's end carries that no fabric put there);
+    None where no engine ran (a simulation).
     """
 
     flow_id: int
@@ -53,6 +56,7 @@ class FlowFinished:
     ce_marks: int = 0
     cnps_sent: int = 0
     cnps_received: int = 0
+    engine_lag_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,8 @@ class EventReports:
 
     if TYPE_CHECKING:  # the other parts' methods it calls
 
+        def _lag_s(self) -> float: ...
+
         def _deps_done(self, flow_ids: Sequence[int], now: float) -> None: ...
 
     def _event_handlers(self) -> dict[type, Callable[[Any], None]]:
@@ -93,6 +95,7 @@ class EventReports:
                 snap[2] - old[2],
                 conn.conn_id,
                 conn.ordinals.pop(ev.message_id, -1),
+                self._lag_s(),  # the last ACK was read this late (engine.worker)
             )
         )
         self._completed.append((ev.message_id, ev.completed_s))
@@ -115,6 +118,7 @@ class EventReports:
                 ev.size_bytes,
                 snap[0] - old[0],
                 snap[1] - old[1],
+                self._lag_s(),  # the last byte was read (and its ACK sent) this late
             )
         )
 

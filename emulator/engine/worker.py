@@ -226,6 +226,15 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters,
         if self.xdp_group is not None:
             self._pace_xdp()  # the ports' backlogs until the next tick (xdp_path.py)
 
+    def _lag_s(self) -> float:
+        """How far behind its schedule this worker is now, in wall seconds: how overdue its
+        next tick is. A read handled now was handled about that late (the loop was busy, or
+        not given a CPU), and the times the protocol stamps at it carry that much of the
+        machine; 0 while the loop keeps its schedule."""
+        if not self.started:
+            return 0.0
+        return max(time.perf_counter() - self._next_tick_wall, 0.0)
+
     def _flush(self, now: float) -> None:
         self.flush_now = False
         out, self.out = self.out, []

@@ -37,7 +37,14 @@ from emulator.run.progress import ProgressLine
 from emulator.run.replay import Replay
 from emulator.run.tdf import TdfChoice
 from emulator.run.tester import TesterResults
-from emulator.run.verdict import burst_reason, dependency_reason, slowest_link_bps
+from emulator.run.verdict import (
+    burst_reason,
+    dependency_reason,
+    engine_lag_reason,
+    engine_lag_shares,
+    flow_lags,
+    slowest_link_bps,
+)
 from emulator.run.workload import PlannedWorkload, traffic_of
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
@@ -136,6 +143,10 @@ def run_planned(
     )
     if late_start is not None:
         reasons.append(late_start)
+    lag_shares = engine_lag_shares(flow_lags(tables))
+    lagged = engine_lag_reason(lag_shares)
+    if lagged is not None:
+        reasons.append(lagged)
     if replay.unpaired:
         reasons.append(
             f"{len(replay.unpaired)} collectives had no ideal-time counterpart: "
@@ -183,7 +194,7 @@ def run_planned(
             for p in planned.placements
         ],
         "iterations": planned.numbering.total,
-        "engine": metadata,
+        "engine": {**metadata, **({"lag_share": lag_shares} if lag_shares else {})},
         "fabric_backend": fabric_metadata,
         "warnings": planned.warnings,
         **report.extra,

@@ -31,7 +31,14 @@ from emulator.engine.native_path import expected_path
 from emulator.run.calibrate import cache_path, machine_key
 from emulator.run.options import RunOptions
 from emulator.run.tdf import TdfChoice, round_up_2sig
-from emulator.run.verdict import PACING_DEFICIT_LIMIT, engine_checks, timing_limits_s
+from emulator.run.verdict import (
+    PACING_DEFICIT_LIMIT,
+    engine_checks,
+    engine_lag_reason,
+    engine_lag_shares,
+    flow_lags,
+    timing_limits_s,
+)
 from emulator.scenario.model import Scenario
 
 PROBE_WALL_S = 10.0
@@ -124,6 +131,7 @@ def probe(scenario: Scenario, options: RunOptions, planned: Any, tdf: float) -> 
     """The engine's metadata of a PROBE_WALL_S replay of the scenario at `tdf` (results in a
     temporary folder, no exporter, no output)."""
     from collectors.results import ResultsWriter
+    from collectors.tables import read_tables
     from emulator.run.execute import run_planned
 
     metrics = scenario.metrics
@@ -148,8 +156,10 @@ def probe(scenario: Scenario, options: RunOptions, planned: Any, tdf: float) -> 
                 raise  # a failure, not the probe's deadline
             # the deadline stopped the probe: its partial summary has the workers' numbers
             summary = json.loads((writer.target / "summary.json").read_text())
+        # the flows' own view of the engine's lag (emulator.run.verdict), judged as the run's
+        lagged = engine_lag_reason(engine_lag_shares(flow_lags(read_tables(writer.target))))
     engine = summary.get("engine")
-    return engine if isinstance(engine, dict) else {}
+    return {**(engine if isinstance(engine, dict) else {}), "engine_lag_reason": lagged}
 
 
 Prober = Callable[[Scenario, RunOptions, Any, float], dict[str, Any]]
@@ -187,6 +197,8 @@ def verify(
             reasons, unknown = engine_checks(
                 metadata, tdf, scenario.transport.dcqcn, busy_limit, PROBE_DEFICIT_LIMIT
             )
+            if metadata.get("engine_lag_reason"):
+                reasons.append(metadata["engine_lag_reason"])
             if reasons or unknown:
                 options.say(f"TDF {tdf:g}: {(reasons or unknown)[0]}")
                 growth[0] = lateness_growth(metadata, tdf, scenario)

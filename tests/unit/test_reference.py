@@ -151,6 +151,7 @@ def test_equal_runs_agree() -> None:
         "ks_distance": 0.25,
         "busbw_cv_abs": 0.10,
         "fct_tolerance": 0.05,
+        "job_time_ratio": 0.10,
     }
     row = result["by_collective"]["ALL_REDUCE"]
     assert row["busbw_mean_gbps"] == [pytest.approx(12.0), pytest.approx(12.0)]
@@ -172,9 +173,10 @@ def test_equal_runs_agree() -> None:
         "10/10",
         "20/20",
     ]
-    assert lines[3] == (
+    assert lines[3] == "job time run/ref 4.000/4.000 ms, ratio 1.000"
+    assert lines[4] == (
         "agrees within the bounds (busbw mean within 10%, busbw CV within 0.10, "
-        "FCT KS distance at most 0.25 beyond 5% of FCT)"
+        "FCT KS distance at most 0.25 beyond 5% of FCT, job time within 10%)"
     )
 
 
@@ -206,6 +208,8 @@ def test_cv_and_fct_deviations_and_unfinished_flows_left_out() -> None:
     assert result["deviations"] == [
         "ALL_REDUCE: busbw CV 0.136 vs reference 0.000: differ by 0.136 > 0.10",
         "ALL_REDUCE: FCT distributions (4 vs 4 flows): KS distance 0.500 beyond 5% of FCT > 0.25",
+        # its last flow ends 2 ms later: the job took 1.5 times as long
+        "job time 6.000 ms vs reference 4.000 ms: ratio 1.500, off by 0.500 > 0.10",
     ]
 
 
@@ -220,7 +224,7 @@ def test_the_reference_draws_spread_widens_a_bound_only_as_far_as_they_read() ->
     ]
     run = tables(busbws_gbps=(11.5, 13.8, 16.1), fcts_ms=(3.0, 4.0, 5.0, 6.0))
     alone = compare_runs(run, reference)
-    assert len(alone["deviations"]) == 2  # busbw 1.15 and KS 0.5 beyond the stated bounds
+    assert len(alone["deviations"]) == 3  # busbw 1.15, KS 0.5 and job time 1.5 beyond the bounds
     within = compare_runs(run, reference, draws=draws)
     spread = within["by_collective"]["ALL_REDUCE"]["model_spread"]
     assert spread["draws"] == 2
@@ -230,28 +234,49 @@ def test_the_reference_draws_spread_widens_a_bound_only_as_far_as_they_read() ->
     assert within["deviations"] == [] and within["reference_draws"] == 3
     lines = reference_lines(within)
     assert "1.150 (±0.200)" in lines[2] and "0.500 (0.500)" in lines[2]
-    assert lines[3].startswith("(in parentheses: the most the simulation's 2 other draws")
+    assert lines[3] == "job time run/ref 6.000/4.000 ms, ratio 1.500 (±0.500)"
+    assert lines[4].startswith("(in parentheses: the most the simulation's 2 other draws")
     beyond = compare_runs(tables(fcts_ms=(5.0, 6.0, 7.0, 8.0)), reference, draws=draws)
     assert beyond["deviations"] == [
         "ALL_REDUCE: FCT distributions (4 vs 4 flows): KS distance 1.000 beyond 5% of FCT "
-        "> 0.25 and > 0.500, the reference's own draws' largest"
+        "> 0.25 and > 0.500, the reference's own draws' largest",
+        "job time 8.000 ms vs reference 4.000 ms: ratio 2.000, off by 1.000 > 0.10 and > 0.500, "
+        "the reference's own draws' largest",
     ]
     # without draws nothing changes: no spread, the stated bounds alone
     assert alone["by_collective"]["ALL_REDUCE"]["model_spread"] is None
     assert alone["reference_draws"] == 1
 
 
+def test_the_job_time_is_held_against_the_reference_and_its_draws() -> None:
+    """The job time (first start to last end) deviates beyond 10% of the reference's, and
+    beyond the most any of the reference's other draws reads against it."""
+    reference = tables(fcts_ms=(1.0, 2.0, 3.0, 10.0))  # 10 ms
+    assert compare_runs(tables(fcts_ms=(1.0, 2.0, 3.0, 10.8)), reference)["deviations"] == []
+    late = compare_runs(tables(fcts_ms=(1.0, 2.0, 3.0, 12.0)), reference)
+    assert late["job_time"]["ratio"] == pytest.approx(1.2)
+    assert late["deviations"] == [
+        "job time 12.000 ms vs reference 10.000 ms: ratio 1.200, off by 0.200 > 0.10"
+    ]
+    # a draw of the reference that itself took 13 ms: 1.2 is within the model's own spread
+    draws = [tables(fcts_ms=(1.0, 2.0, 3.0, 13.0))]
+    within = compare_runs(tables(fcts_ms=(1.0, 2.0, 3.0, 12.0)), reference, draws=draws)
+    assert within["job_time"]["model_spread"] == pytest.approx(0.3)
+    assert within["deviations"] == []
+
+
 def test_a_type_in_one_run_only_is_reported() -> None:
     result = compare_runs(tables(extra_type=True), tables())
     assert result["deviations"] == [
-        "ALL_TO_ALL: present in one run only (missing in the reference)"
+        "ALL_TO_ALL: present in one run only (missing in the reference)",
+        "job time 7.000 ms vs reference 4.000 ms: ratio 1.750, off by 0.750 > 0.10",
     ]
     row = result["by_collective"]["ALL_TO_ALL"]
     assert row["busbw_mean_gbps"] == [pytest.approx(5.0), None]
     assert row["busbw_mean_ratio"] is None and row["fct_ks_distance"] is None
     assert row["fct_count"] == [1, 0] and row["cnps"] == [9, None]
     backwards = compare_runs(tables(), tables(extra_type=True))
-    assert backwards["deviations"] == ["ALL_TO_ALL: present in one run only (missing in the run)"]
+    assert backwards["deviations"][0] == "ALL_TO_ALL: present in one run only (missing in the run)"
     (line,) = [x for x in reference_lines(result) if x.startswith("ALL_TO_ALL")]
     assert line.split() == ["ALL_TO_ALL", "5.00/-", "-", "-/-", "-", "9/-", "11/-"]
 
@@ -263,10 +288,10 @@ def test_unmeasurable_values_are_none_and_named() -> None:
     assert row["busbw_cv"] == [None, None]
     assert row["fct_ks_distance"] is None and row["fct_count"] == [0, 4]
     assert result["deviations"] == []
-    assert result["not_measured"] == ["ALL_REDUCE busbw CV", "ALL_REDUCE FCT"]
+    assert result["not_measured"] == ["ALL_REDUCE busbw CV", "ALL_REDUCE FCT", "job time"]
     lines = reference_lines(result)
-    assert lines[-2].endswith("FCT KS distance at most 0.25 beyond 5% of FCT) where measured")
-    assert lines[-1] == "not measured in both: ALL_REDUCE busbw CV, ALL_REDUCE FCT"
+    assert lines[-2].endswith("job time within 10%) where measured")
+    assert lines[-1] == "not measured in both: ALL_REDUCE busbw CV, ALL_REDUCE FCT, job time"
     zero = compare_runs(tables(busbws_gbps=(0.0,)), tables(busbws_gbps=(0.0,)))
     assert zero["by_collective"]["ALL_REDUCE"]["busbw_mean_ratio"] is None  # no division by 0
     assert reference_lines(compare_runs(RunTables.from_rows(), RunTables.from_rows()))[-1] == (
