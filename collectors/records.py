@@ -93,8 +93,8 @@ class FlowRecord:
     cnps_sent: int
     cnps_received: int
     job: str = ""  # the scenario's job (several jobs on one fabric); "" for a traffic pattern
-    # the engine's own lag in the flow's end, target seconds (emulator.events.FlowFinished)
-    engine_lag_s: float | None = None
+    # the engine's own delay in the flow, target seconds (emulator.events.FlowFinished)
+    engine_delay_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +127,7 @@ class _FlowState:
     start_s: float | None = None
     end_s: float | None = None
     counts: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
-    engine_lag_s: float | None = None
+    engine_delay_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -207,7 +207,7 @@ class RecordBuilder:
         first_time = state.end_s is None
         state.end_s = event.time_s
         state.counts = _counts(event)
-        state.engine_lag_s = event.engine_lag_s
+        state.engine_delay_s = event.engine_delay_s
         if not first_time:
             return None
         collective_id = self.flows[event.flow_id].collective_id
@@ -250,7 +250,7 @@ class RecordBuilder:
             cnps_sent=cnps_sent,
             cnps_received=cnps_received,
             job=meta.job,
-            engine_lag_s=state.engine_lag_s,
+            engine_delay_s=state.engine_delay_s,
         )
 
     def flow_records(self) -> list[FlowRecord]:

@@ -43,10 +43,11 @@ class FlowFinished:
 
     packets: data packets sent (first transmissions and retransmissions); ce_marks: CE-marked data
     packets the receiver got; cnps_sent: CNPs the receiver (notification point) sent for this flow's
-    QP; cnps_received: CNPs the sender (reaction point) got. engine_lag_s: how far behind their
-    schedules the engine's sending and receiving workers were when the flow's last byte was read
-    and its last ACK (target seconds: time the flow's end carries that no fabric put there);
-    None where no engine ran (a simulation).
+    QP; cnps_received: CNPs the sender (reaction point) got. engine_delay_s: time the engine itself put into
+    the flow's FCT (target seconds): how far behind their schedules its sending and receiving
+    workers were when they read its last byte and its last ACK, plus the pacing credit its
+    queue pair or its NIC lost while it had a packet due (late ticks); None where no engine ran
+    (a simulation).
     """
 
     flow_id: int
@@ -56,7 +57,7 @@ class FlowFinished:
     ce_marks: int = 0
     cnps_sent: int = 0
     cnps_received: int = 0
-    engine_lag_s: float | None = None
+    engine_delay_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -459,9 +459,10 @@ class Coordinator:
         if done is None or rx is None:
             return
         del self._done[key], self._rx[key]
-        _, fid, t, packets, retx, cnps_received, _conn, _ordinal, sender_lag_s = done
-        lag_s = (sender_lag_s + rx[7]) / self.engine.tdf  # both workers' lag, in target time
-        ev = FlowFinished(fid, t, packets, retx, rx[5], rx[6], cnps_received, lag_s)
+        _, fid, t, packets, retx, cnps_received, _conn, _ordinal, sender_lag_s, lost_s = done
+        # both workers' lag (wall) in target time, and the pacing credit lost (target already)
+        delay_s = (sender_lag_s + rx[7]) / self.engine.tdf + lost_s
+        ev = FlowFinished(fid, t, packets, retx, rx[5], rx[6], cnps_received, delay_s)
         self.finished[fid] = ev
         self.received_bytes[fid] = rx[4]
         new.append(ev)

@@ -132,7 +132,12 @@ class FlowStarts:
         conn = self.send_conns[qpn]
         qp = conn.qp
         if qp.idle:
-            conn.snapshot = (qp.packets_sent, qp.packets_retransmitted, conn.cnps_received)
+            conn.snapshot = (
+                qp.packets_sent,
+                qp.packets_retransmitted,
+                conn.cnps_received,
+                qp.pacing_lost_s + conn.nic_lost_s,
+            )
         qp.post_send(now=now, message_id=flow.id, size_bytes=flow.bytes, tag=flow.tag)
         conn.ordinals[flow.id] = conn.next_ordinal
         conn.next_ordinal += 1

@@ -68,7 +68,9 @@ class SendConn:
     xdp: XdpFlow | None = None  # its flow on the rank's AF_XDP port (af_xdp)
     next_ordinal: int = 0
     cnps_received: int = 0
-    snapshot: tuple[int, int, int] = (0, 0, 0)
+    # target seconds of credit its NIC lost while it had a packet due (emulator.engine.nicpacer)
+    nic_lost_s: float = 0.0
+    snapshot: tuple[int, int, int, float] = (0, 0, 0, 0.0)
     ordinals: dict[int, int] = field(default_factory=dict)
     last_rate_sample_s: float = float("-inf")
     tos: int = 0  # ToS byte of its data: its class's DSCP and the data ECN field

@@ -82,7 +82,12 @@ class EventReports:
     def _on_flow_completed(self, ev: FlowCompleted) -> None:
         conn = self.send_conns[ev.qpn]
         qp = conn.qp
-        snap = (qp.packets_sent, qp.packets_retransmitted, conn.cnps_received)
+        snap = (
+            qp.packets_sent,
+            qp.packets_retransmitted,
+            conn.cnps_received,
+            qp.pacing_lost_s + conn.nic_lost_s,
+        )
         old = conn.snapshot
         conn.snapshot = snap
         self.out.append(
@@ -96,6 +101,7 @@ class EventReports:
                 conn.conn_id,
                 conn.ordinals.pop(ev.message_id, -1),
                 self._lag_s(),  # the last ACK was read this late (engine.worker)
+                snap[3] - old[3],  # pacing credit its QP or NIC lost while it was due
             )
         )
         self._completed.append((ev.message_id, ev.completed_s))

@@ -115,7 +115,14 @@ class SendPath:
         start = bisect.bisect_right([qpn for qpn, _ in conns], nic.last_served_qpn)
         order = conns[start:] + conns[:start]
         packet_wire = self._max_packet_wire_bytes
+        lost = nic.lost_wire_bytes
         nic.start_tick(floor)
+        if nic.lost_wire_bytes > lost:
+            # the NIC could have been sending that long: each queue pair waiting on it waited
+            lost_s = (nic.lost_wire_bytes - lost) * 8 / nic.line_rate_bps
+            for _, conn in conns:
+                if _due_by(conn.qp, now):
+                    conn.nic_lost_s += lost_s
         # a NIC that was line-rate bound accounts the lost credit itself, not its queue pairs
         count_lost = not nic.backlogged
         xdp = conns[0][1].rank.xdp  # an AF_XDP port takes no more than its backlog holds

@@ -40,9 +40,9 @@ from emulator.run.tester import TesterResults
 from emulator.run.verdict import (
     burst_reason,
     dependency_reason,
-    engine_lag_reason,
-    engine_lag_shares,
-    flow_lags,
+    engine_delay_reason,
+    engine_delay_shares,
+    flow_delays,
     slowest_link_bps,
 )
 from emulator.run.workload import PlannedWorkload, traffic_of
@@ -143,8 +143,8 @@ def run_planned(
     )
     if late_start is not None:
         reasons.append(late_start)
-    lag_shares = engine_lag_shares(flow_lags(tables))
-    lagged = engine_lag_reason(lag_shares)
+    delay_shares = engine_delay_shares(flow_delays(tables))
+    lagged = engine_delay_reason(delay_shares)
     if lagged is not None:
         reasons.append(lagged)
     if replay.unpaired:
@@ -194,7 +194,7 @@ def run_planned(
             for p in planned.placements
         ],
         "iterations": planned.numbering.total,
-        "engine": {**metadata, **({"lag_share": lag_shares} if lag_shares else {})},
+        "engine": {**metadata, **({"delay_share": delay_shares} if delay_shares else {})},
         "fabric_backend": fabric_metadata,
         "warnings": planned.warnings,
         **report.extra,

@@ -34,9 +34,9 @@ from emulator.run.tdf import TdfChoice, round_up_2sig
 from emulator.run.verdict import (
     PACING_DEFICIT_LIMIT,
     engine_checks,
-    engine_lag_reason,
-    engine_lag_shares,
-    flow_lags,
+    engine_delay_reason,
+    engine_delay_shares,
+    flow_delays,
     timing_limits_s,
 )
 from emulator.scenario.model import Scenario
@@ -156,10 +156,10 @@ def probe(scenario: Scenario, options: RunOptions, planned: Any, tdf: float) -> 
                 raise  # a failure, not the probe's deadline
             # the deadline stopped the probe: its partial summary has the workers' numbers
             summary = json.loads((writer.target / "summary.json").read_text())
-        # the flows' own view of the engine's lag (emulator.run.verdict), judged as the run's
-        lagged = engine_lag_reason(engine_lag_shares(flow_lags(read_tables(writer.target))))
+        # the flows' own view of the engine's delay (emulator.run.verdict), judged as the run's
+        lagged = engine_delay_reason(engine_delay_shares(flow_delays(read_tables(writer.target))))
     engine = summary.get("engine")
-    return {**(engine if isinstance(engine, dict) else {}), "engine_lag_reason": lagged}
+    return {**(engine if isinstance(engine, dict) else {}), "engine_delay_reason": lagged}
 
 
 Prober = Callable[[Scenario, RunOptions, Any, float], dict[str, Any]]
@@ -197,8 +197,8 @@ def verify(
             reasons, unknown = engine_checks(
                 metadata, tdf, scenario.transport.dcqcn, busy_limit, PROBE_DEFICIT_LIMIT
             )
-            if metadata.get("engine_lag_reason"):
-                reasons.append(metadata["engine_lag_reason"])
+            if metadata.get("engine_delay_reason"):
+                reasons.append(metadata["engine_delay_reason"])
             if reasons or unknown:
                 options.say(f"TDF {tdf:g}: {(reasons or unknown)[0]}")
                 growth[0] = lateness_growth(metadata, tdf, scenario)

@@ -105,27 +105,28 @@ def dependency_reason(latency: dict[str, Any], fct_s: list[float]) -> str | None
     )
 
 
-# The engine's own lag in a flow's end (events.FlowFinished.engine_lag_s: how overdue the sending
-# and the receiving worker's schedules were when they read the flow's last byte and its last ACK)
-# is time the flow's FCT carries that no fabric put there. Judged at the share of FCT the
-# verdict's promise tolerates (docs: each collective type's busbw and FCT percentiles within 5% of
-# the same job's reference), as the pacing deficit and the dependency latency are: the
-# bytes-weighted share of the type's FCTs (what its busbw mean is biased by) and how far its p99
-# FCT moves when the lag is taken out (what its tail is biased by).
-ENGINE_LAG_SHARE_LIMIT = 0.05
+# The engine's own delay in a flow (events.FlowFinished.engine_delay_s: how overdue the sending and
+# the receiving worker's schedules were when they read the flow's last byte and its last ACK, plus
+# the pacing credit its queue pair or NIC lost while it had a packet due) is time the flow's FCT
+# carries that no fabric put there. Judged at the share of FCT the verdict's promise tolerates
+# (docs: each collective type's busbw and FCT percentiles within 5% of the same job's reference),
+# as the run-wide pacing deficit and the dependency latency are: the bytes-weighted share of the
+# type's FCTs (what its busbw mean is biased by) and how far its p99 FCT moves when the delay is
+# taken out (what its tail is biased by).
+ENGINE_DELAY_SHARE_LIMIT = 0.05
 
 
-def engine_lag_shares(
+def engine_delay_shares(
     flows: Iterable[tuple[str, int, float | None, float | None]],
 ) -> dict[str, dict[str, float]]:
-    """Per collective type, how much of its flows' FCTs is the engine's lag: `fct_share` (the
-    bytes-weighted share of each flow's FCT) and `p99_fct_shift` (its p99 FCT over the p99 with
-    each flow's lag taken out, minus 1). `flows` are (collective type, bytes, fct_s,
-    engine_lag_s); finished flows with a lag count (a simulation has none)."""
+    """Per collective type, how much of its flows' FCTs is the engine's own delay: `fct_share`
+    (the bytes-weighted share of each flow's FCT) and `p99_fct_shift` (its p99 FCT over the p99
+    with each flow's delay taken out, minus 1). `flows` are (collective type, bytes, fct_s,
+    engine_delay_s); finished flows with a delay count (a simulation has none)."""
     by_type: dict[str, list[tuple[int, float, float]]] = {}
-    for ctype, nbytes, fct, lag in flows:
-        if fct is not None and fct > 0 and lag is not None:
-            by_type.setdefault(ctype, []).append((nbytes, fct, min(max(lag, 0.0), fct)))
+    for ctype, nbytes, fct, delay in flows:
+        if fct is not None and fct > 0 and delay is not None:
+            by_type.setdefault(ctype, []).append((nbytes, fct, min(max(delay, 0.0), fct)))
     out = {}
     for ctype, rows in sorted(by_type.items()):
         total = sum(b for b, _, _ in rows)
@@ -138,10 +139,10 @@ def engine_lag_shares(
     return out
 
 
-def engine_lag_reason(
-    shares: dict[str, dict[str, float]], limit: float = ENGINE_LAG_SHARE_LIMIT
+def engine_delay_reason(
+    shares: dict[str, dict[str, float]], limit: float = ENGINE_DELAY_SHARE_LIMIT
 ) -> str | None:
-    """The engine's lag (engine_lag_shares) against each collective type's FCTs; None when
+    """The engine's delay (engine_delay_shares) against each collective type's FCTs; None when
     every type is within `limit`."""
     said = [
         f"{ctype} {v['fct_share']:.1%} of its FCTs (bytes-weighted), its p99 FCT "
@@ -152,20 +153,21 @@ def engine_lag_reason(
     if not said:
         return None
     return (
-        "the engine's own lag (its workers' schedules overdue when they read flows' last bytes "
-        f"and ACKs) was over {limit:.0%} of what the flows measured: "
+        "the engine's own delay in the flows (its workers behind schedule when they read the "
+        "last bytes and ACKs, pacing credit lost to late ticks) was over "
+        f"{limit:.0%} of what they measured: "
         + "; ".join(said)
         + ": busbw and FCTs carry the machine's delays; raise the TDF"
     )
 
 
-def flow_lags(tables: Any) -> list[tuple[str, int, float | None, float | None]]:
-    """engine_lag_reason's rows from a run's flows table (no engine lag column: none)."""
+def flow_delays(tables: Any) -> list[tuple[str, int, float | None, float | None]]:
+    """engine_delay_shares' rows from a run's flows table (no engine delay column: none)."""
     from collectors.tables import rows
 
-    if "engine_lag_s" not in tables.flows.column_names:
+    if "engine_delay_s" not in tables.flows.column_names:
         return []
-    return list(rows(tables.flows, ("collective_type", "bytes", "fct_s", "engine_lag_s")))
+    return list(rows(tables.flows, ("collective_type", "bytes", "fct_s", "engine_delay_s")))
 
 
 def _p99(values: list[float]) -> float:

@@ -140,6 +140,7 @@ class SendQueuePair:
         # too late to use (the bucket's floor cut it): bytes it should have sent and did not.
         self._backlogged = False
         self.pacing_lost_bytes = 0.0
+        self.pacing_lost_s = 0.0  # the same, as the time it could have been sending
         # counters
         self.packets_sent = 0
         self.packets_retransmitted = 0
@@ -371,6 +372,7 @@ class SendQueuePair:
         rate = cc.rate_bps
         if due < floor_s and self._backlogged and count_lost:
             self.pacing_lost_bytes += (floor_s - due) * rate / 8
+            self.pacing_lost_s += floor_s - due
         t0 = due if due > floor_s else floor_s
         msgs = self._msgs
         m, k, _ = self._next_position()

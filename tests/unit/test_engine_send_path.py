@@ -96,7 +96,7 @@ def test_a_nic_whose_queue_pairs_have_nothing_due_is_not_behind() -> None:
     nic = NicPacer(line_bps)
     params = TransportParams(congestion_control="none", path_mtu_bytes=1024)
     qp = SendQueuePair(qpn=1, dest_qp=2, params=params, line_rate_bps=line_bps)
-    conn = SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic, xdp=None))
+    conn = SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic, xdp=None), nic_lost_s=0.0)
     qp.post_send(now=0.0, message_id=1, size_bytes=1024)
     sender.active[1] = conn
     sender._pump(0.0)
@@ -124,12 +124,20 @@ def test_a_nic_bound_by_its_rate_is_behind_when_served_late() -> None:
     ]
     for qp in qps:
         qp.post_send(now=0.0, message_id=qp.qpn, size_bytes=64 * 1024)
-        sender.active[qp.qpn] = SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic, xdp=None))
+        sender.active[qp.qpn] = SimpleNamespace(
+            qp=qp, rank=SimpleNamespace(nic=nic, xdp=None), nic_lost_s=0.0
+        )
     sender._pump(1e-6)
     assert nic.backlogged
     sender._pump(11e-6)  # 10 us later with a 0.1 us bucket: about 9.9 us of line rate lost
     assert nic.lost_wire_bytes == pytest.approx(9.9e-6 * line_bps / 8, rel=0.15)
     assert sum(qp.pacing_lost_bytes for qp in qps) == 0.0
+    # each queue pair waiting on the NIC waited that long: the time goes into its flow's delay
+    lost_s = nic.lost_wire_bytes * 8 / line_bps
+    assert [sender_conn.nic_lost_s for sender_conn in sender.active.values()] == [
+        pytest.approx(lost_s),
+        pytest.approx(lost_s),
+    ]
 
 
 def test_the_arbiter_shares_a_tick_s_budget_among_its_queue_pairs() -> None:
@@ -146,7 +154,9 @@ def test_the_arbiter_shares_a_tick_s_budget_among_its_queue_pairs() -> None:
     ]
     for qp in qps:
         qp.post_send(now=0.0, message_id=qp.qpn, size_bytes=1 << 20)
-        sender.active[qp.qpn] = SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic, xdp=None))
+        sender.active[qp.qpn] = SimpleNamespace(
+            qp=qp, rank=SimpleNamespace(nic=nic, xdp=None), nic_lost_s=0.0
+        )
     sender._pump(0.0)
     sent = [qp.packets_sent for qp in qps]
     assert sum(sent) >= 55 and max(sent) - min(sent) <= 1, sent
@@ -168,7 +178,10 @@ def test_the_arbiter_takes_turns_across_ticks_while_other_queue_pairs_come_and_g
         SendQueuePair(qpn=q, dest_qp=q + 1, params=params, line_rate_bps=line_bps)
         for q in (1, 3, 5, 7)
     ]
-    conns = {qp.qpn: SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic, xdp=None)) for qp in qps}
+    conns = {
+        qp.qpn: SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic, xdp=None), nic_lost_s=0.0)
+        for qp in qps
+    }
     for qp in qps:
         qp.post_send(now=0.0, message_id=qp.qpn, size_bytes=1 << 24)
     now = 0.0

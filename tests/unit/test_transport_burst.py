@@ -492,6 +492,7 @@ def test_pacing_deficit_counts_credit_cut_while_backlogged() -> None:
     late = due + 1e-3
     assert qp.poll_burst(now=late, floor_s=late - 1e-4, max_packets=64) is not None
     assert qp.pacing_lost_bytes == pytest.approx(0.9e-3 * 1e9 / 8)
+    assert qp.pacing_lost_s == pytest.approx(0.9e-3)  # the time it could have been sending
     # the caller says its NIC was the bottleneck: not the queue pair's deficit
     before = qp.pacing_lost_bytes
     due = qp.next_transmit_s()
