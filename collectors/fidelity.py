@@ -119,8 +119,9 @@ def _reordered(tables: RunTables) -> str:
     if not gaps or sum(port_growth(tables, "drops").values()):
         return ""
     return (
-        f", with no switch drop: {gaps} packets arrived out of sequence (reordered on this "
-        "machine: the fabric keeps each flow on one path and in order)"
+        f", with no drop counted at a switch port's queue: {gaps} packets arrived out of sequence "
+        "(reordered on this machine, since the fabric keeps each flow on one path and in order, "
+        "or lost below the ports' queues, at a link that went down: reported apart)"
     )
 
 

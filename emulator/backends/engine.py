@@ -45,6 +45,7 @@ from emulator.run.sampling import Sampler
 from emulator.run.tester import PfcReadings
 from emulator.run.verdict import af_xdp_reasons, engine_checks
 from emulator.schedule.fabric import describe_fabric
+from fabrics.link_watch import unannounced_downs
 from fabrics.spec import ClosSpec, DutSpec
 
 
@@ -142,6 +143,17 @@ class EngineSession(Session):
         """Reads the switch ports' counters (None: the fabric's switches are not ours to read)."""
         return None
 
+    def links_reader(self) -> Callable[[], dict[Any, Any]] | None:
+        """Reads every fabric interface's carrier changes and drops (fabrics/link_watch.py;
+        None: the links are not ours to watch)."""
+        return None
+
+    def _announced_ports(self) -> list[tuple[str, str]]:
+        """The ports the scenario's own link events take down."""
+        if self.links is None:
+            return []
+        return [(end.node, end.ifname) for c in self.links.cables for end in (c.a, c.b)]
+
     def counts_classes(self) -> bool:
         """The fabric's switches count by attribution class (the BTH tag the engine then
         writes, emulator.run.attribution): only ours, with the eBPF marker. Elsewhere the
@@ -183,13 +195,21 @@ class EngineSession(Session):
             for generator in self.pfc:
                 generator.start(start_wall_s)
 
+        read_links = self.links_reader()
+        links_before: dict[Any, Any] = {}
+
+        def ready(_pids: list[int]) -> None:
+            sampler.take_baseline()
+            if read_links is not None:
+                links_before.update(read_links())
+
         coordinator = Coordinator(
             self.ranks,
             [],
             transport=scenario.transport,
             engine=engine,
             on_events=job.on_events,
-            on_ready=lambda _pids: sampler.take_baseline(),
+            on_ready=ready,
             on_start=started,
             driver=job.driver,
             profiles=planned.profiles,
@@ -220,6 +240,14 @@ class EngineSession(Session):
         )
         reasons += self._reasons(metadata)
         reasons += [f"sampling failed: {e}" for e in sampler.errors[:3]]
+        if read_links is not None and links_before:
+            try:
+                down = unannounced_downs(links_before, read_links(), self._announced_ports())
+            except Exception as exc:  # the fabric may be gone after a failure: say so
+                unknown.append(f"links: could not read them at the end ({exc})")
+            else:
+                if down is not None:
+                    reasons.append(down)
         if self.links is not None and self.links.errors:
             reasons.append(f"link events failed: {'; '.join(self.links.errors[:2])}")
         pfc_sent: Counter[int] = Counter()  # per rank, over its generators
@@ -326,6 +354,12 @@ class NetnsSession(EngineSession):
 
         live = self.live
         return lambda: list(read_port_counters(live).values())
+
+    def links_reader(self) -> Callable[[], dict[Any, Any]] | None:
+        from fabrics.link_watch import read_links
+
+        netns = dict(self.live.netns)
+        return lambda: dict(read_links(netns))
 
     def _lossless(self) -> bool:
         # drops and retransmissions are what a loss impairment or a link event asked for

@@ -1,0 +1,329 @@
+"""What the fidelity verdict's `ok` promises, held under injected faults.
+
+The promise (docs/fidelity.md): a run whose verdict is ok measured each collective type's busbw
+mean within BUSBW_TOLERANCE and its FCT p50 and p99 within FCT_TOLERANCE of the same job's
+reference, the clean run at a factor where the machine has headroom (REFERENCE_TDF, twice this
+test's). The tolerances are this job's own run-to-run spread with room: clean runs of it read up
+to 8% apart in All-Reduce busbw and 15% in its FCT p50 (32 flows; the eBPF marker's draws are not
+seeded), 2% in everything of the All-to-All (2026-11-27).
+
+One small job (the mixed All-Reduce and All-to-All of tests/integration/test_sim_backend, 8 MiB
+each, 2 steps) runs at TDF 2000 clean, which must read ok and within the tolerance, then once with
+each fault: another process busy on every core through the replay; a switch port's queue limit
+cut below a burst mid-run (drops in a fabric the scenario calls lossless); a rank's worker
+stopped for 400 ms mid-run (SIGSTOP, then SIGCONT); a cable down for 400 ms mid-run, which no
+link event announces. Whenever a fault moved the results beyond the tolerance the verdict must
+not read ok, and its reasons must name what the fault did (late ticks or the engine's delay,
+drops, retransmissions); each fault is checked to have happened, so no test passes on a fault
+that missed. Every run's numbers are printed (`pytest -s`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from collectors.tables import RunTables, column, read_tables
+from emulator.run import RunOptions, run_scenario
+from emulator.scenario import load_scenario
+from fabrics.queues import DATA_CLASS_ID
+from tests.integration.test_sim_backend import SMALL
+from tests.system.noise import Try, on_a_noisy_machine
+
+pytestmark = pytest.mark.system
+
+TDF = 2000
+REFERENCE_TDF = 4000
+BUSBW_TOLERANCE = 0.10
+FCT_TOLERANCE = 0.20
+JOB = (
+    SMALL.format(seed=0)
+    .replace("dispatch_bytes: 262144", "dispatch_bytes: 8388608")
+    .replace("allreduce_bytes: 2097152", "allreduce_bytes: 8388608")
+    .replace("  backend: sim\n", "  time_dilation: TDF_VALUE\n")
+)
+FAULT_AFTER_S = 4.0  # wall seconds after the workers appear: inside the replay (~14 s at 2000)
+PAUSE_S = 0.4
+# what the verdict's reasons say for each fault's effect (emulator.run.verdict, collectors.fidelity)
+NAMES = {
+    "busy_cores": ("late", "engine's own delay", "pacing deficit", "CPU"),
+    "queue_cut": ("dropped", "retransmitted"),
+    "stopped_worker": ("late", "engine's own delay", "pacing deficit"),
+    "cable_down": ("retransmitted", "dropped", "did not finish"),
+}
+
+
+def measures(tables: RunTables) -> dict[str, float]:
+    """Each collective type's busbw mean and FCT p50 and p99 (what `ok` promises)."""
+    out: dict[str, float] = {}
+    types = set(column(tables.flows, "collective_type"))
+    for ctype in sorted(types):
+        fcts = [
+            f
+            for t, f in zip(
+                column(tables.flows, "collective_type"), column(tables.flows, "fct_s"), strict=True
+            )
+            if t == ctype and f is not None
+        ]
+        busbw = [
+            b
+            for t, b in zip(
+                column(tables.collectives, "collective_type"),
+                column(tables.collectives, "busbw_bytes_per_s"),
+                strict=True,
+            )
+            if t == ctype and b is not None
+        ]
+        out[f"{ctype} busbw"] = float(np.mean(busbw)) if busbw else 0.0
+        out[f"{ctype} fct p50"] = float(np.percentile(fcts, 50)) if fcts else 0.0
+        out[f"{ctype} fct p99"] = float(np.percentile(fcts, 99)) if fcts else 0.0
+    return out
+
+
+def off_by(run: dict[str, float], reference: dict[str, float]) -> dict[str, float]:
+    """|run / reference - 1| of each measure (1.0 where the run lacks one)."""
+    return {k: abs(run[k] / v - 1.0) if run.get(k) and v else 1.0 for k, v in reference.items()}
+
+
+def _run(fabric_env: str, out: Path, tdf: int) -> tuple[dict[str, object], RunTables]:
+    path = out.with_suffix(".yaml")
+    path.write_text(JOB.replace("TDF_VALUE", str(tdf)))
+    result = run_scenario(
+        load_scenario(path), RunOptions(out_dir=out, progress=False, fabric_prefix=fabric_env)
+    )
+    return result.summary, read_tables(out)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
+    """The job clean at REFERENCE_TDF (its own state file and namespace prefix)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (namespaces)")
+    tmp = tmp_path_factory.mktemp("reference")
+    saved = os.environ.get("CHAKRA_EMULATOR_STATE_DIR")
+    os.environ["CHAKRA_EMULATOR_STATE_DIR"] = str(tmp)
+    try:
+        summary, tables = _run(f"vr{os.getpid() % 100000}-", tmp / "run", REFERENCE_TDF)
+    finally:
+        if saved is None:
+            os.environ.pop("CHAKRA_EMULATOR_STATE_DIR", None)
+        else:
+            os.environ["CHAKRA_EMULATOR_STATE_DIR"] = saved
+    assert summary["fidelity"]["verdict"] == "ok", summary["fidelity"]
+    return measures(tables)
+
+
+# -- the faults: each runs in a thread beside the run and says what it did ---------------------
+
+
+def _workers() -> list[int]:
+    """This process's engine workers (multiprocessing children running spawn_main)."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == me and b"spawn_main" in cmdline:
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _when_replaying(deadline_s: float = 60.0) -> list[int]:
+    """Wait for the engine's workers, then FAULT_AFTER_S into the replay; their pids."""
+    end = time.monotonic() + deadline_s
+    while not (pids := _workers()):
+        if time.monotonic() > end:
+            raise AssertionError("the engine's workers never appeared")
+        time.sleep(0.05)
+    time.sleep(FAULT_AFTER_S)
+    return pids
+
+
+def _sh(*args: str) -> str:
+    return subprocess.run(args, capture_output=True, text=True, timeout=30, check=True).stdout
+
+
+def _burn(stop_at: float) -> None:
+    while time.monotonic() < stop_at:
+        pass
+
+
+@contextlib.contextmanager
+def busy_cores(prefix: str, did: list[str]) -> Iterator[None]:
+    """Another process busy on every core, from before the replay to its end (bounded)."""
+    del prefix
+    ctx = multiprocessing.get_context("fork")
+    stop_at = time.monotonic() + 120.0
+    burners = [ctx.Process(target=_burn, args=(stop_at,)) for _ in range(os.cpu_count() or 2)]
+    for b in burners:
+        b.start()
+    did.append(f"{len(burners)} busy processes")
+    try:
+        yield
+    finally:
+        for b in burners:
+            b.terminate()
+        for b in burners:
+            b.join(5)
+
+
+def _in_thread(action: Callable[[], None], did: list[str]) -> Iterator[None]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:  # reported by the test, not lost in the thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join(30)
+    if errors:
+        raise errors[0]
+    assert did, "the fault did not happen"
+
+
+@contextlib.contextmanager
+def queue_cut(prefix: str, did: list[str]) -> Iterator[None]:
+    """Leaf l0's port to h0 (All-to-All incast and All-Reduce meet there) holds 6000 bytes from
+    mid-run on: less than two full-size packets."""
+    ns, dev = f"{prefix}l0", "l0-h0"
+
+    def cut() -> None:
+        _when_replaying()
+        qdiscs = json.loads(_sh("tc", "-j", "-n", ns, "qdisc", "show", "dev", dev))
+        (fifo,) = [
+            q for q in qdiscs if q.get("kind") == "bfifo" and q.get("parent") == DATA_CLASS_ID
+        ]
+        _sh("tc", "-n", ns, "qdisc", "change", "dev", dev, "parent", fifo["parent"],
+            "handle", fifo["handle"], "bfifo", "limit", "6000")  # fmt: skip
+        did.append(f"{ns}:{dev} bfifo limit 6000 (was {fifo.get('options', {}).get('limit')})")
+
+    yield from _in_thread(cut, did)
+
+
+@contextlib.contextmanager
+def stopped_worker(prefix: str, did: list[str]) -> Iterator[None]:
+    """One engine worker stopped for PAUSE_S mid-run."""
+    del prefix
+
+    def stop() -> None:
+        pid = _when_replaying()[0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(PAUSE_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        did.append(f"worker {pid} stopped {PAUSE_S} s")
+
+    yield from _in_thread(stop, did)
+
+
+def _tx_packets(ns: str) -> dict[str, int]:
+    """Packets each of leaf l0's uplinks sent so far."""
+    links = json.loads(_sh("ip", "-n", ns, "-s", "-j", "link", "show"))
+    return {
+        link["ifname"]: int(link["stats64"]["tx"]["packets"])
+        for link in links
+        if link["ifname"].startswith("l0-s")
+    }
+
+
+def _busiest_uplink(ns: str) -> str:
+    """The uplink carrying the most packets over the next 200 ms (a cable in use)."""
+    before = _tx_packets(ns)
+    time.sleep(0.2)
+    after = _tx_packets(ns)
+    return max(after, key=lambda dev: after[dev] - before.get(dev, 0))
+
+
+@contextlib.contextmanager
+def cable_down(prefix: str, did: list[str]) -> Iterator[None]:
+    """Leaf l0's first uplink down for PAUSE_S mid-run, announced by nothing."""
+    ns = f"{prefix}l0"
+
+    def flap() -> None:
+        _when_replaying()
+        uplink = _busiest_uplink(ns)
+        _sh("ip", "-n", ns, "link", "set", "dev", uplink, "down")
+        try:
+            time.sleep(PAUSE_S)
+        finally:
+            _sh("ip", "-n", ns, "link", "set", "dev", uplink, "up")
+        did.append(f"{ns}:{uplink} down {PAUSE_S} s")
+
+    yield from _in_thread(flap, did)
+
+
+FAULTS = {
+    "busy_cores": busy_cores,
+    "queue_cut": queue_cut,
+    "stopped_worker": stopped_worker,
+    "cable_down": cable_down,
+}
+
+
+def _judge(
+    tr: Try, summary: dict[str, object], tables: RunTables, reference: dict[str, float]
+) -> tuple[str, list[str], bool]:
+    fidelity = summary["fidelity"]
+    assert isinstance(fidelity, dict)
+    verdict, reasons = fidelity["verdict"], list(fidelity.get("reasons") or [])
+    off = off_by(measures(tables), reference)
+    inside = all(v <= (BUSBW_TOLERANCE if "busbw" in k else FCT_TOLERANCE) for k, v in off.items())
+    tr.note(verdict=verdict, inside=inside, **{k: round(v, 3) for k, v in off.items()})
+    tr.note(reasons=reasons)
+    return str(verdict), reasons, inside
+
+
+def test_a_clean_run_reads_ok_within_the_tolerance(
+    reference: dict[str, float], fabric_env: str, tmp_path: Path
+) -> None:
+    def clean(tr: Try) -> None:
+        summary, tables = _run(fabric_env, tmp_path / f"clean-{tr.index}", TDF)
+        verdict, _, inside = _judge(tr, summary, tables, reference)
+        assert verdict == "ok" and inside
+
+    on_a_noisy_machine(clean, what="the clean job")
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_the_verdict_names_a_fault_that_moved_the_results(
+    reference: dict[str, float], fabric_env: str, tmp_path: Path, fault: str
+) -> None:
+    did: list[str] = []
+    tr = Try(1, 1)
+    with FAULTS[fault](fabric_env, did):
+        summary, tables = _run(fabric_env, tmp_path / fault, TDF)
+    tr.note(fault=did)
+    verdict, reasons, inside = _judge(tr, summary, tables, reference)
+    print(tr)
+    assert did, f"{fault} did not happen"
+    if fault in ("cable_down", "queue_cut"):
+        # it hit traffic: packets were lost and sent again
+        assert sum(column(tables.flows, "retransmitted_packets")) > 0, f"{fault} hit no traffic"
+    if not inside:
+        assert verdict != "ok", f"{fault} moved the results beyond the tolerance: {tr}"
+    if verdict != "ok":
+        named = [r for r in reasons if any(n in r for n in NAMES[fault])]
+        assert named, f"{fault}: the verdict's reasons do not name it: {reasons}"
