@@ -55,8 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ADDRESS",
         default=None,
         help="spread the run over a Ray cluster (host:port of its head), placed as the "
-        "scenario's run.cluster.servers say; a non-loopback address needs Ray's token "
-        "authentication (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN[_PATH])",
+        "scenario's run.cluster.servers say; the cluster must require Ray's token "
+        "authentication, on every node, and this shell must have the token "
+        "(RAY_AUTH_MODE=token, RAY_AUTH_TOKEN[_PATH])",
     )
     parser.add_argument(
         "--reference",
