@@ -372,10 +372,14 @@ def test_a_jobs_study_s_page_renders_and_links_each_run_s_page_with_its_jobs(
     }  # fmt: skip
     for m in doc["metrics"]:
         label, scale, fmt = JOB_METRICS[m["metric"]]
+        ratio = shown(m["together_over_alone"], 1.0, "{:.3f}")
+        if m.get("ratio_undefined"):  # the alone value at its floor: the difference instead
+            point, interval = shown(m["together_minus_alone"], scale, fmt)
+            ratio = [f"undefined; difference {point}", interval]
         assert row(found, m["job"], m["collective"], label)[3:] == [
             *shown(m["alone"], scale, fmt),
             *shown(m["together"], scale, fmt),
-            *shown(m["together_over_alone"], 1.0, "{:.3f}"),
+            *ratio,
             m["effect_of_the_others"],
         ]
     # every run, linked relatively to its own page, which is there
