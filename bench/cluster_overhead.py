@@ -1,5 +1,5 @@
 """Bench: the control plane's cost, one run on this machine against the same run over a two-node
-Ray cluster on this same machine (emulator/cluster/local.py), at the same TDF.
+Ray cluster on this same machine (emulator/backends/cluster/local.py), at the same TDF.
 
 Run as root from the repository root: `python -m bench.cluster_overhead [--tdf 8000]`.
 
@@ -108,7 +108,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("cluster_overhead: needs root (network namespaces, tc, BPF)", file=sys.stderr)
         return 2
-    from emulator.cluster.local import local_cluster
+    from emulator.backends.cluster.local import local_cluster
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -80,7 +80,7 @@ def ours(
 ) -> dict[str, float]:
     """Flat-out single QP: (delivered packets/s, payload Gb/s, sender run CPU s, wall s);
     `latency`: with the one-way latency stamps and histograms (the default) or without; `tag`:
-    the attribution tag its packets carry (emulator.run.attribution; 0: none); `path`: the
+    the attribution tag its packets carry (emulator.planning.attribution; 0: none); `path`: the
     engine's data path (native or python); `send_path`: udp_gso or af_xdp."""
     ranks = [
         RankEndpoint(0, p.sender_addr, p.sender_ns, 100e9),

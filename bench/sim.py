@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from emulator.backends.sim import sim_params
+from emulator.backends.sim.backend import sim_params
 from emulator.run.options import RunOptions
 from emulator.run.pipeline import run_scenario
 from emulator.scenario import load_scenario

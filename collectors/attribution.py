@@ -9,7 +9,7 @@ Two backends can tell whose packet is whose:
   window, every marked packet's flow, and how long PFC paused the port in the window, charged
   to the instances by their share of the queue's byte-time (pause_s);
 - the emulated fabric, by class: the engine writes an attribution class (a collective type,
-  emulator/run/attribution.py) into the 6 reserved bits of every data packet's BTH, and each
+  emulator/planning/attribution.py) into the 6 reserved bits of every data packet's BTH, and each
   switch port's eBPF marker counts per class (PortClassSample, cumulative): bytes, packets, ECN
   marks, overflows, the phantom queue's byte-time (each packet's bytes x its time in the FIFO,
   charged when it arrives: exact for the marker's queue, a window's share shifted by at most the
@@ -66,7 +66,7 @@ INSTANCE_LEVEL_SIM_ONLY = (
     "instance held a queue, and which flow each mark hit, stay the simulator's (--reference sim)"
 )
 OTHER_NAME = (
-    "OTHER"  # the class several collective types share beyond 63 (emulator.run.attribution)
+    "OTHER"  # the class several collective types share beyond 63 (emulator.planning.attribution)
 )
 
 
@@ -85,7 +85,7 @@ class AttributionRow:
     # queue byte-time (target byte-seconds: the queued bytes integrated over the window), exact
     # per instance in simulation, per class from the marker's phantom FIFO when emulated;
     # emulated (per class, collective_id -1): the class's packets, time at or above XOFF
-    # charged to it and its rises to XOFF, and the class number (emulator.run.attribution);
+    # charged to it and its rises to XOFF, and the class number (emulator.planning.attribution);
     # simulated: pause_s is the port's PFC-paused time in the window times the instance's
     # share of the queue's byte-time
     packets: int | None = None
@@ -369,7 +369,7 @@ def reconcile_marks(attribution: pa.Table, flows: pa.Table) -> dict[str, Any]:
 
 def class_of_type(kind: str, classes: Iterable[str]) -> str:
     """The class a flow of collective type `kind` was counted under at the switches: its own
-    type, or OTHER when the run had more types than classes (emulator.run.attribution keys
+    type, or OTHER when the run had more types than classes (emulator.planning.attribution keys
     classes by collective type; this is its inverse over the names the rows carry)."""
     names = set(classes)
     if kind in names or OTHER_NAME not in names:

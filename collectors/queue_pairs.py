@@ -4,7 +4,7 @@ A switch tester reports, per QP, what left and what arrived: data packets and by
 (packets sent, retransmissions included, that never reached the receiver), sequence errors,
 ACKs and NAKs each way, ECN-CE marks received, CNPs each way and retransmissions. The engine's
 workers keep the counters in the transport's queue pairs and hand them over once, at the end
-(see emulator.engine.counters.Counters._queue_pairs); this module only joins and sums them.
+(see emulator.engine.counters.Counters.queue_pairs); this module only joins and sums them.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         [*(fid.get("reasons") or []), *(f"unknown: {u}" for u in fid.get("unknown") or [])]
     )
     job = summary.get("job_time_s")
-    simulated = summary.get("backend") == "sim"
+    simulated = summary.get("time") == "simulated"  # the backend says (a simulation)
     timescale = "simulated time" if simulated else f"tdf {summary.get('tdf')}"
     head = [
         f"scenario {summary.get('scenario')}  fabric {summary.get('fabric')}  "

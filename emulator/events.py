@@ -172,7 +172,7 @@ class ClassCounts:
 class PortClassSample:
     """What a backend that counts by attribution class measured at one switch egress port (the
     emulated fabric: its eBPF marker reads the class the engine writes into each data packet's
-    BTH reserved bits, emulator/run/attribution.py), cumulative since the port's marker was
+    BTH reserved bits, emulator/planning/attribution.py), cumulative since the port's marker was
     attached, per class with anything counted. The classes sum to the port's counters. The
     queue byte-time is each packet's time in the phantom FIFO times its bytes, charged when it
     arrives (fabrics/ecn/phantom_marker.c): exact for the marker's queue, shifted in time by at

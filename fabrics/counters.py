@@ -3,7 +3,7 @@
 Bytes, packets, drops and the real queue backlog come from the port's root HTB qdisc (`tc -s -j`,
 one process per namespace); ECN marks and the current and peak phantom queue come from the
 marker (eBPF maps read through bpf(2), or RED's `marked`), with the eBPF marker's counters per
-attribution class (the BTH tag the engine sets, emulator/run/attribution.py).
+attribution class (the BTH tag the engine sets, emulator/planning/attribution.py).
 """
 
 from __future__ import annotations

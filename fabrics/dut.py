@@ -51,7 +51,7 @@ class LiveDut:
 
     @property
     def max_rate_bps(self) -> float:
-        return self.spec.max_rate_gbps * 1e9
+        return self.spec.rank_rate_bps
 
     # The engine-facing rank API, shared with fabrics.netns.LiveFabric.
     @property
@@ -172,7 +172,7 @@ def bring_up_dut(
 ) -> LiveDut:
     """Bind the ranks to their interfaces; on any error release what was done and re-raise.
     `ports`: only these interfaces (indexes into spec.interfaces), the ones this server owns
-    when a run spreads over several (emulator.cluster); the allowlist is checked for all."""
+    when a run spreads over several (emulator.backends.cluster); the allowlist is checked for all."""
     _check_spec(spec)
     local = tuple(range(len(spec.interfaces))) if ports is None else tuple(sorted(ports))
     infos = {p: _link_info(spec.interfaces[p]) for p in local}
@@ -242,7 +242,7 @@ def _bring_up(
         ns, dev = port_ns[p], spec.interfaces[p]
         mtu = spec.mtu_bytes or int(infos[p]["mtu"])
         port = EgressPort(
-            f"r{p}", ns or "", dev, spec.max_rate_gbps * 1e9, RANK_QUEUE_BYTES, mtu, 0.0, None
+            f"r{p}", ns or "", dev, spec.rank_rate_bps, RANK_QUEUE_BYTES, mtu, 0.0, None
         )
         records.append({"kind": "qdisc", "netns": ns, "dev": dev, "parent": "root"})
         queues += [Cmd(c.tool, c.args, ns) for c in htb_commands(port, drop_tail(port))]

@@ -3,7 +3,7 @@
 `ip -batch` and `tc -batch` run many commands in one process per namespace (bring-up of a
 128-host fabric would otherwise spawn thousands of processes); without -force they stop at the
 first failing line, and we report the line and tc's/ip's message. Mininet's habit of printing
-"*** Error" and carrying on (DESIGN.md, "Fabric on this kind of kernel") cannot happen here:
+"*** Error" and carrying on (docs/architecture.md, "This kind of kernel") cannot happen here:
 every non-zero exit raises.
 """
 

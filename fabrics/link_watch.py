@@ -7,7 +7,7 @@ happened: `carrier_changes` counts every time a link's carrier went down or came
 dev.c, netif_carrier_off/on and an interface set down), and `tx_dropped` the packets the interface
 dropped (drivers/net/veth.c counts a packet for a peer that is not up). They are read once when
 the workers are ready and once after the replay; cables that a scenario's link events take down
-are left to those (emulator/run/link_events.py), whose windows the results carry.
+are left to those (emulator/backends/link_events.py), whose windows the results carry.
 """
 
 from __future__ import annotations

@@ -405,7 +405,7 @@ def _bring_up(
     # a fabric that dropped nothing). A veth uses NAPI when its receiver has GRO on and its
     # sender no TSO (drivers/net/veth.c, veth_skb_is_eligible_for_gro). Switch ports still
     # never merge forwarded UDP (rx-udp-gro-forwarding and rx-gro-list off), so the marker and
-    # HTB see single packets (DESIGN.md); a host's GRO only merges for a UDP_GRO socket.
+    # HTB see single packets (docs/architecture.md, "Pitfalls"); a host's GRO only merges for a UDP_GRO socket.
     # A VXLAN tunnel end takes the same flags (all are software features since Linux 5.12). It
     # needs none of them for NAPI: it always receives through the underlay NIC's NAPI and then
     # its own per-CPU gro_cells (vxlan_rcv), so one flow stays on one CPU and in order; its GRO

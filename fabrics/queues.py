@@ -1,7 +1,7 @@
 """Egress queues as data: HTB at the (time-dilated) link rate with a drop-tail leaf on every port.
 
 Mininet's TCLink ignores rates above 1000 Mb/s and hard-codes RED, so tc is configured here
-directly (DESIGN.md pitfalls). A marker may replace the leaf qdisc (tc RED) or add a clsact
+directly (docs/architecture.md, "Pitfalls"). A marker may replace the leaf qdisc (tc RED) or add a clsact
 program (eBPF); link delay, when asked, is a netem leaf.
 """
 

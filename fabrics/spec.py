@@ -2,7 +2,7 @@
 
 YAML `fabric: {kind: clos, ...}` picks the class from FABRIC_SPECS by `kind`. Rates and delays are
 the TARGET fabric's; the backend divides rates and multiplies delays by the run's time dilation
-factor. Queue sizes and ECN thresholds are bytes and are not scaled (DESIGN.md, "Time dilation").
+factor. Queue sizes and ECN thresholds are bytes and are not scaled (docs/architecture.md, "Time dilation").
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ class ClosSpec:
         9000,
         doc="interface MTU; a 4096-byte RoCE path MTU needs more than 1500",
         unit="bytes",
-        source="DESIGN.md: path MTU 4096 needs the fabric's interface MTU raised (use 9000)",
+        source="docs/architecture.md, RoCEv2 on the wire: path MTU 4096 needs the fabric's interface MTU raised (use 9000)",
         min=576,
         max=9000,
     )
@@ -386,6 +386,24 @@ class ClosSpec:
     def host_count(self) -> int:
         return self.hosts_per_leaf * self.leaves * self.pods
 
+    # The facts a run asks of any fabric (DutSpec has the same): its ranks, a rank's NIC rate,
+    # its switch ports' rate (None: not ours to measure) and its slowest link (target b/s).
+    @property
+    def ranks(self) -> int:
+        return self.host_count
+
+    @property
+    def rank_rate_bps(self) -> float:
+        return self.host_link_gbps * 1e9
+
+    @property
+    def port_rate_bps(self) -> float:
+        return self.fabric_link_gbps * 1e9
+
+    @property
+    def slowest_link_bps(self) -> float:
+        return min(self.host_link_gbps, self.fabric_link_gbps) * 1e9
+
     @property
     def derived_oversubscription(self) -> float:
         down = self.hosts_per_leaf * self.host_link_gbps
@@ -482,6 +500,24 @@ class DutSpec:
     @property
     def rank_count(self) -> int:
         return len(self.interfaces) * self.ranks_per_interface
+
+    # The facts a run asks of any fabric (as ClosSpec's): the switch under test's ports are not
+    # ours (no port rate, no slowest link: they run unshaped at the device's rates).
+    @property
+    def ranks(self) -> int:
+        return self.rank_count
+
+    @property
+    def rank_rate_bps(self) -> float:
+        return self.max_rate_gbps * 1e9
+
+    @property
+    def port_rate_bps(self) -> float | None:
+        return None
+
+    @property
+    def slowest_link_bps(self) -> float | None:
+        return None
 
     def port_of(self, rank: int) -> int:
         return rank // self.ranks_per_interface

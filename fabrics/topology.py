@@ -251,8 +251,8 @@ def build_clos(spec: ClosSpec) -> Topology:
     """The Topology of a ClosSpec (names, addresses and ECMP routes; no side effects)."""
     if spec.leaves * spec.pods * 256 > HOST_NET.num_addresses:
         raise ValueError(f"leaves: {spec.leaves * spec.pods} leaves exceed the 10.0.0.0/9 plan")
-    host_bps = spec.host_link_gbps * 1e9
-    fabric_bps = spec.fabric_link_gbps * 1e9
+    host_bps = spec.rank_rate_bps
+    fabric_bps = spec.port_rate_bps
     nodes: list[Node] = []
     cables: list[Cable] = []
     leaf_of_host: dict[str, int] = {}

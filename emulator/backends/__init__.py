@@ -1,14 +1,16 @@
 """Backends: what a planned workload runs on, behind one seam (emulator.backends.base).
 
-| name    | what it is                                                          | module          |
-|---------|---------------------------------------------------------------------|-----------------|
-| `netns` | the emulated Clos in network namespaces on this machine, the engine | backends.engine |
-| `dut`   | ranks on interfaces cabled to a switch under test, the engine       | backends.engine |
-| `sim`   | a packet-level simulation of the Clos, the same transport code      | backends.sim    |
-| `cluster` | the emulated Clos split over the servers of a Ray cluster, the engine | backends.cluster |
+| name      | what it is                                                              | folder   |
+|-----------|-------------------------------------------------------------------------|----------|
+| `netns`   | the emulated Clos in network namespaces on this machine, the engine     | netns/   |
+| `dut`     | ranks on interfaces cabled to a switch under test, the engine           | dut/     |
+| `sim`     | a packet-level simulation of the Clos, the same transport code          | sim/     |
+| `cluster` | the emulated Clos (or DUT ports) over the servers of a Ray cluster      | cluster/ |
 
-A new backend is a Backend subclass registered here; the run (emulator.run.execute), the study
-and the collectors do not change. Read emulator/backends/base.py first: it says what a backend must do.
+engine/ holds what the three engine-backed ones share; link_events.py what netns and sim share.
+A new backend is a folder with a Backend subclass and one line in BACKENDS; the run
+(emulator.run), the studies and the collectors do not change. Read base.py first: it says what a
+backend must do.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ from collections.abc import Callable
 from emulator.backends.base import (
     Backend,
     BackendContext,
+    BackendOptions,
     ReplayJob,
     Session,
     SessionReport,
+    TimescaleRequest,
 )
-from emulator.backends.cluster import ClusterBackend
-from emulator.backends.engine import DutEngineBackend, NetnsEngineBackend
-from emulator.backends.sim import SimBackend
+from emulator.backends.cluster.backend import ClusterBackend
+from emulator.backends.dut.backend import DutEngineBackend
+from emulator.backends.netns.backend import NetnsEngineBackend
+from emulator.backends.sim.backend import SimBackend
 from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.scenario.model import Scenario
 from fabrics.spec import ClosSpec, DutSpec
@@ -77,9 +82,11 @@ __all__ = [
     "BACKENDS",
     "Backend",
     "BackendContext",
+    "BackendOptions",
     "ReplayJob",
     "Session",
     "SessionReport",
+    "TimescaleRequest",
     "backend_for",
     "backend_name",
 ]

@@ -1,30 +1,37 @@
-"""The seam every backend plugs into: what a run gives a backend and what it gets back.
+"""The seam every backend plugs into: what a run asks of a backend and what it gets back.
 
-A backend makes a planned workload happen on something: the emulated netns Clos with the engine,
-ports toward a switch under test with the engine, the packet-level simulator (backends.sim), and
-later the engine spread over several servers on Ray. The run (emulator.run.execute) knows nothing else of
-it: it picks one from the registry (emulator.backends.BACKENDS), and the collectors only ever see
-events and samples.
+A backend makes a planned workload happen on something: the emulated netns Clos with the engine
+(backends/netns), ports toward a switch under test with the engine (backends/dut), the
+packet-level simulator (backends/sim), the emulated Clos over several servers of a Ray cluster
+(backends/cluster). The run (emulator.run) knows nothing else of it: it picks one from the
+registry (emulator.backends.BACKENDS) and asks it, in this order:
 
-For whoever adds one (the Ray cluster next; backends.sim is the smallest complete example):
-
-1. `Backend.open(context)` makes it real: bring a fabric up, place the ranks, check every
+1. `Backend.check(scenario, options)`: refuse, before anything is planned or written, what it
+   cannot run: root it needs, scenario keys it does not model, a cluster that is not safe. One
+   line naming the key (ScenarioError) or what is missing (EnvironmentProblem).
+2. `Backend.timescale(request)`: the time dilation factor it will run at (a DUT: real time; the
+   simulator: simulated time; an emulated fabric: the scenario's factor, or auto: a load curve
+   measured where it runs, then short replays of the scenario itself through `request.prober`,
+   which the run supplies; emulator.timescale).
+3. `Backend.open(context)` makes it real: bring a fabric up, place the ranks, check every
    destination is allowed. Register every release on `context.stack` as soon as the resource
    exists (it unwinds on success, error and Ctrl-C), and call `context.interrupts.check()` between
    long steps. Return a Session that knows its ECN marker's name (a simulator: the law it applies).
-2. `Session.run(job)` replays: take flows from `job.driver` (emulator.engine.driver.FlowDriver:
+4. `Session.run(job)` replays: take flows from `job.driver` (emulator.schedule.driver.FlowDriver:
    which flow may start when, completions handed back), send what happens to `job.on_events` in
    target time (emulator.events: FlowStarted, FlowFinished, RateSample, ...), send counter
    samples (NicSample, PortSample with pause-equivalents, CpuSample) to `job.on_samples`, and tick
    `job.progress` now and then. Return when the driver is drained, the deadline passed or the run
    was interrupted; never raise for those: put the exception in `SessionReport.error` so the run
-   still writes its partial results (then it re-raises it).
-3. The report says what only the backend knows: its metadata (recorded in summary.json), the
+   still writes its partial results (then it re-raises it). `Backend.failures` names the
+   exception types a session may end with that are the run's failures, not bugs.
+5. The report says what only the backend knows: its metadata (recorded in summary.json), the
    per-QP tester counters, its own fidelity reasons and the checks it cannot judge (a DUT's drops
    are not in our counters; a simulator has no late ticks), and what its impairments did.
 
 A backend never writes results, never prints tables and never judges expectations: the run does,
-the same way for all of them.
+the same way for all of them. It imports nothing from the run (tests/unit/test_layering.py).
+backends/sim is the smallest complete example; a new backend is one folder and one registry line.
 """
 
 from __future__ import annotations
@@ -39,14 +46,39 @@ from typing import Any, ClassVar
 from collectors.fidelity import PartScope
 from collectors.queue_pairs import QpRow
 from emulator.events import RunEvent
+from emulator.interrupts import Interrupts
 from emulator.latency import LatencyHistogram
-from emulator.run.interrupts import Interrupts
-from emulator.run.options import RunOptions
-from emulator.run.progress import ProgressLine, ProgressState
-from emulator.run.tdf import TdfChoice
-from emulator.run.workload import Driver, PlannedWorkload
+from emulator.planning.workload import Driver, PlannedWorkload
+from emulator.progress import ProgressLine, ProgressState
 from emulator.scenario.model import Scenario
 from emulator.schedule.driver import FlowLike
+from emulator.timescale.tdf import TdfChoice
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """What a backend is told of how the run was asked to go."""
+
+    say: Callable[[str], None]  # a line for the user (stderr)
+    fabric_prefix: str = "emu-"  # namespace name prefix of the fabric
+    recalibrate: bool = False  # measure the machine again instead of using a cached factor
+    cluster: str | None = None  # a Ray cluster's address given on the command line
+    tdf: float | None = None  # the time dilation factor given on the command line
+
+
+# A short replay of the scenario at a factor (emulator.run supplies it): the engine's metadata and
+# the run's fidelity reasons of the engine's own timing that the flows' tables give.
+Prober = Callable[[float], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class TimescaleRequest:
+    """What a backend needs to choose its time dilation factor."""
+
+    scenario: Scenario
+    options: BackendOptions
+    planned: PlannedWorkload
+    prober: Prober
 
 
 @dataclass
@@ -56,7 +88,7 @@ class BackendContext:
     scenario: Scenario
     planned: PlannedWorkload  # flows, ideal times, QP profiles, world size
     tdf: float  # 1 for real time (a DUT); a simulator runs in target time whatever it is
-    options: RunOptions  # say(), fabric_prefix, progress
+    options: BackendOptions
     stack: contextlib.ExitStack  # releases, in reverse order, whatever happens
     interrupts: Interrupts  # check() raises KeyboardInterrupt for a Ctrl-C not yet delivered
 
@@ -74,7 +106,7 @@ class ReplayJob:
     latency_source: Callable[[Callable[[], dict[int, LatencyHistogram]]], None] = lambda _source: (
         None
     )
-    # attribution (emulator.run.attribution): each flow's class, for a session whose switches
+    # attribution (emulator.planning.attribution): each flow's class, for a session whose switches
     # count by it (the emulated fabric's eBPF marker), and the classes (key -> class), which
     # grow as the run meets collective types its plan did not have
     tag_of: Callable[[FlowLike], int] | None = None
@@ -130,17 +162,20 @@ class Session(ABC):
 
 class Backend(ABC):
     name: ClassVar[str]
+    # a session's failures that end a run as the run's own (results written partial, the error
+    # reported in one line), beside KeyboardInterrupt
+    failures: ClassVar[tuple[type[BaseException], ...]] = ()
+    # its clock is the target's, not a dilated wall clock (a simulator)
+    simulated: ClassVar[bool] = False
+
+    def check(self, scenario: Scenario, options: BackendOptions) -> None:
+        """Refuse what it cannot run, before anything is planned or written (see the module)."""
+        del scenario, options
+
+    @abstractmethod
+    def timescale(self, request: TimescaleRequest) -> TdfChoice:
+        """The time dilation factor it runs the planned workload at (see the module)."""
 
     @abstractmethod
     def open(self, context: BackendContext) -> Session:
         """Bring it up (every release registered on context.stack) and return the session."""
-
-    def load_curve_tdf(
-        self, scenario: Scenario, options: RunOptions, planned: PlannedWorkload
-    ) -> TdfChoice | None:
-        """time_dilation auto's first factor, measured where this backend runs (a cluster: on
-        each of its servers); None: this machine's load curve (emulator.run.calibrate) is the
-        one. The run then verifies the factor with short replays of the scenario on this
-        backend (emulator.run.probe), whoever measured the curve."""
-        del scenario, options, planned
-        return None

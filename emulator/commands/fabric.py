@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from emulator.errors import EXIT_OK, ScenarioError
 
 if TYPE_CHECKING:
-    from emulator.run.interrupts import Interrupts
+    from emulator.interrupts import Interrupts
     from fabrics.spec import ClosSpec, DutSpec
 
 HOLD_CHECK_S = 0.2  # a signal Python lost is acted on within this
@@ -50,7 +50,7 @@ def main(args: argparse.Namespace) -> int:
         tdf = float(value) if isinstance(value, int | float) else 1.0
     if tdf < 1:
         raise ScenarioError(f"--time-dilation: {tdf:g} must be at least 1")
-    from emulator.run.interrupts import Interrupts
+    from emulator.interrupts import Interrupts
     from fabrics.spec import ClosSpec, DutSpec
 
     spec = scenario.fabric

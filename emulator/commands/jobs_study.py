@@ -2,9 +2,9 @@
 
 Runs the scenario (`workloads:`) and each of its jobs alone on the hosts it has among the others,
 --repeats times each (seeds run.seed, run.seed + 1, ...), into OUT/runs/<condition>-seed<seed>/,
-then writes jobs.json, jobs.txt and report.html (collectors.html_report) and prints, per job and
+then writes jobs.json, jobs.txt and report.html (emulator.studies.jobs.page) and prints, per job and
 collective type, busbw, busbw CV and FCT percentiles alone and together with 95% bootstrap
-intervals and what the other jobs do to it (emulator.jobs_study), and the page's path. Everything
+intervals and what the other jobs do to it (emulator.studies.jobs), and the page's path. Everything
 is checked before anything runs. Exit 0 whatever the effects; 2 on bad input.
 """
 
@@ -43,9 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from emulator import jobs_study
     from emulator.errors import InputError
-    from emulator.study import default_out_dir
+    from emulator.studies.jobs import study as jobs_study
+    from emulator.studies.launch import default_out_dir
 
     if args.tdf is not None and not args.tdf >= 1.0:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")

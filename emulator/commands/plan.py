@@ -162,8 +162,7 @@ def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple
 
 def _plan_with_traffic(scenario: Any, iterations: int | None) -> Any:
     """Traffic patterns (with or without a trace) are planned as `emulate run` plans them."""
-    from emulator.backends.engine import fabric_ranks, target_rate_bps
-    from emulator.run.workload import plan_workload, trace_prefix
+    from emulator.planning.workload import plan_workload, trace_prefix
     from emulator.schedule.fabric import describe_fabric
     from emulator.schedule.planner import PlanOutcome
 
@@ -171,7 +170,7 @@ def _plan_with_traffic(scenario: Any, iterations: int | None) -> Any:
         scenario = scenario.with_iterations(iterations)
     with trace_prefix(scenario) as prefix:
         planned = plan_workload(
-            scenario, prefix, fabric_ranks(scenario.fabric), target_rate_bps(scenario.fabric)
+            scenario, prefix, scenario.fabric.ranks, scenario.fabric.rank_rate_bps
         )
     jobs = []
     if scenario.several_jobs:

@@ -23,12 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from collectors.html_report import REPORT_HTML, write_run_report
+    from collectors.pages.kit import REPORT_HTML
+    from collectors.pages.run import write_run_report
     from collectors.report import rerender, summary_table
 
     folder = Path(args.results_dir)
     summary = rerender(folder, write_csv=args.csv)
-    # An error here, where a run only warns (collectors.html_report.write_or_warn): the page is
+    # An error here, where a run only warns (collectors.pages.kit.write_or_warn): the page is
     # what this command was asked to write, and summary.json and the plots are already rewritten.
     try:
         page = write_run_report(folder)

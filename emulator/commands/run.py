@@ -173,10 +173,6 @@ def main(args: argparse.Namespace) -> int:
                 f"--cluster: the run goes over the cluster, not --backend {args.backend}"
             )
         options = dataclasses.replace(options, backend="cluster")
-    if args.backend == "sim" and args.reference:
-        raise InputError("--reference sim: the run is already the simulation")
-    if args.backend == "sim" and args.tdf is not None:
-        raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
     if args.seeds is not None:
         return _run_seeds(scenario, options, args.seeds, args.include_flagged)
     result = run_scenario(scenario, options)
@@ -188,8 +184,8 @@ def main(args: argparse.Namespace) -> int:
 def _run_seeds(scenario: Any, options: Any, count: int, include_flagged: bool = False) -> int:
     import dataclasses
 
-    from emulator.run.progress import say
-    from emulator.seeds import default_seeds_dir, pipeline_runner, run_seeds
+    from emulator.progress import say
+    from emulator.studies.seeds.series import default_seeds_dir, pipeline_runner, run_seeds
 
     out_dir = options.out_dir or default_seeds_dir(scenario)
     runner = pipeline_runner(dataclasses.replace(options, out_dir=None))

@@ -2,8 +2,9 @@
 
 Runs the scenario once per rate (the first the reference) into OUT/runs/<rate>gbps/, or reuses
 finished runs (--reuse DIR...), then writes sensitivity.json, sensitivity.txt, plots/sensitivity.png
-and report.html (collectors.html_report) and prints, per collective type, the slowdown against the
-reference beside the rate ratio and whether the type is bandwidth-bound (emulator.sensitivity).
+and report.html (emulator.studies.sensitivity.page) and prints, per collective type, the slowdown
+against the reference beside the rate ratio and whether the type is bandwidth-bound
+(emulator.studies.sensitivity).
 Every argument, the scenario and the study folder are checked before anything runs. Exit 0 whatever
 the verdicts; 2 on bad input.
 """
@@ -80,9 +81,9 @@ def add_include_flagged(parser: argparse.ArgumentParser, what: str = "the checks
 
 
 def main(args: argparse.Namespace) -> int:
-    from emulator import sensitivity
     from emulator.errors import InputError
-    from emulator.study import default_out_dir
+    from emulator.studies.launch import default_out_dir
+    from emulator.studies.sensitivity import study as sensitivity
 
     if args.tdf is not None and not args.tdf >= 1.0:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")

@@ -47,7 +47,7 @@ INTERFERENCE_HELP = "All-Reduce alone, All-to-All alone and both mixed, with rep
 
 def add_interference_arguments(parser: argparse.ArgumentParser) -> None:
     from emulator.commands.sensitivity import add_include_flagged
-    from emulator.study import DEFAULT_REPEATS, ROLES, SCENARIO_SETS
+    from emulator.studies.interference.study import DEFAULT_REPEATS, ROLES, SCENARIO_SETS
 
     parser.add_argument(
         "--out",
@@ -145,13 +145,13 @@ def reuse_folders(args: argparse.Namespace, roles: Sequence[str]) -> dict[str, l
 
 def main(args: argparse.Namespace) -> int:
     from emulator.errors import InputError
-    from emulator.study import (
+    from emulator.studies.interference.study import (
         DEFAULT_REPEATS,
         ROLES,
         STUDIES,
-        default_out_dir,
         run_with_pipeline,
     )
+    from emulator.studies.launch import default_out_dir
 
     if args.tdf is not None and not args.tdf >= 1.0:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")

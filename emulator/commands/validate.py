@@ -75,11 +75,10 @@ def _traces_of(raw: str, args: argparse.Namespace) -> list[tuple[Path, Path | No
 
     jobs = scenario.jobs
     if scenario.several_jobs:
-        from emulator.backends.engine import fabric_ranks
-        from emulator.run.workload import place, trace_prefix
+        from emulator.planning.workload import place, trace_prefix
 
         with trace_prefix(scenario) as prefix:
-            placed = place(scenario, prefix, fabric_ranks(scenario.fabric))
+            placed = place(scenario, prefix, scenario.fabric.ranks)
         if not args.json:
             for p in placed:
                 start = f", starting at {p.start_s * 1e6:g} us" if p.start_s else ""

@@ -12,7 +12,7 @@ record and the Python types.
 - Transmit: `send(flow, tos, data, nbytes, segment_bytes, ip_id_first=0)` takes UDP payloads laid
   out back to back at a segment size (BTH .. ICRC, exactly what BurstWriter writes for a GSO
   send) and writes Ethernet + IPv4 + UDP headers in front of each; segment i gets IP id
-  ip_id_first + i. The ICRC covers the IP id and total length (DESIGN.md), and BurstWriter
+  ip_id_first + i. The ICRC covers the IP id and total length (docs/architecture.md, "RoCEv2 on the wire"), and BurstWriter
   computes segment i's ICRC for IP id i (what the kernel gives GSO segments), so with the default
   ip_id_first=0 the bytes the engine already lays out are exact on the wire; no CRC is computed
   here. (RFC 6864 section 4.1: the id of an atomic datagram, DF set and not a fragment, carries

@@ -3,7 +3,7 @@
 With time dilation factor TDF, one target second lasts TDF wall seconds: core time is wall time
 since the common start divided by TDF. Every core timer (DCQCN periods, CNP interval,
 retransmission timeout, compute delays) is thereby TDF times longer in wall time, and every time
-the core reports is already a target-timescale duration (DESIGN.md "Time dilation").
+the core reports is already a target-timescale duration (docs/architecture.md, "Time dilation").
 time.perf_counter is CLOCK_MONOTONIC on Linux, shared by all processes of the machine, so workers
 agree on the start instant without exchanging clocks.
 """

@@ -29,22 +29,21 @@ from emulator.engine.driver import DelayLike, FlowDriver
 from emulator.engine.launch import Launcher, LocalLauncher, WorkerProcess
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import (
-    DEFAULT_PROFILE,
     MAX_CONNECTIONS,
     EngineFlow,
     FlowLike,
-    QpProfile,
     RankEndpoint,
     check_plan,
     from_schedule_flow,
 )
 from emulator.engine.run_metadata import run_metadata
-from emulator.engine.worker import WorkerSpec
+from emulator.engine.worker_spec import WorkerSpec
 from emulator.engine.xdp_ports import ledger_answer, ledger_items
 from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
 from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
 from emulator.latency import LatencyHistogram, merged
 from emulator.transport.params import TransportParams
+from emulator.transport.qp_profile import DEFAULT_PROFILE, QpProfile
 
 START_MARGIN_S = 0.05  # between "go" and the common start: every worker gets the message first
 STOP_GRACE_S = 0.4  # how long a stopping worker may take before it is terminated
@@ -130,11 +129,11 @@ class Coordinator:
         """Run `flows` (a static plan), or the flows `driver` hands out as the run goes.
         `profiles[i]` says how the QPs of flows with profile i send (0: the transport's way).
         `tag_of` gives each flow the driver hands out its attribution tag (the BTH reserved
-        bits its data packets carry, emulator.run.attribution); None: untagged.
+        bits its data packets carry, emulator.planning.attribution); None: untagged.
 
         on_start is told the common start instant (a time.perf_counter reading) before the
         workers are released: target time is (perf_counter - start) / TDF from then on.
-        `launcher` starts the workers (default: child processes of this one; emulator.cluster:
+        `launcher` starts the workers (default: child processes of this one; emulator.backends.cluster:
         on the servers of a Ray cluster). `on_ledger` records what a worker is about to attach
         (its AF_XDP ports' XDP programs) in the run's ledger, before the worker attaches it
         (None: nothing records them; the kernel still detaches them with the worker)."""

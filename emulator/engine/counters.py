@@ -10,39 +10,69 @@ from __future__ import annotations
 
 import resource
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
-from emulator.engine.gcpause import GcPauses
-from emulator.engine.lateness import TickLateness
 from emulator.engine.ranks import Rank, RecvConn, SendConn
+from emulator.engine.tick_state import TickState
 from emulator.engine.xdp_ports import XdpNic
 from emulator.latency import LatencyHistogram
 from emulator.transport.burst_wire import departed_ns
 from emulator.transport.qp_counters import recv_qp_counters, send_qp_counters
 
 
+class CountClass(Protocol):
+    """Counters.count_class, as the send and receive paths are given it."""
+
+    def __call__(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None: ...
+
+
 class Counters:
-    """Counting and reporting, as part of a Worker."""
+    """A worker's counting and measuring, and its reports of them. Given the ranks and their
+    AF_XDP ports, the queue pair tables, the worker's named counters and drops (which the
+    other parts count into) and its tick state (what delayed the ticks)."""
 
-    # the Worker's fields this part uses (set in Worker.__init__)
-    ranks: dict[int, Rank]
-    send_conns: dict[int, SendConn]
-    recv_conns: dict[int, RecvConn]
-    drops: Counter[str]
-    counters: Counter[str]
-    classes: dict[int, list[int]]
-    latency_classes: dict[int, LatencyHistogram]
-    dep_latency: dict[str, LatencyHistogram]
-    _target_s_per_ns: float
-    _nic_sent: dict[int, tuple[int, int]]
-    started: bool
-    _cpu_at_start_s: float
-    max_tick_gap_s: float
-    tick_lateness: TickLateness
-    gc_pauses: GcPauses
-    xdp_nics: list[XdpNic]
+    def __init__(
+        self,
+        ranks: dict[int, Rank],
+        xdp_nics: list[XdpNic],
+        send_conns: dict[int, SendConn],
+        recv_conns: dict[int, RecvConn],
+        counters: Counter[str],
+        drops: Counter[str],
+        ticks: TickState,
+        tdf: float,
+    ) -> None:
+        self.ranks = ranks
+        self.xdp_nics = xdp_nics
+        self.send_conns = send_conns
+        self.recv_conns = recv_conns
+        self.counters = counters
+        self.drops = drops
+        self.ticks = ticks
+        self.tdf = tdf
+        self._target_s_per_ns = 1e-9 / tdf
+        # per traffic class (DSCP): [packets sent, bytes sent, packets received, bytes received]
+        self.classes: dict[int, list[int]] = {}
+        # one-way latency per traffic class as received (DSCP), target seconds
+        self.latency_classes: dict[int, LatencyHistogram] = {}
+        # wall seconds from a completion elsewhere to the flows it released arriving here
+        self.dep_latency: dict[str, LatencyHistogram] = {}
+        self._nic_sent: dict[int, tuple[int, int]] = {}  # NIC counters as last reported
+        self._cpu_at_start_s: float | None = None  # None: the run has not started
 
-    def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
+    def run_started(self) -> None:
+        """The run starts now: its CPU time counts from here (run_cpu_s)."""
+        self._cpu_at_start_s = cpu_s()
+
+    def dependency_arrived(self, now: float, completed_s: float, label: str) -> None:
+        """Flows released by a completion at target time `completed_s` arrived here at `now`:
+        how long (wall seconds) that took, by the label the coordinator gave."""
+        h = self.dep_latency.get(label)
+        if h is None:
+            h = self.dep_latency[label] = LatencyHistogram()
+        h.observe(max(now - completed_s, 0.0) * self.tdf)
+
+    def count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
         """Per-DSCP tally of what this worker's ranks sent or received (UDP payload bytes)."""
         row = self.classes.get(tos >> 2)
         if row is None:
@@ -51,7 +81,7 @@ class Counters:
         row[at] += packets
         row[at + 1] += udp_bytes
 
-    def _observe(
+    def observe(
         self, qpn: int, tos: int, data: bytearray | memoryview, nbytes: int, psn: int, rx_ns: int
     ) -> None:
         """The one-way latency of the first data segment of one read. The kernel stamps a GRO
@@ -74,7 +104,8 @@ class Counters:
             by_class = self.latency_classes[tos >> 2] = LatencyHistogram()
         by_class.observe(latency_s)
 
-    def _stats(self, now: float) -> dict[str, Any]:
+    def report(self, now: float) -> dict[str, Any]:
+        """The stats a batch of events goes to the coordinator with."""
         return {
             "time_s": now,
             "nic": self._nic_changes(),
@@ -83,10 +114,10 @@ class Counters:
             "classes": {dscp: list(row) for dscp, row in self.classes.items()},
             "cpu_s": cpu_s(),
             "max_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-            "run_cpu_s": cpu_s() - self._cpu_at_start_s if self.started else 0.0,
-            "max_tick_gap_s": self.max_tick_gap_s,
-            "tick_lateness": self.tick_lateness.to_json(),  # wall seconds
-            "gc_pauses": self.gc_pauses.to_json(),  # wall seconds
+            "run_cpu_s": 0.0 if self._cpu_at_start_s is None else cpu_s() - self._cpu_at_start_s,
+            "max_tick_gap_s": self.ticks.max_tick_gap_s,
+            "tick_lateness": self.ticks.lateness.to_json(),  # wall seconds
+            "gc_pauses": self.ticks.gc_pauses.to_json(),  # wall seconds
             "pacing": self._pacing(),
             "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
             "dep_latency": {label: h.to_wire() for label, h in self.dep_latency.items()},
@@ -114,7 +145,7 @@ class Counters:
                 out[r.spec.rank] = now
         return out
 
-    def _queue_pairs(self) -> dict[str, Any]:
+    def queue_pairs(self) -> dict[str, Any]:
         """The tester's per-QP counters, each half where it lives (sent once, at the end: a
         run may have thousands of QPs). Rows are lists in the order of SEND_QP_COLUMNS and
         RECV_QP_COLUMNS, by QP number."""

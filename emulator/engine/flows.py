@@ -9,64 +9,77 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import socket
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from emulator.engine.clock import DilatedClock
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow
-from emulator.engine.ranks import Rank, SendConn
+from emulator.engine.ranks import RankSockets, SendConn
 from emulator.engine.sockets import tos_cmsg
+from emulator.engine.tick_state import TickState
 from emulator.transport.burst_wire import BurstBuffer, BurstWriter
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import ROCEV2_UDP_PORT
 from emulator.transport.params import TransportParams
+from emulator.transport.qp_profile import QpProfile
 from emulator.transport.sender import SendQueuePair
 from emulator.transport.wire import FlowAddress, IcrcContext
 
-if TYPE_CHECKING:
-    from emulator.engine.worker import WorkerSpec
-
 
 class FlowStarts:
-    """Setting flows up and starting them, as part of a Worker."""
+    """The worker's flows and when they start. Owns the flows, their dependencies and delays,
+    and opens the send queue pairs (into `send_conns`, the worker's table by QP number); a
+    started flow's queue pair goes into `active`, which the send path serves. Given the rank
+    sockets (a queue pair's rank and socket), the buffer the bursts are laid out in, the
+    events and report lists, and the tick state (the clock, whether the run started)."""
 
-    # the Worker's fields this part uses (set in Worker.__init__)
-    spec: WorkerSpec
-    params: EngineParams
-    transport: TransportParams
-    clock: DilatedClock
-    started: bool
-    events: list[TransportEvent]
-    out: list[tuple[Any, ...]]
-    ranks: dict[int, Rank]
-    send_conns: dict[int, SendConn]
-    active: dict[int, SendConn]
-    flows: dict[int, EngineFlow]
-    connections: dict[tuple[int, int, int, int], int]
-    waiting: dict[int, int]
-    dependents: dict[int, list[int]]
-    done_flows: set[int]
-    delayed: list[tuple[float, int]]
-    gso_buf: BurstBuffer
-    tos_data: int
-    _profile_params: dict[int, TransportParams]
+    def __init__(
+        self,
+        addresses: dict[int, str],
+        profiles: Sequence[QpProfile],
+        params: EngineParams,
+        transport: TransportParams,
+        rank_sockets: RankSockets,
+        send_buffer: BurstBuffer,
+        events: list[TransportEvent],
+        out: list[tuple[Any, ...]],
+        ticks: TickState,
+        send_conns: dict[int, SendConn],
+        active: dict[int, SendConn],
+    ) -> None:
+        self.addresses = addresses  # every rank's address (destinations)
+        self.profiles = profiles
+        self.params = params
+        self.transport = transport
+        self.rank_sockets = rank_sockets
+        self.gso_buf = send_buffer
+        self.events = events
+        self.out = out
+        self.ticks = ticks
+        self.send_conns = send_conns
+        self.active = active
+        self.flows: dict[int, EngineFlow] = {}
+        self.connections: dict[tuple[int, int, int, int], int] = {}
+        self.waiting: dict[int, int] = {}  # flow id -> dependencies not done yet
+        self.dependents: dict[int, list[int]] = {}
+        self.done_flows: set[int] = set()
+        self.delayed: list[tuple[float, int]] = []  # (start time, flow id), a heap
+        self._profile_params: dict[int, TransportParams] = {}
 
-    if TYPE_CHECKING:  # the other parts' methods it calls
-
-        def _sport_socket(self, rank: Rank, sport: int) -> socket.socket: ...
-
-    def _add_flows(
+    def add(
         self, flows: Sequence[EngineFlow], connections: dict[tuple[int, int, int, int], int]
     ) -> None:
+        """Flows and their connections (EngineFlow.connection_key -> conn id): each new
+        connection's queue pair opened, each flow ready once its dependencies are done."""
         self.connections.update(connections)
+        ranks = self.rank_sockets.ranks
+        tos_data = self.rank_sockets.tos_data
         for f in flows:
             conn_id = connections[f.connection_key]
             qpn = conn_id + 1
             if qpn not in self.send_conns:
-                rank = self.ranks[f.src]
-                dst = self.spec.addresses[f.dst]
+                rank = ranks[f.src]
+                dst = self.addresses[f.dst]
                 params, rate_bps, dscp = self._profile(f, rank.spec.line_rate_bps)
                 qp = SendQueuePair(
                     qpn=qpn,
@@ -85,12 +98,12 @@ class FlowStarts:
                     conn_id,
                     rank,
                     qp,
-                    self._sport_socket(rank, f.udp_sport) if xdp is None else None,
+                    self.rank_sockets.sport_socket(rank, f.udp_sport) if xdp is None else None,
                     (dst, ROCEV2_UDP_PORT),
                     icrc,
                     BurstWriter(icrc, self.gso_buf, self.params.gso_max_segments),
                     tos=tos,
-                    tos_cmsgs=() if tos == self.tos_data else (tos_cmsg(tos),),
+                    tos_cmsgs=() if tos == tos_data else (tos_cmsg(tos),),
                     xdp=None if xdp is None else xdp.flow(rank.spec.address, dst, f.udp_sport),
                 )
             self.flows[f.id] = f
@@ -99,8 +112,21 @@ class FlowStarts:
             self.waiting[f.id] = len(pending)
             for d in pending:
                 self.dependents.setdefault(d, []).append(f.id)
-            if not pending and self.started:
-                self._ready(f, self.clock.now())
+            if not pending and self.ticks.started:
+                self._ready(f, self.ticks.clock.now())
+
+    def start(self, now: float) -> None:
+        """The run starts: every flow with nothing to wait for is ready."""
+        for f in self.flows.values():
+            if self.waiting.get(f.id) == 0:
+                self._ready(f, now)
+
+    def post_delayed(self, now: float) -> None:
+        """Post the flows whose start delay is over by `now`."""
+        delayed = self.delayed
+        while delayed and delayed[0][0] <= now:
+            _, fid = heapq.heappop(delayed)
+            self._post(self.flows[fid], now)
 
     def _profile(
         self, flow: EngineFlow, line_rate_bps: float
@@ -109,7 +135,7 @@ class FlowStarts:
         t = self.transport
         if flow.profile == 0:
             return t, line_rate_bps, t.data_dscp(flow.qp)
-        p = self.spec.profiles[flow.profile]
+        p = self.profiles[flow.profile]
         changes: dict[str, Any] = {}
         if p.congestion_control is not None:
             changes["congestion_control"] = p.congestion_control
@@ -144,7 +170,8 @@ class FlowStarts:
         self.active[qpn] = conn
         self.out.append(("started", flow.id, now))
 
-    def _deps_done(self, flow_ids: Sequence[int], now: float) -> None:
+    def deps_done(self, flow_ids: Sequence[int], now: float) -> None:
+        """Flows done (here or in another worker): the flows waiting only for them are ready."""
         for fid in flow_ids:
             if fid in self.done_flows:
                 continue

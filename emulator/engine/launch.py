@@ -2,7 +2,7 @@
 the pipe the coordinator talks to it on and a handle to watch it by.
 
 On one machine (LocalLauncher) a worker is a multiprocessing child and its pipe a real pipe.
-Across servers (emulator.cluster) a worker is a child of that server's engine actor, its pipe the
+Across servers (emulator.backends.cluster) a worker is a child of that server's engine actor, its pipe the
 near end of a bridge that carries the same messages over Ray, and its handle reports the remote
 process's exit. The coordinator cannot tell them apart but for `where` (named in its errors) and
 `clock_offset_s`: a server's perf_counter minus this one's, so the common start instant the
@@ -18,7 +18,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from emulator.engine.plan import RankEndpoint
-from emulator.engine.worker import WorkerSpec, worker_main
+from emulator.engine.worker import worker_main
+from emulator.engine.worker_spec import WorkerSpec
 from emulator.signals import signals_deferred
 
 

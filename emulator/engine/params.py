@@ -1,6 +1,6 @@
 """Engine settings: time dilation, workers, ticks, GSO/GRO use, the native path, socket buffers.
 
-Defaults come from what DESIGN.md measured on this class of machine: uvloop timers tick in
+Defaults come from what was measured on this class of machine (docs/architecture.md, "Data path speed"): uvloop timers tick in
 about 1 ms steps (so pacing refills per millisecond tick), a 64 KB UDP GSO buffer is the unit of
 one send, and GRO needs a socket that asks for it.
 """

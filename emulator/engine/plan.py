@@ -34,21 +34,6 @@ class RankEndpoint:
 
 
 @dataclass(frozen=True, slots=True)
-class QpProfile:
-    """How a queue pair sends where it differs from the transport section (a traffic pattern's
-    QPs): its data DSCP, a cap on its rate (target time), its congestion control, its path MTU.
-    A flow names its profile by index; profile 0 is always the transport's own."""
-
-    dscp: int | None = None
-    max_rate_bps: float | None = None
-    congestion_control: str | None = None
-    path_mtu_bytes: int | None = None
-
-
-DEFAULT_PROFILE = QpProfile()
-
-
-@dataclass(frozen=True, slots=True)
 class EngineFlow:
     """One message on one queue pair. It is posted `start_delay_s` (target time, e.g. a compute
     delay) after the last flow in `deps` completed (after the start when it has none)."""

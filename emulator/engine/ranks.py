@@ -12,8 +12,9 @@ each queue pair holds its flow there (the same 5-tuples as the sockets would use
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from multiprocessing.connection import Connection
 
 from emulator.engine.af_xdp import XdpFlow
 from emulator.engine.nicpacer import NicPacer
@@ -29,11 +30,6 @@ from emulator.transport.packets import IPV4_HEADER_BYTES, ROCEV2_UDP_PORT, UDP_H
 from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.sender import SendQueuePair
 from emulator.transport.wire import IcrcContext
-
-if TYPE_CHECKING:
-    from multiprocessing.connection import Connection
-
-    from emulator.engine.worker import WorkerSpec
 
 IP_UDP_BYTES = IPV4_HEADER_BYTES + UDP_HEADER_BYTES
 RECV_BUFFER_BYTES = 65535 * 2
@@ -94,40 +90,60 @@ class RecvConn:
 
 
 class RankSockets:
-    """Opening and closing the rank sockets, as part of a Worker."""
+    """The worker's ranks, opened at construction: each rank's receive socket, or with
+    `engine.send_path: af_xdp` its interface's AF_XDP port; a socket per UDP source port on
+    demand (sport_socket); all closed by close()."""
 
-    # the Worker's fields this part uses (set in Worker.__init__)
-    spec: WorkerSpec
-    params: EngineParams
-    offloads: Offloads
-    events: list[TransportEvent]
-    ranks: dict[int, Rank]
-    latency: bool
-    tos_data: int
-    pipe: Connection
-    xdp_nics: list[XdpNic]
-    xdp_group: PortGroup | None
-    xdp_recorded: bool | None  # the ports' ledger entries: recorded (None: no ports)
+    def __init__(
+        self,
+        ranks: Sequence[RankEndpoint],
+        destinations: Iterable[str],
+        params: EngineParams,
+        path_mtu_bytes: int,
+        offloads: Offloads,
+        events: list[TransportEvent],
+        tos_data: int,
+        pipe: Connection,
+    ) -> None:
+        self.params = params
+        self.tos_data = tos_data  # the sockets' default ToS: the data class's
+        self.ranks: dict[int, Rank] = {}
+        # the AF_XDP ports (engine.send_path af_xdp), each with its ranks by address (what it
+        # receives is theirs by destination), and drained together (PortGroup)
+        self.xdp_ports: dict[XdpNic, dict[str, Rank]] = {}
+        self.xdp_nics: list[XdpNic] = []
+        self.xdp_group: PortGroup | None = None
+        self.xdp_recorded: bool | None = None  # the ports' ledger entries: recorded
+        self._open(ranks, destinations, path_mtu_bytes, offloads, events, pipe)
 
-    def _open_ranks(self) -> None:
+    def _open(
+        self,
+        specs: Sequence[RankEndpoint],
+        destinations: Iterable[str],
+        path_mtu_bytes: int,
+        offloads: Offloads,
+        events: list[TransportEvent],
+        pipe: Connection,
+    ) -> None:
         p = self.params
         nics: dict[object, NicPacer] = {}  # ranks naming one NIC share its arbiter
         ports: dict[str, XdpNic] = {}
         if p.send_path == "af_xdp":
             # opened here, in the worker: a port opened before the fork would leave its BPF
             # link with the parent as well
-            recorder = PipeRecorder(self.pipe, p.start_timeout_s)
+            recorder = PipeRecorder(pipe, p.start_timeout_s)
             ports = open_ports(
-                self.spec.ranks,
+                specs,
                 p,
-                self.spec.transport.path_mtu_bytes,
+                path_mtu_bytes,
                 recorder,
-                self.spec.addresses.values(),  # every peer's next hop, before the run
+                destinations,  # every peer's next hop, before the run
             )
             self.xdp_nics = list({id(n): n for n in ports.values()}.values())
+            self.xdp_ports = {nic: {} for nic in self.xdp_nics}
             self.xdp_group = PortGroup(self.xdp_nics)
             self.xdp_recorded = recorder.recorded
-        for r in self.spec.ranks:
+        for r in specs:
             key = ("nic", r.nic) if r.nic is not None else ("rank", r.rank)
             nic = nics.get(key)
             if nic is None:
@@ -136,33 +152,35 @@ class RankSockets:
             if xdp is not None:
                 rank = self.ranks[r.rank] = Rank(
                     r,
-                    RoceEndpoint(self.events),
+                    RoceEndpoint(events),
                     None,
                     nic,
                     ns_per_byte=8e9 * p.tdf / r.line_rate_bps,
                     xdp=xdp,
                 )
-                xdp.ranks[r.address] = rank
+                self.xdp_ports[xdp][r.address] = rank
                 continue
             sock = open_udp(
                 r.netns,
                 r.address,
                 ROCEV2_UDP_PORT,
-                gro=self.offloads.gro,
+                gro=offloads.gro,
                 buffer_bytes=p.socket_buffer_bytes,
             )
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos_data)
-            if self.latency:
+            if p.one_way_latency:
                 sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             self.ranks[r.rank] = Rank(
                 r,
-                RoceEndpoint(self.events),
+                RoceEndpoint(events),
                 sock,
                 nic,
                 ns_per_byte=8e9 * p.tdf / r.line_rate_bps,
             )
 
-    def _sport_socket(self, rank: Rank, sport: int) -> socket.socket:
+    def sport_socket(self, rank: Rank, sport: int) -> socket.socket:
+        """The socket a queue pair of `rank` with UDP source port `sport` sends from (its ACKs
+        and CNPs come back to it): the receive socket for 4791, else one per port."""
         if sport == ROCEV2_UDP_PORT and rank.rx_sock is not None:
             return rank.rx_sock
         sock = rank.sport_socks.get(sport)

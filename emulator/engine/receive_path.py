@@ -16,10 +16,12 @@ import errno
 import os
 import socket
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 from emulator.engine.clock import DilatedClock
-from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
+from emulator.engine.counters import CountClass
+from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn
 from emulator.engine.sockets import ANCILLARY_BYTES, read_ancillary, segments
 from emulator.native.reads import NativeRunReader
 from emulator.transport.burst_wire import DataRun, read_ack_run, read_data_run
@@ -40,46 +42,54 @@ READS_PER_WAKEUP = 64  # bound the work of one readable callback so ticks keep t
 _NOTHING_TO_READ = (-errno.EAGAIN, -errno.EWOULDBLOCK, -errno.EINTR)  # as recvmsg_into's
 
 
+class Observe(Protocol):
+    """Counters.observe, as the receive path is given it."""
+
+    def __call__(
+        self, qpn: int, tos: int, data: bytearray | memoryview, nbytes: int, psn: int, rx_ns: int
+    ) -> None: ...
+
+
 class ReceivePath:
-    """Reading the rank sockets, as part of a Worker."""
+    """Reading the rank sockets (and, for XdpPacer, one read of a port's) into the queue
+    pairs. Opens the receive queue pairs (into `recv_conns`, the worker's table by QP
+    number). Given the receive buffer and the native reader (None: the Python path), the
+    per-class tally and latency stamps it counts into, the send path's send_replies, the rank
+    sockets' sport_socket (a receive queue pair's replies leave from it), and the worker's
+    after_reads (what the reads produced: events, sends, a flush)."""
 
-    # the Worker's fields this part uses (set in Worker.__init__)
-    transport: TransportParams
-    clock: DilatedClock
-    events: list[TransportEvent]
-    counters: Counter[str]
-    rank_addresses: frozenset[str]
-    active: dict[int, SendConn]
-    recv_conns: dict[int, RecvConn]
-    buf: bytearray
-    flush_now: bool
-    run_reader: NativeRunReader | None = None  # read_data_run in C on the native path
+    def __init__(
+        self,
+        transport: TransportParams,
+        clock: DilatedClock,
+        events: list[TransportEvent],
+        counters: Counter[str],
+        rank_addresses: frozenset[str],
+        recv_conns: dict[int, RecvConn],
+        receive_buffer: bytearray,
+        run_reader: NativeRunReader | None,
+        count_class: CountClass,
+        observe: Observe,
+        send_replies: Callable[[list[Packet]], None],
+        sport_socket: Callable[[Rank, int], socket.socket],
+        after_reads: Callable[[float], None],
+    ) -> None:
+        self.transport = transport
+        self.clock = clock
+        self.events = events
+        self.counters = counters
+        self.rank_addresses = rank_addresses  # only the run's ranks open receive queue pairs
+        self.recv_conns = recv_conns
+        self.buf = receive_buffer
+        self.run_reader = run_reader  # read_data_run in C on the native path
+        self._count_class = count_class
+        self._observe = observe
+        self._send_replies = send_replies
+        self._sport_socket = sport_socket
+        self._after_reads = after_reads
 
-    if TYPE_CHECKING:  # the other parts' methods it calls
-
-        def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None: ...
-
-        def _observe(
-            self,
-            qpn: int,
-            tos: int,
-            data: bytearray | memoryview,
-            nbytes: int,
-            psn: int,
-            rx_ns: int,
-        ) -> None: ...
-
-        def _send_replies(self, replies: list[Packet]) -> None: ...
-
-        def _pump(self, now: float, late_s: float = 0.0) -> None: ...
-
-        def _handle_events(self) -> None: ...
-
-        def _flush(self, now: float) -> None: ...
-
-        def _sport_socket(self, rank: Rank, sport: int) -> socket.socket: ...
-
-    def _on_readable(self, rank: Rank) -> None:
+    def on_readable(self, rank: Rank) -> None:
+        """The rank's socket is readable: up to READS_PER_WAKEUP reads, then what they produced."""
         if self.run_reader is not None:
             self._on_readable_native(rank, self.run_reader)
             return
@@ -95,11 +105,11 @@ class ReceivePath:
                 break
             got = True
             tos, gso_size, rx_ns = read_ancillary(anc)
-            self._one_read(rank, now, buf, nbytes, gso_size, tos, rx_ns, source)
+            self.one_read(rank, now, buf, nbytes, gso_size, tos, rx_ns, source)
         if got:
             self._after_reads(now)
 
-    def _one_read(
+    def one_read(
         self,
         rank: Rank,
         now: float,
@@ -143,7 +153,7 @@ class ReceivePath:
         self._count_class(tos, count, nbytes, sent=False)
 
     def _on_readable_native(self, rank: Rank, reader: NativeRunReader) -> None:
-        """_on_readable on the native path: each read and what it is read as in C. ACK reads
+        """on_readable on the native path: each read and what it is read as in C. ACK reads
         in a row for one sender QP go to its on_acks together, before anything else is read
         (the same state and events as one call per read: SendQueuePair.on_acks)."""
         assert rank.rx_sock is not None
@@ -254,7 +264,7 @@ class ReceivePath:
             replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
             if (
                 rx_ns
-                and a == 0  # the segment the kernel's stamp is for (see _observe)
+                and a == 0  # the segment the kernel's stamp is for (see Counters.observe)
                 and type(packet) is DataPacket
                 and packet.opcode not in RETH_OPCODES
                 and endpoint.receiver_peers.get(packet.dest_qp) == source
@@ -262,14 +272,6 @@ class ReceivePath:
                 self._observe(packet.dest_qp, tos, mv[a:b], b - a, packet.psn, rx_ns)
             if replies:
                 self._send_replies(replies)
-
-    def _after_reads(self, now: float) -> None:
-        """What the reads produced: events handled, packets the ACKs released sent."""
-        self._handle_events()
-        if self.active:
-            self._pump(self.clock.now())
-        if self.flush_now:
-            self._flush(now)
 
     def _open_receiver(self, rank: Rank, qpn: int, source: tuple[str, int]) -> None:
         qp = ReceiveQueuePair(qpn=qpn, remote_qp=qpn, params=self.transport, events=self.events)

@@ -6,46 +6,56 @@ the completion of a flow another worker waits for (a relay) is flushed at once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-from emulator.engine.params import EngineParams
 from emulator.engine.ranks import RecvConn, SendConn
 from emulator.transport.events import (
     CnpReceived,
     CnpSent,
     FlowCompleted,
+    MessagePosted,
     MessageReceived,
     PacketDropped,
     RateChanged,
     Retransmitted,
     TransportEvent,
 )
-from emulator.transport.events import FlowStarted as PostedToQueue
 
 
 class EventReports:
-    """Handling the core's events, as part of a Worker (Worker.__init__ keeps the table of
-    _event_handlers)."""
+    """Handling the core's events. Given the worker's report list (`out`, which the worker
+    flushes), its named counters and drops, the queue pair tables, how late the worker is
+    (TickState.lag_s) and what releases the flows waiting for a completion
+    (FlowStarts.deps_done). Owns the relay set and whether a relay asks for a flush now."""
 
-    # the Worker's fields this part uses (set in Worker.__init__)
-    params: EngineParams
-    events: list[TransportEvent]
-    out: list[tuple[Any, ...]]
-    counters: Counter[str]
-    drops: Counter[str]
-    send_conns: dict[int, SendConn]
-    recv_conns: dict[int, RecvConn]
-    relay: set[int]
-    flush_now: bool
-    _completed: list[tuple[int, float]]
-    _handlers: dict[type, Callable[[Any], None]]
-
-    if TYPE_CHECKING:  # the other parts' methods it calls
-
-        def _lag_s(self) -> float: ...
-
-        def _deps_done(self, flow_ids: Sequence[int], now: float) -> None: ...
+    def __init__(
+        self,
+        events: list[TransportEvent],
+        out: list[tuple[Any, ...]],
+        counters: Counter[str],
+        drops: Counter[str],
+        send_conns: dict[int, SendConn],
+        recv_conns: dict[int, RecvConn],
+        lag_s: Callable[[], float],
+        deps_done: Callable[[Sequence[int], float], None],
+        *,
+        relay: Iterable[int],
+        rate_sample_s: float,
+    ) -> None:
+        self.events = events
+        self.out = out
+        self.counters = counters
+        self.drops = drops
+        self.send_conns = send_conns
+        self.recv_conns = recv_conns
+        self._lag_s = lag_s
+        self._deps_done = deps_done
+        self.relay = set(relay)  # flow ids other workers wait for (the coordinator adds more)
+        self.rate_sample_s = rate_sample_s
+        self.flush_now = False  # a relay completed: the worker flushes its reports at once
+        self._completed: list[tuple[int, float]] = []
+        self._handlers = self._event_handlers()
 
     def _event_handlers(self) -> dict[type, Callable[[Any], None]]:
         """Each event type the core emits -> its handler (a type missing here is counted as
@@ -58,10 +68,10 @@ class EventReports:
             CnpSent: self._on_cnp_sent,
             Retransmitted: self._on_retransmitted,
             PacketDropped: self._on_packet_dropped,
-            PostedToQueue: _ignore,  # the engine reports the start itself, with the flow id
+            MessagePosted: _ignore,  # the engine reports the start itself, with the flow id
         }
 
-    def _handle_events(self) -> None:
+    def handle_events(self) -> None:
         """Turn the core's events into reports (tuples) and counters; release dependents."""
         events = self.events
         if not events:
@@ -100,7 +110,7 @@ class EventReports:
                 snap[2] - old[2],
                 conn.conn_id,
                 conn.ordinals.pop(ev.message_id, -1),
-                self._lag_s(),  # the last ACK was read this late (engine.worker)
+                self._lag_s(),  # the last ACK was read this late (TickState.lag_s)
                 snap[3] - old[3],  # pacing credit its QP or NIC lost while it was due
             )
         )
@@ -133,7 +143,7 @@ class EventReports:
         if conn is None:
             return
         # every cut is reported; increases at most once per rate_sample_s per QP
-        if ev.reason == "cnp" or ev.now_s - conn.last_rate_sample_s >= self.params.rate_sample_s:
+        if ev.reason == "cnp" or ev.now_s - conn.last_rate_sample_s >= self.rate_sample_s:
             conn.last_rate_sample_s = ev.now_s
             self.out.append(("rate", conn.rank.spec.rank, ev.qpn, ev.now_s, ev.current_rate_bps))
 

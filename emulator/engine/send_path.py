@@ -3,31 +3,33 @@ batches, each NIC's queue pairs served in turn within its line rate; the ACKs an
 produces go back the same way.
 
 A send that fails because a buffer is full or the path is down loses its packets as a congested
-or dead wire would (counted; the transport recovers them); anything else is fatal. A queue pair
-with an AF_XDP flow (engine.send_path af_xdp) sends through its rank's port instead
-(emulator/engine/xdp_path.py), with the same bytes and counters.
+or dead wire would (counted; the transport recovers them); anything else is fatal
+(emulator/engine/send_errors.py). A queue pair with an AF_XDP flow (engine.send_path af_xdp)
+sends through its rank's port instead (emulator/engine/xdp_path.py), with the same bytes and
+counters.
 """
 
 from __future__ import annotations
 
 import bisect
-import errno
 import os
 import socket
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from emulator.engine.counters import CountClass
+from emulator.engine.native_path import NATIVE_BUFFERS_PER_POLL, DataPath
 from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
 from emulator.engine.params import EngineParams
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
+from emulator.engine.send_errors import SendFailures
 from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
-from emulator.engine.xdp_ports import XdpNic
-from emulator.errors import EnvironmentProblem
-from emulator.native.acks import NativeAckFlow, NativeReplies
-from emulator.native.burst import NativeBursts, NativeFlow
+from emulator.engine.xdp_path import XdpSender
+from emulator.native.acks import NativeAckFlow
+from emulator.native.burst import NativeFlow
 from emulator.transport.burst import Burst
+from emulator.transport.burst_wire import BurstBuffer
 from emulator.transport.packets import (
     AETH_BYTES,
     BTH_BYTES,
@@ -36,12 +38,8 @@ from emulator.transport.packets import (
     CnpPacket,
     Packet,
 )
-from emulator.transport.params import TransportParams
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
 from emulator.transport.wire import encode, layout_gso
-
-# no way to the destination right now (a link down, no route): the send is lost, not fatal
-NO_PATH_ERRNOS = frozenset({errno.ENETDOWN, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN})
 
 
 def _due_by(qp: SendQueuePair, now: float) -> bool:
@@ -50,42 +48,58 @@ def _due_by(qp: SendQueuePair, now: float) -> bool:
 
 
 class SendPath:
-    """Sending, as part of a Worker: the tick's bursts and the replies to what was read."""
+    """Sending: the tick's bursts and the replies to what was read. Serves `active` (the send
+    queue pairs with something posted, which the flows add to) and looks the receive queue
+    pairs up in `recv_conns` for replies. Given the buffers the bursts and ACKs are laid out
+    in, the data path (native or Python), the AF_XDP sender, the policy for refused sends, and
+    the named counters and per-class tally it counts into."""
 
-    # the Worker's fields this part uses (set in Worker.__init__)
-    params: EngineParams
-    transport: TransportParams
-    offloads: Offloads
-    counters: Counter[str]
-    active: dict[int, SendConn]
-    recv_conns: dict[int, RecvConn]
-    latency: bool
-    gso_view: memoryview
-    _gso_cmsgs: dict[tuple[int, int], list[tuple[int, int, bytes]]]
-    reply_buf: bytearray
-    tos_ack: int
-    tos_cnp: int
-    _burst_s: float
-    _max_packet_wire_bytes: int
-    # the native burst path (emulator/engine/native_path.py; None: the Python path) and its
-    # per-flow state
-    native: NativeBursts | None = None
-    _native_flows: dict[SendConn, NativeFlow]
-    _buffers_per_poll: int = 1  # GSO buffers a lone queue pair takes per poll (native: several)
-    native_replies: NativeReplies | None = None  # ACKs laid out and sent in C (native path)
-    _native_ack_flows: dict[RecvConn, NativeAckFlow]
+    def __init__(
+        self,
+        params: EngineParams,
+        offloads: Offloads,
+        counters: Counter[str],
+        count_class: CountClass,
+        failures: SendFailures,
+        xdp: XdpSender,
+        data_path: DataPath,
+        send_buffer: BurstBuffer,
+        reply_buffer: bytearray,
+        active: dict[int, SendConn],
+        recv_conns: dict[int, RecvConn],
+        *,
+        tos_ack: int,
+        tos_cnp: int,
+        max_packet_wire_bytes: int,
+    ) -> None:
+        self.params = params
+        self.offloads = offloads
+        self.counters = counters
+        self._count_class = count_class
+        self._send_failed = failures.failed
+        self._xdp_budget = xdp.budget
+        self._send_burst_xdp = xdp.send_burst
+        self._send_replies_xdp = xdp.send_replies
+        self.active = active
+        self.recv_conns = recv_conns
+        self.latency = params.one_way_latency  # departure stamps in the data
+        self.gso_view = memoryview(send_buffer.data)
+        self.reply_buf = reply_buffer
+        self.tos_ack = tos_ack
+        self.tos_cnp = tos_cnp
+        self._burst_s = params.burst_ticks * params.tick_s / params.tdf
+        self._max_packet_wire_bytes = max_packet_wire_bytes
+        self._gso_cmsgs: dict[tuple[int, int], list[tuple[int, int, bytes]]] = {}
+        # the native burst path (emulator/engine/native_path.py; None: the Python path) and its
+        # per-flow state
+        self.native = data_path.bursts
+        self._native_flows: dict[SendConn, NativeFlow] = {}
+        # GSO buffers a lone queue pair takes per poll (native: several)
+        self._buffers_per_poll = 1 if self.native is None else NATIVE_BUFFERS_PER_POLL
+        self.native_replies = data_path.replies  # ACKs laid out and sent in C (native path)
+        self._native_ack_flows: dict[RecvConn, NativeAckFlow] = {}
 
-    if TYPE_CHECKING:  # the other parts' methods it calls
-
-        def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None: ...
-
-        def _xdp_budget(self, nic: XdpNic, budget: int) -> int: ...
-
-        def _send_burst_xdp(self, conn: SendConn, burst: Burst) -> int: ...
-
-        def _send_replies_xdp(self, conn: RecvConn, replies: Sequence[Packet]) -> None: ...
-
-    def _pump(self, now: float, late_s: float = 0.0) -> None:
+    def pump(self, now: float, late_s: float = 0.0) -> None:
         """Send what every active queue pair's pacer released by `now`, within its NIC's rate."""
         # A token bucket of depth burst_s (+ how late this tick is): enough for a tick that
         # fires late without losing rate, never a catch-up burst after idling or a stall.
@@ -287,36 +301,8 @@ class SendPath:
         except OSError as e:
             self._send_failed(e, buffers, dest, rank)
 
-    def _send_failed(
-        self,
-        e: OSError,
-        buffers: list[bytes] | list[memoryview],
-        dest: tuple[str, int],
-        rank: Rank,
-    ) -> None:
-        if isinstance(e, BlockingIOError | InterruptedError):
-            # The socket buffer is full: the packets are lost like on a congested NIC; the
-            # transport recovers them (NAK or timeout). Counted so a run can say so.
-            self.counters["send_buffer_full"] += 1
-            return
-        if e.errno == errno.EMSGSIZE:
-            raise EnvironmentProblem(
-                f"rank {rank.spec.rank}: a {sum(len(b) for b in buffers)}-byte RoCEv2 send "
-                f"to {dest[0]} exceeds the path MTU: raise the interface MTU or lower "
-                f"transport.path_mtu_bytes ({self.transport.path_mtu_bytes})"
-            ) from None
-        if e.errno == errno.ENOBUFS:  # qdisc or device queue full
-            self.counters["send_no_buffers"] += 1
-            return
-        if e.errno in NO_PATH_ERRNOS:
-            # The rank's link is down or no route leads there (a link-event impairment, or a
-            # switch under test that lost a port): lost like on a dead wire; the transport
-            # retransmits once the path is back, or the run's deadline names the flow.
-            self.counters["send_no_path"] += 1
-            return
-        raise e
-
-    def _send_replies(self, replies: list[Packet]) -> None:
+    def send_replies(self, replies: list[Packet]) -> None:
+        """What one read produced (ACKs, NAKs, CNPs), each to its receive queue pair's peer."""
         i = 0
         total = len(replies)
         while i < total:

@@ -5,7 +5,7 @@ many datagrams of gso_size bytes; UDP_GRO (104) makes one read return many coale
 with their gso_size in a control message; IP_RECVTOS (13) returns the ToS byte (ECN in its low
 two bits) with every read, and GRO never coalesces datagrams whose ECN codepoints differ. Data is
 sent with Don't Fragment (IP_PMTUDISC_DO) from unconnected sockets: the kernel then gives the
-segments of one GSO buffer IP ids 0, 1, 2, ... (DESIGN.md "Data path speed"), which the ICRC
+segments of one GSO buffer IP ids 0, 1, 2, ... (docs/architecture.md, "Data path speed"), which the ICRC
 covers.
 """
 

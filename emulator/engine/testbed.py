@@ -3,7 +3,7 @@ and removes by handle (never by name pattern).
 
 `pair()`: two namespaces joined by a veth. `routed()`: sender -- router -- receiver, where the
 router's egress toward the receiver can be shaped (HTB) and ECN-marked. Host interfaces get
-the settings DESIGN.md "Data path speed" measured: UDP segmentation offload off (so the wire
+the settings measured for docs/architecture.md, "Data path speed": UDP segmentation offload off (so the wire
 carries real MTU-sized packets) and, on the receiving side, GRO with UDP GRO forwarding and
 optionally threaded NAPI (so a UDP_GRO socket gets coalesced reads).
 """
@@ -151,7 +151,7 @@ def routed(bed: NetnsBed, *, mtu: int = 9000) -> RoutedInfo:
     _run(["ip", "-n", b, "route", "add", "default", "via", "10.78.2.254"])
     bed.host_offloads(a, "a0")
     bed.host_offloads(b, "b0")
-    # The router marks/queues per packet: it never merges forwarded UDP (DESIGN.md, GSO/GRO
+    # The router marks/queues per packet: it never merges forwarded UDP (docs/architecture.md, "Pitfalls": GSO/GRO
     # pitfalls). GRO on with TSO off on every veth puts receives on NAPI, which keeps a flow's
     # packets in order (fabrics/netns.py says why).
     for ifname in ("r0", "r1"):

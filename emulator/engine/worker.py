@@ -25,13 +25,19 @@ With `engine.send_path: af_xdp` the ranks of each interface share an AF_XDP port
 sockets (xdp_ports.py), which sends their bursts and replies, hands over what arrives as runs
 read like GRO reads, and is paced by the worker between ticks (xdp_path.py).
 
-A Worker is one class put together from a part per job, each a mixin in its own module that uses
-the fields set in Worker.__init__: ranks.py (the rank sockets), flows.py (the flows' queue pairs
-and when flows start), send_path.py, receive_path.py, xdp_path.py (the AF_XDP ports' sends,
-reads and pacing), reports.py (events into reports) and counters.py (counters, latency stamps,
-stats). This module is the worker process: construction,
-the tick, the protocol on the coordinator's pipe, and the entry point. Mixins, not objects the
-worker calls through, so the per-packet paths cost what they cost in one class.
+A Worker is one object composed of parts, each a class in its own module that owns its state
+and is given, when the worker builds it, only the collaborators it uses: RankSockets (ranks.py:
+the ranks, their sockets and AF_XDP ports), FlowStarts (flows.py: the flows, their send queue
+pairs and when they start), SendPath (send_path.py), ReceivePath (receive_path.py), XdpSender
+and XdpPacer (xdp_path.py: the AF_XDP ports' sends, reads and pacing), EventReports (reports.py:
+events into reports) and Counters (counters.py: counters, latency stamps, stats). What several
+parts share is made here and handed to each: the core's event list, the report list, the
+named counters, the queue pair tables by QP number, the buffers, and the tick state
+(tick_state.py: the clock, whether the run started, when the next tick is due). A part calls
+another through a bound method it stored at construction, which costs what a method call on
+one object does, and binds what a per-packet loop needs to locals, as before. This module is
+the worker process: building the parts, the tick, the protocol on the coordinator's pipe, and
+the entry point (WorkerSpec, what a worker is given, is worker_spec.py's).
 """
 
 from __future__ import annotations
@@ -39,172 +45,212 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import heapq
 import os
 import signal
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from emulator.engine.af_xdp_setup import AfXdpUnavailable
-from emulator.engine.clock import DilatedClock
-from emulator.engine.counters import Counters, cpu_s
+from emulator.engine.counters import Counters
 from emulator.engine.flows import FlowStarts
-from emulator.engine.gcpause import GcPauses
-from emulator.engine.lateness import TickLateness
 from emulator.engine.native_path import NATIVE_BUFFERS_PER_POLL, choose_data_path
-from emulator.engine.params import EngineParams
-from emulator.engine.plan import DEFAULT_PROFILE, EngineFlow, QpProfile, RankEndpoint
-from emulator.engine.ranks import RECV_BUFFER_BYTES, Rank, RankSockets, RecvConn, SendConn
+from emulator.engine.ranks import RECV_BUFFER_BYTES, RankSockets, RecvConn, SendConn
 from emulator.engine.receive_path import ReceivePath
 from emulator.engine.reports import EventReports
+from emulator.engine.send_errors import SendFailures
 from emulator.engine.send_path import SendPath
 from emulator.engine.sockets import Offloads, detect_offloads
-from emulator.engine.xdp_path import XdpPath
-from emulator.engine.xdp_ports import PortGroup, XdpNic
+from emulator.engine.tick_state import TickState
+from emulator.engine.worker_spec import WorkerSpec
+from emulator.engine.xdp_path import XdpPacer, XdpSender
 from emulator.errors import EmulatorError
-from emulator.latency import LatencyHistogram
 from emulator.transport.burst_wire import BurstBuffer
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import BTH_BYTES, ICRC_BYTES
-from emulator.transport.params import TransportParams
 from emulator.transport.sender import GSO_MAX_BUFFER_BYTES, IPV4_FRAME_OVERHEAD_BYTES
 from emulator.transport.wire import ECN_NOT_ECT
 
 PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
 
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """Everything a worker needs, picklable (it crosses into a spawned process)."""
-
-    index: int
-    ranks: tuple[RankEndpoint, ...]
-    addresses: dict[int, str]  # every rank's address (destinations)
-    flows: tuple[EngineFlow, ...]  # flows whose src rank is in this shard
-    connections: dict[tuple[int, int, int, int], int]  # EngineFlow.connection_key -> conn id
-    transport: TransportParams
-    engine: EngineParams
-    profiles: tuple[QpProfile, ...] = (DEFAULT_PROFILE,)  # EngineFlow.profile -> how its QP sends
-    relay: frozenset[int] = frozenset()  # flow ids other workers wait for: report at once
+__all__ = ["Worker", "WorkerSpec", "worker_main"]  # WorkerSpec: importable from here as before
 
 
-class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters, RankSockets):
-    """A shard of ranks on one uvloop loop. Its parts share the fields set here and call each
-    other as methods of this one object (no indirection on the per-packet paths)."""
+class Worker:
+    """A shard of ranks on one uvloop loop: builds its parts (the module docstring), runs the
+    tick and talks to the coordinator."""
 
     def __init__(self, spec: WorkerSpec, pipe: Connection) -> None:
         self.spec = spec
-        self.rank_addresses = frozenset(spec.addresses.values())
         self.pipe = pipe
         p = spec.engine
         self.params = p
-        self.transport = spec.transport
+        t = spec.transport
         self.offloads: Offloads = detect_offloads(p.gso, p.gro)
+        # shared by the parts: the core's events, the reports the coordinator gets, counters
         self.events: list[TransportEvent] = []
         self.out: list[tuple[Any, ...]] = []
         self.drops: Counter[str] = Counter()
         self.counters: Counter[str] = Counter()
-        self.ranks: dict[int, Rank] = {}
-        self.send_conns: dict[int, SendConn] = {}  # by qpn
-        self.recv_conns: dict[int, RecvConn] = {}  # by qpn
+        # the queue pairs by QP number: the flows open the send ones, the receive path the
+        # receive ones (as a QP's first packet arrives); `active` are the send ones with
+        # something posted, which the send path serves until they go idle
+        self.send_conns: dict[int, SendConn] = {}
+        self.recv_conns: dict[int, RecvConn] = {}
         self.active: dict[int, SendConn] = {}
-        self.flows: dict[int, EngineFlow] = {}
-        self.connections: dict[tuple[int, int, int, int], int] = {}
-        self.waiting: dict[int, int] = {}
-        self.dependents: dict[int, list[int]] = {}
-        self.done_flows: set[int] = set()
-        self.delayed: list[tuple[float, int]] = []
-        self.clock = DilatedClock(p.tdf)
-        self.buf = bytearray(RECV_BUFFER_BYTES)
-        self.latency = p.one_way_latency
-        # room for the native path's sends of several GSO buffers at once (send_path.py)
-        self.gso_buf = BurstBuffer(
+        # the receive buffer, the one bursts are laid out in (room for the native path's sends
+        # of several GSO buffers at once: send_path.py) and the one ACKs are laid out in
+        buf = bytearray(RECV_BUFFER_BYTES)
+        gso_buf = BurstBuffer(
             max(RECV_BUFFER_BYTES, NATIVE_BUFFERS_PER_POLL * GSO_MAX_BUFFER_BYTES),
-            stamps=self.latency,
+            stamps=p.one_way_latency,
         )
+        reply_buf = bytearray(RECV_BUFFER_BYTES)
         # the native burst path when it is built and passes its self-check (engine.native)
-        self.reply_buf = bytearray(RECV_BUFFER_BYTES)
-        self.data_path = choose_data_path(
-            p.native, self.gso_buf, self.buf, self.reply_buf, p.gso_max_segments
-        )
-        self.native = self.data_path.bursts
-        self.run_reader = self.data_path.reader
-        self.native_replies = self.data_path.replies
-        self._native_ack_flows = {}
-        if self.native is not None:
-            self._buffers_per_poll = NATIVE_BUFFERS_PER_POLL
-        self._native_flows = {}
-        # one-way latency per traffic class as received (DSCP), target seconds
-        self.latency_classes: dict[int, LatencyHistogram] = {}
-        # wall seconds from a completion elsewhere to the flows it released arriving here
-        self.dep_latency: dict[str, LatencyHistogram] = {}
-        self._target_s_per_ns = 1e-9 / p.tdf
-        self.gso_view = memoryview(self.gso_buf.data)
-        self._gso_cmsgs: dict[tuple[int, int], list[tuple[int, int, bytes]]] = {}
-        self.relay = set(spec.relay)
-        self._completed: list[tuple[int, float]] = []
-        self._handlers = self._event_handlers()
-        self.flush_now = False
-        self.started = False
-        self._last_tick_wall = 0.0
-        self._cpu_at_start_s = 0.0
-        self.max_tick_gap_s = 0.0
-        self.tick_lateness = TickLateness()
-        self.gc_pauses = GcPauses()
-        self._burst_s = p.burst_ticks * p.tick_s / p.tdf
-        self._max_packet_wire_bytes = (
-            BTH_BYTES + spec.transport.path_mtu_bytes + ICRC_BYTES + IPV4_FRAME_OVERHEAD_BYTES
+        self.data_path = choose_data_path(p.native, gso_buf, buf, reply_buf, p.gso_max_segments)
+        self.ticks = TickState(p.tdf)
+        self.clock = self.ticks.clock
+        # sockets default to the data class; a QP in another class (qp_dscp) says so per send
+        tos_data = t.dscp << 2 | t.data_ecn_bits
+        tos_ack = t.ack_dscp_value << 2 | ECN_NOT_ECT
+        tos_cnp = t.cnp_dscp << 2 | ECN_NOT_ECT
+        max_packet_wire_bytes = (
+            BTH_BYTES + t.path_mtu_bytes + ICRC_BYTES + IPV4_FRAME_OVERHEAD_BYTES
         )
         self.loop: asyncio.AbstractEventLoop | None = None
         self.finished: asyncio.Future[None] | None = None
-        t = spec.transport
-        # sockets default to the data class; a QP in another class (qp_dscp) says so per send
-        self.tos_data = t.dscp << 2 | t.data_ecn_bits
-        self.tos_ack = t.ack_dscp_value << 2 | ECN_NOT_ECT
-        self.tos_cnp = t.cnp_dscp << 2 | ECN_NOT_ECT
-        # per traffic class (DSCP): [packets sent, bytes sent, packets received, bytes received]
-        self.classes: dict[int, list[int]] = {}
-        self._profile_params: dict[int, TransportParams] = {}
-        self._nic_sent: dict[int, tuple[int, int]] = {}  # NIC counters as last reported
         self._tick_handle: asyncio.Handle | None = None
-        # the AF_XDP ports (engine.send_path af_xdp), opened by _open_ranks
-        self.xdp_nics: list[XdpNic] = []
-        self.xdp_group: PortGroup | None = None
-        self.xdp_recorded: bool | None = None
-        self._open_ranks()
-        self._xdp_lead_s = p.tick_s / p.tdf if self.xdp_nics else 0.0
-        self._add_flows(spec.flows, spec.connections)
+        self._next_flush_wall = 0.0
+        self.sockets = RankSockets(
+            spec.ranks,
+            spec.addresses.values(),
+            p,
+            t.path_mtu_bytes,
+            self.offloads,
+            self.events,
+            tos_data,
+            pipe,
+        )
+        self.stats = Counters(
+            self.sockets.ranks,
+            self.sockets.xdp_nics,
+            self.send_conns,
+            self.recv_conns,
+            self.counters,
+            self.drops,
+            self.ticks,
+            p.tdf,
+        )
+        failures = SendFailures(self.counters, t.path_mtu_bytes)
+        xdp_sender = XdpSender(
+            self.counters,
+            self.stats.count_class,
+            failures,
+            self.data_path,
+            gso_buf,
+            reply_buf,
+            latency=p.one_way_latency,
+            tos_ack=tos_ack,
+            tos_cnp=tos_cnp,
+            max_packet_wire_bytes=max_packet_wire_bytes,
+        )
+        self.send = SendPath(
+            p,
+            self.offloads,
+            self.counters,
+            self.stats.count_class,
+            failures,
+            xdp_sender,
+            self.data_path,
+            gso_buf,
+            reply_buf,
+            self.active,
+            self.recv_conns,
+            tos_ack=tos_ack,
+            tos_cnp=tos_cnp,
+            max_packet_wire_bytes=max_packet_wire_bytes,
+        )
+        self.receive = ReceivePath(
+            t,
+            self.clock,
+            self.events,
+            self.counters,
+            frozenset(spec.addresses.values()),
+            self.recv_conns,
+            buf,
+            self.data_path.reader,
+            self.stats.count_class,
+            self.stats.observe,
+            self.send.send_replies,
+            self.sockets.sport_socket,
+            self._after_reads,
+        )
+        self.xdp = XdpPacer(
+            self.sockets.xdp_ports,
+            self.sockets.xdp_group,
+            self.ticks,
+            self.counters,
+            buf,
+            self.receive.one_read,
+            self._after_reads,
+            self._tick_now,
+            latency=p.one_way_latency,
+        )
+        self.flows = FlowStarts(
+            spec.addresses,
+            spec.profiles,
+            p,
+            t,
+            self.sockets,
+            gso_buf,
+            self.events,
+            self.out,
+            self.ticks,
+            self.send_conns,
+            self.active,
+        )
+        self.reports = EventReports(
+            self.events,
+            self.out,
+            self.counters,
+            self.drops,
+            self.send_conns,
+            self.recv_conns,
+            self.ticks.lag_s,
+            self.flows.deps_done,
+            relay=spec.relay,
+            rate_sample_s=p.rate_sample_s,
+        )
+        # what the tick and every read call
+        self._pump = self.send.pump
+        self._handle_events = self.reports.handle_events
+        self._xdp_lead_s = p.tick_s / p.tdf if self.sockets.xdp_nics else 0.0
+        self.flows.add(spec.flows, spec.connections)
 
     # -- the tick -------------------------------------------------------------------------
     def _start(self) -> None:
-        self.started = True
-        self._cpu_at_start_s = cpu_s()
-        now = self.clock.now()
-        for f in self.flows.values():
-            if self.waiting.get(f.id) == 0:
-                self._ready(f, max(now, 0.0))
-        self._next_tick_wall = time.perf_counter()
-        self._next_flush_wall = self._next_tick_wall + self.params.event_batch_s
+        ticks = self.ticks
+        ticks.started = True
+        self.stats.run_started()
+        self.flows.start(max(self.clock.now(), 0.0))
+        ticks.next_tick_wall = time.perf_counter()
+        self._next_flush_wall = ticks.next_tick_wall + self.params.event_batch_s
         self._tick()
 
     def _tick(self) -> None:
         assert self.loop is not None
         if self.finished is None or self.finished.done():
             return
+        ticks = self.ticks
         now = self.clock.now()
         start_wall = time.perf_counter()
-        if self._last_tick_wall:
-            self.max_tick_gap_s = max(self.max_tick_gap_s, start_wall - self._last_tick_wall)
-            self.tick_lateness.add(max(start_wall - self._next_tick_wall, 0.0))
-        self._last_tick_wall = start_wall
-        delayed = self.delayed
-        while delayed and delayed[0][0] <= now:
-            _, fid = heapq.heappop(delayed)
-            self._post(self.flows[fid], now)
+        if ticks.last_tick_wall:
+            ticks.max_tick_gap_s = max(ticks.max_tick_gap_s, start_wall - ticks.last_tick_wall)
+            ticks.lateness.add(max(start_wall - ticks.next_tick_wall, 0.0))
+        ticks.last_tick_wall = start_wall
+        self.flows.post_delayed(now)
         for conn in list(self.active.values()):
             deadline = conn.qp.next_timer_s()
             if deadline is not None and deadline <= now:
@@ -212,33 +258,41 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters,
         # A tick that fires late (uvloop timers round to 1 ms) gets the credit the on-time
         # tick would have had: its bucket is deeper by the lateness, at most one tick.
         tick = self.params.tick_s
-        late_s = min(max(start_wall - self._next_tick_wall, 0.0), tick)
+        late_s = min(max(start_wall - ticks.next_tick_wall, 0.0), tick)
         self._pump(now + self._xdp_lead_s, late_s / self.params.tdf)
         self._handle_events()
         wall = time.perf_counter()
-        if self.flush_now or wall >= self._next_flush_wall:
+        if self.reports.flush_now or wall >= self._next_flush_wall:
             self._flush(now)
             self._next_flush_wall = wall + self.params.event_batch_s
-        self._next_tick_wall += tick
-        if self._next_tick_wall < wall:
-            self._next_tick_wall = wall + tick  # fell behind: do not try to catch up in a burst
-        self._tick_handle = self.loop.call_later(self._next_tick_wall - wall, self._tick)
-        if self.xdp_group is not None:
-            self._pace_xdp()  # the ports' backlogs until the next tick (xdp_path.py)
+        ticks.next_tick_wall += tick
+        if ticks.next_tick_wall < wall:
+            ticks.next_tick_wall = wall + tick  # fell behind: do not try to catch up in a burst
+        self._tick_handle = self.loop.call_later(ticks.next_tick_wall - wall, self._tick)
+        if self.sockets.xdp_group is not None:
+            self.xdp.pace()  # the ports' backlogs until the next tick (xdp_path.py)
 
-    def _lag_s(self) -> float:
-        """How far behind its schedule this worker is now, in wall seconds: how overdue its
-        next tick is. A read handled now was handled about that late (the loop was busy, or
-        not given a CPU), and the times the protocol stamps at it carry that much of the
-        machine; 0 while the loop keeps its schedule."""
-        if not self.started:
-            return 0.0
-        return max(time.perf_counter() - self._next_tick_wall, 0.0)
+    def _tick_now(self) -> None:
+        """Run the next tick at once instead of on its timer (the AF_XDP drain ran up to it)."""
+        if self.loop is not None and self._tick_handle is not None:
+            self._tick_handle.cancel()
+            self._tick_handle = self.loop.call_soon(self._tick)
+
+    def _after_reads(self, now: float) -> None:
+        """What the reads produced: events handled, packets the ACKs released sent, a relay's
+        completion flushed."""
+        self._handle_events()
+        if self.active:
+            self._pump(self.clock.now())
+        if self.reports.flush_now:
+            self._flush(now)
 
     def _flush(self, now: float) -> None:
-        self.flush_now = False
-        out, self.out = self.out, []
-        self.pipe.send(("events", out, self._stats(now)))
+        self.reports.flush_now = False
+        # the list stays (the flows and the reports hold it): its contents go
+        out = self.out[:]
+        self.out.clear()
+        self.pipe.send(("events", out, self.stats.report(now)))
 
     # -- commands -------------------------------------------------------------------------
     def _on_command(self) -> None:
@@ -252,29 +306,22 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters,
             kind = msg[0]
             if kind == "go":
                 delay = msg[1] - time.perf_counter()
-                self.clock = DilatedClock(self.params.tdf, msg[1])
+                self.clock.start_wall_s = msg[1]  # the common start: every part reads it
                 self.loop.call_later(max(delay, 0.0), self._start)
             elif kind == "deps_done":
-                self._deps_done(msg[1], self.clock.now())
+                self.flows.deps_done(msg[1], self.clock.now())
                 self._pump(self.clock.now())
             elif kind == "flows":
                 # flows handed out at run time: the coordinator waits for each completion
                 if len(msg) > 3:  # released by a completion at target time msg[3]
-                    self._dependency_arrived(msg[3], msg[4])
-                self.relay.update(f.id for f in msg[1])
-                self._add_flows(msg[1], msg[2])
-                if self.started:
+                    self.stats.dependency_arrived(self.clock.now(), msg[3], msg[4])
+                self.reports.relay.update(f.id for f in msg[1])
+                self.flows.add(msg[1], msg[2])
+                if self.ticks.started:
                     self._pump(self.clock.now())
             elif kind == "stop":
                 self._stop()
                 return
-
-    def _dependency_arrived(self, completed_s: float, label: str) -> None:
-        """How long (wall) the completion that released these flows took to reach this worker."""
-        h = self.dep_latency.get(label)
-        if h is None:
-            h = self.dep_latency[label] = LatencyHistogram()
-        h.observe(max(self.clock.now() - completed_s, 0.0) * self.params.tdf)
 
     def _stop(self) -> None:
         assert self.finished is not None
@@ -304,12 +351,13 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters,
         # Blocking, a send waits for the coordinator to read (it reads only what poll() says
         # is there, so receiving never blocks the loop).
         os.set_blocking(self.pipe.fileno(), True)
-        for rank in self.ranks.values():
+        for rank in self.sockets.ranks.values():
             if rank.rx_sock is not None:
-                loop.add_reader(rank.rx_sock.fileno(), self._on_readable, rank)
-        for nic in self.xdp_nics:
+                loop.add_reader(rank.rx_sock.fileno(), self.receive.on_readable, rank)
+        for nic in self.sockets.xdp_nics:
             for fd in nic.port.fds:
-                loop.add_reader(fd, self._on_xdp_readable, nic)
+                loop.add_reader(fd, self.xdp.on_readable, nic)
+        xdp_nics = self.sockets.xdp_nics
         self.pipe.send(
             (
                 "ready",
@@ -320,7 +368,7 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters,
                     "data_path": self.data_path.to_json(),
                     "send_path": self.params.send_path,
                     # the ports' ledger entries were recorded (False: nobody held a ledger)
-                    **({"xdp_recorded": self.xdp_recorded} if self.xdp_nics else {}),
+                    **({"xdp_recorded": self.sockets.xdp_recorded} if xdp_nics else {}),
                 },
             )
         )
@@ -328,10 +376,15 @@ class Worker(FlowStarts, EventReports, ReceivePath, SendPath, XdpPath, Counters,
             loop.run_until_complete(self.finished)
             now = self.clock.now()
             self._handle_events()
-            self.pipe.send(("bye", self.out, {**self._stats(now), **self._queue_pairs()}))
+            self.pipe.send(
+                ("bye", self.out, {**self.stats.report(now), **self.stats.queue_pairs()})
+            )
         finally:
             loop.close()
             self.close()
+
+    def close(self) -> None:
+        self.sockets.close()
 
 
 def _die_with_parent() -> None:

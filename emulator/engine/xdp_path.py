@@ -1,6 +1,7 @@
 """The af_xdp data path of a worker (`engine.send_path: af_xdp`): bursts and replies handed to
-their rank's AF_XDP port, what the ports receive read like GRO reads, the ports paced between
-ticks.
+their rank's AF_XDP port (XdpSender, which the send path calls), what the ports receive read like
+GRO reads and the ports paced between ticks (XdpPacer, one loop for both: the drain reads what
+arrives meanwhile).
 
 Send: a burst is laid out as for one GSO send whose IP ids run 0, 1, 2, ... through the whole
 burst (BurstWriter.write, or the native layout, with no restart; on the native path a burst is
@@ -8,7 +9,7 @@ up to NATIVE_BUFFERS_PER_POLL GSO buffers' worth), and the port gives segment i 
 ICRC is for the id the wire carries. Segments the port's backlog cannot take are lost like a send
 into a full socket buffer (send_buffer_full; the transport recovers them), a port whose link is
 down is send_no_path (ENETDOWN), as on the socket path. The NIC arbiter (SendPath._serve_nic)
-releases no more than the port's backlog holds (`_xdp_budget`).
+releases no more than the port's backlog holds (`XdpSender.budget`).
 
 Pace: each tick releases what the queue pairs and the NIC arbiter allow one tick ahead of now
 (the DUT's ranks run at the cap, so about a tick's worth; at most cap x (tick + burst) after an
@@ -27,7 +28,7 @@ whose kernel catches up in bursts above the cap: -0.3%). A pacer thread of the p
 did no better here (it waits for a core its own worker holds) and cost more CPU.
 
 Receive: each run a port hands over (one source and ToS, every payload but the last one size)
-goes through ReceivePath._one_read, exactly as a socket's GRO read does, for the rank whose
+goes through ReceivePath.one_read, exactly as a socket's GRO read does, for the rank whose
 address it was sent to. Its receive time, for the one-way latency, is when the worker read it:
 copy mode gives no kernel stamp, so the latency includes the worker's reaction time.
 """
@@ -36,94 +37,87 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
+from emulator.engine.counters import CountClass
+from emulator.engine.native_path import DataPath
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
+from emulator.engine.send_errors import SendFailures
+from emulator.engine.tick_state import TickState
 from emulator.engine.xdp_ports import PortGroup, XdpNic
-from emulator.native.acks import NativeAckFlow, NativeReplies
-from emulator.native.burst import NativeBursts, NativeFlow
+from emulator.native.acks import NativeAckFlow
+from emulator.native.burst import NativeFlow
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import BurstBuffer
 from emulator.transport.packets import AETH_BYTES, BTH_BYTES, ICRC_BYTES, CnpPacket, Packet
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
 from emulator.transport.wire import encode, layout_gso
 
-if TYPE_CHECKING:
-    import asyncio
-
-    from emulator.engine.clock import DilatedClock
-
 ACK_BYTES = BTH_BYTES + AETH_BYTES + ICRC_BYTES
 READS_PER_PORT = 64  # receive calls per port per wakeup (each up to 256 runs)
 DRAIN_ROUNDS = 100_000  # drain/read rounds before a tick: a bound, never reached in practice
 
 
-class XdpPath:
-    """Sending, receiving and pacing through AF_XDP ports, as part of a Worker."""
+class OneRead(Protocol):
+    """What XdpPacer hands each run to (ReceivePath.one_read)."""
 
-    # the Worker's fields this part uses (set in Worker.__init__ and RankSockets._open_ranks)
-    counters: Counter[str]
-    latency: bool
-    started: bool
-    clock: DilatedClock
-    loop: asyncio.AbstractEventLoop | None
-    buf: bytearray
-    gso_buf: BurstBuffer
-    gso_view: memoryview
-    reply_buf: bytearray
-    tos_ack: int
-    tos_cnp: int
-    native: NativeBursts | None
-    native_replies: NativeReplies | None
-    _native_flows: dict[SendConn, NativeFlow]
-    _native_ack_flows: dict[RecvConn, NativeAckFlow]
-    _max_packet_wire_bytes: int
-    _next_tick_wall: float
-    _tick_handle: Any
-    xdp_nics: list[XdpNic]
-    xdp_group: PortGroup | None
-    _draining: bool = False
+    def __call__(
+        self,
+        rank: Rank,
+        now: float,
+        data: bytearray | memoryview,
+        nbytes: int,
+        gso_size: int,
+        tos: int,
+        rx_ns: int,
+        source: tuple[str, int],
+    ) -> None: ...
 
-    if TYPE_CHECKING:  # the other parts' methods it calls
 
-        def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None: ...
+class XdpSender:
+    """Bursts and replies through their rank's port, with the socket path's bytes, counters
+    and error handling (the send path hands it every queue pair that has a port flow)."""
 
-        def _send_failed(
-            self,
-            e: OSError,
-            buffers: list[bytes] | list[memoryview],
-            dest: tuple[str, int],
-            rank: Rank,
-        ) -> None: ...
+    def __init__(
+        self,
+        counters: Counter[str],
+        count_class: CountClass,
+        failures: SendFailures,
+        data_path: DataPath,
+        send_buffer: BurstBuffer,
+        reply_buffer: bytearray,
+        *,
+        latency: bool,
+        tos_ack: int,
+        tos_cnp: int,
+        max_packet_wire_bytes: int,
+    ) -> None:
+        self.counters = counters
+        self._count_class = count_class
+        self._send_failed = failures.failed
+        self.native = data_path.bursts
+        self.native_replies = data_path.replies
+        self.gso_buf = send_buffer
+        self.reply_buf = reply_buffer
+        self.latency = latency  # departure stamps in the data (engine.one_way_latency)
+        self.tos_ack = tos_ack
+        self.tos_cnp = tos_cnp
+        self._max_packet_wire_bytes = max_packet_wire_bytes
+        self._native_flows: dict[SendConn, NativeFlow] = {}
+        self._native_ack_flows: dict[RecvConn, NativeAckFlow] = {}
 
-        def _one_read(
-            self,
-            rank: Rank,
-            now: float,
-            data: bytearray | memoryview,
-            nbytes: int,
-            gso_size: int,
-            tos: int,
-            rx_ns: int,
-            source: tuple[str, int],
-        ) -> None: ...
-
-        def _after_reads(self, now: float) -> None: ...
-
-        def _tick(self) -> None: ...
-
-    # -- send ---------------------------------------------------------------------------------
-    def _xdp_budget(self, nic: XdpNic, budget: int) -> int:
+    def budget(self, nic: XdpNic, budget: int) -> int:
         """The NIC arbiter's budget cut to what the port's backlog still holds (-1: full)."""
         room = nic.backlog_limit - nic.port.backlog - 1
         if room < 0:
             return -1
         return min(budget, room * self._max_packet_wire_bytes)
 
-    def _send_burst_xdp(self, conn: SendConn, burst: Burst) -> int:
-        """_send_burst through the rank's port: the same bytes (IP ids 0, 1, ... through the
-        burst), counters and error handling; returns the UDP payload bytes handed over."""
+    def send_burst(self, conn: SendConn, burst: Burst) -> int:
+        """SendPath._send_burst through the rank's port: the same bytes (IP ids 0, 1, ...
+        through the burst), counters and error handling; returns the UDP payload bytes handed
+        over."""
         rank = conn.rank
         assert conn.xdp is not None and rank.xdp is not None
         count = burst.count
@@ -147,7 +141,7 @@ class XdpPath:
         self._count_class(conn.tos, count, used, sent=True)
         return used
 
-    def _send_replies_xdp(self, conn: RecvConn, replies: Sequence[Packet]) -> None:
+    def send_replies(self, conn: RecvConn, replies: Sequence[Packet]) -> None:
         """ACKs to one QP (one run, IP ids 0, 1, ...) or one CNP or NAK, through the port."""
         rank = conn.rank
         assert conn.xdp is not None and rank.xdp is not None
@@ -199,10 +193,42 @@ class XdpPath:
                 self.counters["send_buffer_full"] += 1
                 self.counters["xdp_segments_refused"] += count - taken
 
+
+class XdpPacer:
+    """Reading the ports and pacing their backlogs between ticks (see the module docstring).
+    Given the worker's ports with their ranks by address, the receive path's one_read, and
+    the worker's after_reads and tick_now (run the next tick at once)."""
+
+    def __init__(
+        self,
+        ports: dict[XdpNic, dict[str, Rank]],
+        group: PortGroup | None,
+        ticks: TickState,
+        counters: Counter[str],
+        receive_buffer: bytearray,
+        one_read: OneRead,
+        after_reads: Callable[[float], None],
+        tick_now: Callable[[], None],
+        *,
+        latency: bool,
+    ) -> None:
+        self.ports = ports
+        self.group = group
+        self.ticks = ticks
+        self.clock = ticks.clock
+        self.counters = counters
+        self.buf = receive_buffer
+        self._one_read = one_read
+        self._after_reads = after_reads
+        self._tick_now = tick_now
+        self.latency = latency  # receive times for the one-way latency (engine.one_way_latency)
+        self._draining = False
+
     # -- receive ------------------------------------------------------------------------------
-    def _read_xdp(self, nic: XdpNic, now: float) -> bool:
+    def read(self, nic: XdpNic, now: float) -> bool:
         """Every run waiting on the port, each to its rank as a GRO read; whether any came."""
         port = nic.port
+        ranks = self.ports[nic]
         buf = self.buf
         view = memoryview(buf)
         got = False
@@ -213,7 +239,7 @@ class XdpPath:
             got = True
             rx_ns = time.time_ns() if self.latency else 0  # copy mode: the read's time
             for run in runs:
-                rank = nic.ranks.get(run.dest)
+                rank = ranks.get(run.dest)
                 if rank is None:  # the program steers only the ranks' addresses here
                     self.counters["xdp_not_for_a_rank"] += run.segments
                     continue
@@ -222,22 +248,22 @@ class XdpPath:
                 self._one_read(rank, now, data, run.nbytes, gso_size, run.tos, rx_ns, run.source)
         return got
 
-    def _on_xdp_readable(self, nic: XdpNic) -> None:
+    def on_readable(self, nic: XdpNic) -> None:
         now = self.clock.now()
-        if self._read_xdp(nic, now):
+        if self.read(nic, now):
             self._after_reads(now)
-        self._pace_xdp()
+        self.pace()
 
     # -- pace ---------------------------------------------------------------------------------
-    def _pace_xdp(self) -> None:
+    def pace(self) -> None:
         """While the ports have a backlog: drain them until the next tick is due, reading what
         arrives meanwhile, then start that tick now (see the module docstring)."""
-        group = self.xdp_group
-        if group is None or self._draining or not self.started or not group.backlog:
+        group = self.group
+        if group is None or self._draining or not self.ticks.started or not group.backlog:
             return
         self._draining = True
         try:
-            due = self._next_tick_wall
+            due = self.ticks.next_tick_wall
             for _ in range(DRAIN_ROUNDS):
                 left_s = due - time.perf_counter()
                 if left_s <= 0:
@@ -247,14 +273,12 @@ class XdpPath:
                     self.counters["send_no_path"] += 1  # its link went down: backlog dropped
                 now = self.clock.now()
                 got = False
-                for nic in self.xdp_nics:
-                    got = self._read_xdp(nic, now) or got
+                for nic in self.ports:
+                    got = self.read(nic, now) or got
                 if got:
                     self._after_reads(now)
                 elif not left:
                     return  # all sent before the tick: it comes on its timer
         finally:
             self._draining = False
-        if self.loop is not None and self._tick_handle is not None:
-            self._tick_handle.cancel()
-            self._tick_handle = self.loop.call_soon(self._tick)
+        self._tick_now()

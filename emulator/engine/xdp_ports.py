@@ -25,7 +25,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from emulator.engine.af_xdp import AfXdpConfig, AfXdpPort, XdpFlow, wire_bytes
 from emulator.engine.af_xdp_setup import (
@@ -37,9 +37,6 @@ from emulator.engine.af_xdp_setup import (
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem
-
-if TYPE_CHECKING:
-    from emulator.engine.ranks import Rank
 
 # A worker's ledger message: these bytes, then the entries as JSON. Every other message on a
 # worker's pipe is a pickle, which starts with 0x80, so a reader of raw bytes (the cluster's
@@ -167,14 +164,13 @@ def interface_of(address: str, netns: str | None) -> str:
 
 @dataclass(eq=False)
 class XdpNic:
-    """One open port and what the worker keeps with it: its ranks by address (what it receives
-    is theirs by destination), the next hop's MAC by destination, and how many packets its
-    backlog may hold."""
+    """One open port and what the worker keeps with it: the next hop's MAC by destination, and
+    how many packets its backlog may hold (its ranks by address are the worker's:
+    emulator.engine.ranks.RankSockets.xdp_ports)."""
 
     port: AfXdpPort
     config: AfXdpConfig
     backlog_limit: int  # packets the NIC arbiter keeps waiting there at most (open_ports)
-    ranks: dict[str, Rank] = field(default_factory=dict)
     macs: dict[str, bytes] = field(default_factory=dict)
 
     def flow(self, src: str, dst: str, sport: int) -> XdpFlow:

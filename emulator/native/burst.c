@@ -143,8 +143,8 @@ long rocev2_layout(uint8_t *buf, size_t buf_bytes, const uint32_t *tables, uint3
         put_be32(seg + 8, word);
         if (stamped)
             memcpy(seg + BTH_BYTES, stamp, STAMP_BYTES);
-        /* the kernel numbers a GSO buffer's segments 0, 1, 2, ... (DESIGN.md "Data path
-         * speed"); the template's ICRC is for id 0 */
+        /* the kernel numbers a GSO buffer's segments 0, 1, 2, ... (docs/architecture.md,
+         * "Data path speed"); the template's ICRC is for id 0 */
         uint32_t crc = crc_all ^ t_op[opcode] ^ word_crc(tables, word) ^ t_id[ip_id >> 8] ^
                        t_id[256 + (ip_id & 0xFF)];
         put_le32(seg + segment_bytes - ICRC_BYTES, crc);

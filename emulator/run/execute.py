@@ -6,7 +6,7 @@ live exporter and the progress line, lets the backend's session replay the drive
 then turns what was recorded and what the backend reported into the tables, the fidelity
 verdict, the expectations and the results folder with its report.html. An interrupted or failed
 replay still writes the folder (and its page), marked partial, before the error propagates. The
-probe (emulator.run.probe) runs short versions of it to verify a TDF.
+probe (emulator.timescale.probe) runs short versions of it to verify a TDF.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from collectors.fidelity import assess_fidelity
-from collectors.html_report import write_or_warn, write_run_report
 from collectors.live import RunInfo
+from collectors.pages.kit import write_or_warn
+from collectors.pages.run import write_run_report
 from collectors.prometheus import exporter_for, push
 from collectors.queue_pairs import QpRow
 from collectors.recorder import RunRecorder
@@ -30,24 +31,22 @@ from collectors.results import ResultsWriter
 from collectors.summary import RunMeta
 from collectors.tables import RunTables, column, to_table
 from emulator.backends import BackendContext, ReplayJob, backend_for
-from emulator.backends.engine import target_rate_bps
-from emulator.run.interrupts import Interrupts
-from emulator.run.options import RunOptions, RunResult
-from emulator.run.progress import ProgressLine
+from emulator.interrupts import Interrupts
+from emulator.planning.workload import PlannedWorkload, traffic_of
+from emulator.progress import ProgressLine
+from emulator.run.options import RunOptions, RunResult, backend_options
 from emulator.run.replay import Replay
-from emulator.run.tdf import TdfChoice
 from emulator.run.tester import TesterResults
-from emulator.run.verdict import (
+from emulator.scenario.model import Scenario
+from emulator.schedule.fabric import describe_fabric
+from emulator.timescale.tdf import TdfChoice
+from emulator.timescale.verdict import (
     burst_reason,
     dependency_reason,
     engine_delay_reason,
     engine_delay_shares,
     flow_delays,
-    slowest_link_bps,
 )
-from emulator.run.workload import PlannedWorkload, traffic_of
-from emulator.scenario.model import Scenario
-from emulator.schedule.fabric import describe_fabric
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ def run_planned(
         scenario,
         planned,
         choice.tdf,
-        options,
+        backend_options(options),
         stack,
         interrupts,
     )
@@ -85,7 +84,7 @@ def run_planned(
         (),
         (),
         info,
-        nic_line_rate_bps=target_rate_bps(scenario.fabric),
+        nic_line_rate_bps=scenario.fabric.rank_rate_bps,
         port_line_rate_bps=session.port_line_rate_bps,
     )
     replay = Replay(scenario, planned, recorder, interrupts)
@@ -134,7 +133,7 @@ def run_planned(
         column(tables.flows, "bytes"),
         fabric_metadata,
         column(tables.flows, "fct_s"),
-        slowest_link_bps(scenario.fabric),
+        scenario.fabric.slowest_link_bps,
     )
     if short is not None:
         reasons.append(short)

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.run.progress import say
+from emulator.backends.base import BackendOptions
+from emulator.progress import say
 
 
 @dataclass(frozen=True)
@@ -30,3 +31,14 @@ class RunResult:
     summary: dict[str, Any]
     partial: bool
     failed_expectations: int = 0  # the scenario's `expect:` entries that FAILED
+
+
+def backend_options(options: RunOptions) -> BackendOptions:
+    """What the backend is told of them (emulator.backends.base)."""
+    return BackendOptions(
+        say=options.say,
+        fabric_prefix=options.fabric_prefix,
+        recalibrate=options.recalibrate,
+        cluster=options.cluster,
+        tdf=options.tdf,
+    )

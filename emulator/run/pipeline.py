@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
-import os
+import json
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,78 +22,16 @@ import yaml
 from collectors.reference import DRAWS_DIR, draw_folder
 from collectors.results import ResultsWriter, default_results_dir
 from collectors.tables import read_tables
-from emulator.backends import backend_for, backend_name
-from emulator.backends.engine import fabric_ranks, target_rate_bps
-from emulator.errors import EnvironmentProblem, ScenarioError
-from emulator.run.calibrate import Shape
+from emulator.backends import TimescaleRequest, backend_for
+from emulator.errors import InputError
+from emulator.planning.workload import PlannedWorkload, plan_workload, trace_prefix
 from emulator.run.execute import SimReference, run_planned
-from emulator.run.link_events import resolve as resolve_link_events
-from emulator.run.options import RunOptions, RunResult
-from emulator.run.tdf import TdfChoice, auto_tdf
-from emulator.run.workload import (
-    PlannedWorkload,
-    plan_workload,
-    trace_prefix,
-)
+from emulator.run.options import RunOptions, RunResult, backend_options
 from emulator.scenario.model import Scenario
-from fabrics.spec import ClosSpec, DutSpec
-
-
-def calibration_shape(scenario: Scenario, world: int) -> Shape:
-    """The scenario's fabric and QPs, for a calibration shaped like its run."""
-    fabric = scenario.fabric
-    qps = scenario.collectives.qps_per_peer
-    if isinstance(fabric, ClosSpec) and fabric.pods == 1:
-        return Shape(
-            fabric.hosts_per_leaf,
-            fabric.leaves,
-            fabric.spines,
-            fabric.parallel_links,
-            qps,
-            world,
-        )
-    # several pods: the same number of ranks on one pod's two tiers
-    leaves = max(2, math.ceil(world / 16))
-    return Shape(max(1, math.ceil(world / leaves)), leaves, 2, 1, qps, world)
-
-
-def choose_tdf(
-    scenario: Scenario, options: RunOptions, world: int, planned: PlannedWorkload | None = None
-) -> TdfChoice:
-    peak_bps = world * target_rate_bps(scenario.fabric)
-    if isinstance(scenario.fabric, DutSpec):
-        return TdfChoice(1.0, "dut", peak_bps)
-    if options.tdf is not None:
-        return TdfChoice(options.tdf, "command line", peak_bps)
-    setting = scenario.run.time_dilation
-    if setting != "auto":
-        return TdfChoice(float(setting), "scenario", peak_bps)
-    # the load curve where the backend runs (a cluster's servers), else this machine's
-    first = None
-    if planned is not None:
-        first = backend_for(scenario, options.backend).load_curve_tdf(scenario, options, planned)
-    if first is None:
-        from emulator.run.calibrate import calibrate
-
-        calibration = calibrate(
-            scenario.transport.path_mtu_bytes,
-            calibration_shape(scenario, world),
-            native=scenario.engine.native,
-            refresh=options.recalibrate,
-            say=options.say,
-        )
-        tdf, why = auto_tdf(
-            peak_bps,
-            calibration,
-            scenario.transport.dcqcn,
-            scenario.metrics.fidelity.cpu_busy_ratio,
-        )
-        first = TdfChoice(tdf, "auto", peak_bps, calibration, why)
-    if planned is None or not isinstance(scenario.fabric, ClosSpec):
-        return first
-    from emulator.run.probe import verify
-
-    return verify(scenario, options, planned, first)
+from emulator.timescale.probe import PROBE_WALL_S
+from emulator.timescale.tdf import TdfChoice
+from emulator.timescale.verdict import engine_delay_reason, engine_delay_shares, flow_delays
+from fabrics.spec import ClosSpec
 
 
 def scenario_text(scenario: Scenario) -> str:
@@ -125,18 +63,6 @@ def scenario_text(scenario: Scenario) -> str:
     return yaml.safe_dump(_plain(dataclasses.asdict(scenario)), sort_keys=False)
 
 
-# What a caller may change from the scenario's file: the study's seeds, --reference sim's
-# marking point and draws, the sensitivity study's link rates (a fabric without the key keeps
-# None on both sides; workload.iterations is handled below: the workload may be absent).
-CALLER_KEYS = (
-    ("run", "seed"),
-    ("fabric", "ecn_mark_point"),
-    ("fabric", "host_link_gbps"),
-    ("fabric", "fabric_link_gbps"),
-    ("sim", "draw_seed"),
-)
-
-
 def _write_jobs(doc: dict[str, Any], scenario: Scenario, written: Scenario) -> None:
     """The caller's jobs into the file's document (the jobs study's "alone": some of the file's
     jobs, each pinned to its hosts; --iterations on several jobs): each job's own entry from
@@ -159,18 +85,21 @@ def _write_jobs(doc: dict[str, Any], scenario: Scenario, written: Scenario) -> N
 
 
 def _changed_keys(scenario: Scenario, written: Scenario) -> dict[tuple[str, str], Any]:
-    """What the caller changed from the scenario's file (CALLER_KEYS, workload.iterations)."""
+    """Every key of a section (a dataclass field of the scenario: run, fabric, sim, ...) that
+    the caller changed from the file (a study's seed, --reference sim's marking point and draws,
+    the sensitivity study's link rates, --iterations), with its value as YAML would hold it. A
+    section whose kind changed (another fabric kind) is not a caller's change."""
     changes: dict[tuple[str, str], Any] = {}
-    for section, key in CALLER_KEYS:
-        value = getattr(getattr(scenario, section), key, None)
-        if getattr(getattr(written, section), key, None) != value:
-            changes[(section, key)] = value
-    if (
-        written.workload is not None
-        and scenario.workload is not None
-        and written.workload.iterations != scenario.workload.iterations
-    ):
-        changes[("workload", "iterations")] = scenario.workload.iterations
+    for section in dataclasses.fields(scenario):
+        ours, theirs = getattr(scenario, section.name), getattr(written, section.name)
+        if not dataclasses.is_dataclass(ours) or type(ours) is not type(theirs):
+            continue
+        for f in dataclasses.fields(ours):
+            value = getattr(ours, f.name)
+            if f.compare and value != getattr(theirs, f.name):
+                is_record = dataclasses.is_dataclass(value) and not isinstance(value, type)
+                plain = dataclasses.asdict(value) if is_record else value
+                changes[(section.name, f.name)] = _plain(plain)
     return changes
 
 
@@ -184,24 +113,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _check_backend_keys(scenario: Scenario, backend: str) -> None:
-    """Keys only the simulator models are refused, in one line, by the emulated fabric."""
-    fabric = scenario.fabric
-    emulated = backend in ("netns", "cluster")
-    if emulated and isinstance(fabric, ClosSpec) and fabric.switch_latency_ns > 0:
-        raise ScenarioError(
-            f"fabric.switch_latency_ns: {fabric.switch_latency_ns:g} ns asked, but the emulated "
-            "fabric's hops take what this machine takes; only the simulator models it "
-            "(--backend sim or run.backend: sim)"
-        )
-    if emulated and isinstance(fabric, ClosSpec) and fabric.ecn_mark_point == "departure":
-        raise ScenarioError(
-            f"fabric.ecn_mark_point: {fabric.ecn_mark_point} asked, but the emulated fabric's "
-            "markers judge a packet as it arrives at the port (before its queue); only the "
-            "simulator marks at departure (--backend sim or run.backend: sim)"
-        )
-
-
 def _scenario_warnings(scenario: Scenario) -> list[str]:
     """Settings that run as asked but probably not as meant."""
     fabric, cnp_dscp = scenario.fabric, scenario.transport.cnp_dscp
@@ -212,12 +123,6 @@ def _scenario_warnings(scenario: Scenario) -> list[str]:
             "hears of congestion a queue late"
         ]
     return []
-
-
-def simulated_time(scenario: Scenario, planned: PlannedWorkload) -> TdfChoice:
-    """A simulation's timescale: no dilation, simulated time."""
-    peak_bps = planned.world_size * target_rate_bps(scenario.fabric)
-    return TdfChoice(1.0, "none: simulated time", peak_bps)
 
 
 def reference_scenario(scenario: Scenario) -> Scenario:
@@ -261,57 +166,51 @@ def _simulate_reference(
         )
         with contextlib.ExitStack() as stack:
             writer = ResultsWriter(target, scenario_text=scenario_text(draw))
-            run_planned(draw, sim_options, planned, simulated_time(draw, planned), writer, stack)
+            choice = backend_for(draw, "sim").timescale(
+                TimescaleRequest(draw, backend_options(sim_options), planned, _no_probe)
+            )
+            run_planned(draw, sim_options, planned, choice, writer, stack)
         tables.append(read_tables(target))
     return SimReference(folder, tables[0], tuple(tables[1:]))
 
 
 def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunResult:
     options = options or RunOptions()
-    backend = backend_name(scenario, options.backend)
-    options = dataclasses.replace(options, backend=backend)
-    simulated = backend == "sim"
-    _check_backend_keys(scenario, backend)
-    if backend == "cluster":  # refused before anything is planned, written or joined
-        from emulator.cluster.connect import check_security
-        from emulator.cluster.placement import cluster_address
-
-        check_security(cluster_address(scenario.run.cluster, options.cluster))
-    # over a cluster the servers' actors need root (they check), not the driver
-    if not simulated and backend != "cluster" and os.geteuid() != 0:
-        raise EnvironmentProblem(
-            "emulate run needs root (network namespaces, qdiscs, BPF); --backend sim does not"
-        )
+    backend = backend_for(scenario, options.backend)
+    options = dataclasses.replace(options, backend=backend.name)
+    # refused before anything is planned, written or joined
+    if options.reference is not None and backend.simulated:
+        raise InputError(f"--reference {options.reference}: the run is already a simulation")
+    backend.check(scenario, backend_options(options))
     with contextlib.ExitStack() as stack:
         prefix = stack.enter_context(trace_prefix(scenario))
-        planned = plan_workload(
-            scenario, prefix, fabric_ranks(scenario.fabric), target_rate_bps(scenario.fabric)
-        )
+        fabric = scenario.fabric
+        planned = plan_workload(scenario, prefix, fabric.ranks, fabric.rank_rate_bps)
         planned.warnings.extend(_scenario_warnings(scenario))
         for warning in planned.warnings:
             options.say(f"warning: {warning}")
-        if isinstance(scenario.fabric, ClosSpec) and scenario.fabric.link_events:
-            from fabrics.topology import build_clos
-
-            resolve_link_events(scenario.fabric, build_clos(scenario.fabric))  # before bring-up
-        if simulated:
-            choice = simulated_time(scenario, planned)
-        else:
-            choice = choose_tdf(scenario, options, planned.world_size, planned)
+        choice = backend.timescale(
+            TimescaleRequest(
+                scenario,
+                backend_options(options),
+                planned,
+                lambda tdf: probe_replay(scenario, options, planned, tdf, backend.failures),
+            )
+        )
         started = datetime.now(UTC)
         out_dir = options.out_dir or default_results_dir(
             Path(scenario.metrics.results_dir), scenario.name, started
         )
         writer = ResultsWriter(out_dir, scenario_text=scenario_text(scenario))
         reference = None
-        if options.reference == "sim" and not simulated:
+        if options.reference == "sim" and not backend.simulated:
             reference = _simulate_reference(scenario, options, planned, out_dir)
         head = (
             f"{planned.world_size} ranks, {planned.collectives} collectives, ideal job time "
             f"{planned.ideal.job_time_s * 1e3:.3f} ms"
         )
-        if simulated:
-            options.say(f"{head}; simulated (backend sim: no dilation, simulated time)")
+        if backend.simulated:
+            options.say(f"{head}; simulated (backend {backend.name}: no dilation, simulated time)")
         else:
             options.say(
                 f"{head}; TDF {choice.tdf:g} ({choice.how}"
@@ -319,3 +218,46 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
                 + f"), so about {planned.ideal.job_time_s * choice.tdf:.0f} s of wall time at best"
             )
         return run_planned(scenario, options, planned, choice, writer, stack, reference)
+
+
+def _no_probe(tdf: float) -> dict[str, Any]:
+    raise AssertionError(f"a simulation is not probed (TDF {tdf:g})")
+
+
+def probe_replay(
+    scenario: Scenario,
+    options: RunOptions,
+    planned: PlannedWorkload,
+    tdf: float,
+    failures: tuple[type[BaseException], ...],
+) -> dict[str, Any]:
+    """A probe for auto TDF (emulator.timescale.probe): a PROBE_WALL_S replay of the scenario at
+    `tdf` on its backend (results in a temporary folder, no exporter, no output); the engine's
+    metadata, with the flows' own view of the engine's delay under "engine_delay_reason"."""
+    metrics = scenario.metrics
+    quiet = dataclasses.replace(
+        scenario,
+        run=dataclasses.replace(scenario.run, deadline_s=PROBE_WALL_S, time_dilation=tdf),
+        metrics=dataclasses.replace(
+            metrics,
+            prometheus=dataclasses.replace(metrics.prometheus, enabled=False, pushgateway_url=None),
+        ),
+    )
+    probe_options = dataclasses.replace(
+        options, progress=False, report=False, tdf=tdf, say=lambda _m: None
+    )
+    choice = TdfChoice(tdf, "probe", 0.0)
+    with tempfile.TemporaryDirectory(prefix="emulate-probe-") as tmp:
+        writer = ResultsWriter(Path(tmp) / "probe", scenario_text="probe\n")
+        try:
+            with contextlib.ExitStack() as stack:
+                result = run_planned(quiet, probe_options, planned, choice, writer, stack)
+            summary = result.summary
+        except failures as exc:
+            if "not finished after" not in str(exc):
+                raise  # a failure, not the probe's deadline
+            # the deadline stopped the probe: its partial summary has the workers' numbers
+            summary = json.loads((writer.target / "summary.json").read_text())
+        delayed = engine_delay_reason(engine_delay_shares(flow_delays(read_tables(writer.target))))
+    engine = summary.get("engine")
+    return {**(engine if isinstance(engine, dict) else {}), "engine_delay_reason": delayed}

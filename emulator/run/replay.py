@@ -9,10 +9,10 @@ from collections.abc import Hashable, Iterable
 from collectors.recorder import RunRecorder
 from collectors.records import instance_metas
 from emulator.events import CollectiveMemberStarted, NicSample, RunEvent
-from emulator.run.attribution import attribution_class, seed_classes
-from emulator.run.interrupts import Interrupts
-from emulator.run.progress import ProgressState
-from emulator.run.workload import Driver, PlannedWorkload
+from emulator.interrupts import Interrupts
+from emulator.planning.attribution import attribution_class, seed_classes
+from emulator.planning.workload import Driver, PlannedWorkload
+from emulator.progress import ProgressState
 from emulator.scenario.model import Scenario
 from emulator.schedule.driver import FlowLike
 from emulator.schedule.plan import CollectiveInstance
@@ -37,7 +37,7 @@ class Replay:
         self.stragglers = {int(r) for r in scenario.compute.stragglers}
         # collective instances with a straggler among their members, by type
         self.affected: Counter[str] = Counter()
-        # attribution classes (emulator.run.attribution): one per collective type of the plan
+        # attribution classes (emulator.planning.attribution): one per collective type of the plan
         # (with several jobs: per job and type), and each instance's, for the tag its flows'
         # packets carry on the emulated fabric
         self.classes_by_job = len(planned.placements) > 1

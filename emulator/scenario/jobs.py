@@ -4,7 +4,7 @@ A job is a workload (a trace or a generator) with a name, the fabric hosts its r
 (rank i on the i-th host listed), its own replay passes and a start offset. The placement is
 checked here as far as the scenario alone allows (syntax, a host given to two jobs); the checks
 that need the trace's rank count or the fabric's size are made when the run is planned
-(emulator.run.workload), with the same `workloads[i].hosts` key in the message.
+(emulator.planning.workload), with the same `workloads[i].hosts` key in the message.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from collectors.expectations import Expectation
 from collectors.fidelity import FidelityLimits
-from emulator.cluster.spec import ClusterSpec
 from emulator.config import param
 from emulator.engine.params import EngineParams
 from emulator.errors import InputError
+from emulator.scenario.cluster import ClusterSpec
 from emulator.scenario.jobs import JobSpec, check_jobs, job_names
 from emulator.scenario.workload_spec import WorkloadSpec
 from emulator.schedule.params import CollectivesParams, ComputeParams
@@ -274,7 +274,7 @@ class Scenario:
 
     def with_jobs(self, hosts: Mapping[str, tuple[int, ...]]) -> Scenario:
         """The scenario with only the jobs named in `hosts`, each pinned to the hosts given (the
-        study's "each job alone": where it ran beside the others, emulator.run.workload's
+        study's "each job alone": where it ran beside the others, emulator.planning.workload's
         placements)."""
         kept = tuple(
             dataclasses.replace(j, hosts=tuple(hosts[j.name])) for j in self.jobs if j.name in hosts

@@ -50,11 +50,10 @@ def clos_path(spec: Any, ranks: int) -> PathFn:
     return path
 
 
-def star_path(rate_gbps: float, ranks_per_port: int = 1) -> PathFn:
-    """Each port's uplink and downlink at rate_gbps through an ideal switch; ranks 0..n-1
+def star_path(rate_bps: float, ranks_per_port: int = 1) -> PathFn:
+    """Each port's uplink and downlink at rate_bps through an ideal switch; ranks 0..n-1
     share the first port, n..2n-1 the next (n = ranks_per_port). Ranks on one port reach each
     other without the switch (the port's namespace delivers locally): no link."""
-    rate_bps = rate_gbps * 1e9
 
     def path(src: int, dst: int, sport: int) -> Sequence[tuple[Hashable, float]]:
         del sport
@@ -74,7 +73,7 @@ def path_for_fabric(fabric: Any, ranks: int) -> PathFn:
     if isinstance(fabric, DutSpec):
         if fabric.rank_count < ranks:
             raise PlanError(f"fabric: {fabric.rank_count} DUT ranks for {ranks} ranks")
-        return star_path(fabric.max_rate_gbps, fabric.ranks_per_interface)
+        return star_path(fabric.rank_rate_bps, fabric.ranks_per_interface)
     raise PlanError(f"fabric: no ideal-time model for {type(fabric).__name__}")
 
 

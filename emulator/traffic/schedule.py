@@ -18,11 +18,11 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from emulator.engine.plan import QpProfile
 from emulator.errors import PlanError
 from emulator.schedule.job import Action, InstanceResult, JobSchedule, StartDelay
 from emulator.schedule.plan import CollectiveInstance, Flow
 from emulator.traffic.spec import TrafficPattern
+from emulator.transport.qp_profile import QpProfile
 
 TRAFFIC_ID_BASE = 1 << 40  # above any id a trace's schedule hands out
 MAX_QPS_PER_PAIR = 256

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class FlowStarted:
+class MessagePosted:
     """A message was posted to a send queue (sender side)."""
 
     qpn: int
@@ -99,7 +99,7 @@ DROP_REASONS = (
 )
 
 TransportEvent = (
-    FlowStarted
+    MessagePosted
     | FlowCompleted
     | MessageReceived
     | CnpSent

@@ -31,7 +31,7 @@ ETHERNET_OVERHEAD_BYTES = 14 + 4 + 8 + 12
 # ICRC treats that whole byte as variant (replaced by ones: IBA vol. 1 section 7.8.1, "Resv8a"
 # of the BTH, which annex A17 keeps for RoCEv2), so the tag changes no ICRC; receivers ignore
 # reserved bits (decode and read_data_run here do). 0 is untagged (ACKs, NAKs, CNPs, a run
-# without attribution); 1..63 are classes (emulator/run/attribution.py).
+# without attribution); 1..63 are classes (emulator/planning/attribution.py).
 ATTRIBUTION_TAG_AT = 4  # offset in the BTH
 ATTRIBUTION_TAG_MASK = 0x3F
 ATTRIBUTION_TAG_SHIFT = 24  # in the BTH's FECN/BECN/Resv6a + destination QP word

@@ -30,7 +30,7 @@ from emulator.transport.congestion import CongestionControl, create_congestion_c
 from emulator.transport.events import (
     CnpReceived,
     FlowCompleted,
-    FlowStarted,
+    MessagePosted,
     PacketDropped,
     RateChanged,
     Retransmitted,
@@ -168,7 +168,7 @@ class SendQueuePair:
             raise ValueError(f"attribution tag {tag} is not in 0..{ATTRIBUTION_TAG_MASK}")
         packets = max(1, -(-size_bytes // self._mtu))
         self._msgs.append(_Message(message_id, size_bytes, now, payload, packets, tag=tag))
-        self.events.append(FlowStarted(self.qpn, message_id, size_bytes, now))
+        self.events.append(MessagePosted(self.qpn, message_id, size_bytes, now))
 
     @property
     def idle(self) -> bool:

@@ -1,6 +1,6 @@
 """The eBPF phantom-queue marker: compile (cached), attach at tc clsact egress, parameters, counters.
 
-Used where the kernel has no tc RED (DESIGN.md, "Fabric on this kind of kernel"). Each port gets
+Used where the kernel has no tc RED (docs/architecture.md, "This kind of kernel"). Each port gets
 its own program instance and maps (tc loads the object once per filter), so a port's parameters
 and counters live in that port's `params` and `state` maps; struct layouts mirror
 phantom_marker.c.

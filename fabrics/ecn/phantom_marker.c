@@ -17,7 +17,7 @@
  * nothing and leaves `last_ns` where it is: the queue never moves backwards in time (an unsigned
  * `now - last_ns` used to wrap there, drain the whole queue and under-mark under incast).
  *
- * Attribution (emulator/run/attribution.py): the engine writes a class (1..63) into the 6
+ * Attribution (emulator/planning/attribution.py): the engine writes a class (1..63) into the 6
  * reserved bits of every RoCEv2 data packet's BTH byte 4 (FECN, BECN, Resv6a; the ICRC masks that
  * byte). The program reads it (IPv4, UDP destination port 4791; anything else is class 0) and
  * keeps, per class, under the same lock and in the same `state` value as the port's counters (one

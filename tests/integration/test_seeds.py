@@ -1,5 +1,5 @@
 """`emulate run --seeds N`: N complete runs with run.seed, run.seed + 1, ..., and every number
-pooled over them with its bootstrap interval (emulator/seeds.py), on the simulation backend so
+pooled over them with its bootstrap interval (emulator/studies/seeds/series.py), on the simulation backend so
 the runs need no root and each seed's run is exactly what a single run with that seed gives."""
 
 from __future__ import annotations

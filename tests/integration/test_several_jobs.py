@@ -14,8 +14,7 @@ import pytest
 
 from emulator.cli import main
 from emulator.errors import InputError
-from emulator.jobs_study import ALL, JOBS_JSON, JobsSettings, run_study, run_with_pipeline
-from emulator.run.workload import plan_workload, trace_prefix
+from emulator.planning.workload import plan_workload, trace_prefix
 from emulator.scenario import load_scenario
 from emulator.schedule.fabric import star_path
 from emulator.schedule.ideal import simulate
@@ -25,6 +24,9 @@ from emulator.schedule.multijob import PlacedJob, jobs_source
 from emulator.schedule.nodes import CommInfo, NodeInfo, NodeKind
 from emulator.schedule.plan import CollectiveInstance
 from emulator.schedule.tracesource import TraceSource
+from emulator.studies.jobs import JOBS_JSON
+from emulator.studies.jobs.analysis import ALL
+from emulator.studies.jobs.study import JobsSettings, run_study, run_with_pipeline
 
 TWO = """\
 name: two
@@ -111,7 +113,7 @@ def test_two_jobs_with_the_same_group_names_and_peers_stay_on_their_own_hosts() 
     schedule = JobSchedule(
         source.ranks, source.groups, keep_instances=True, rank_jobs=source.rank_jobs
     )
-    result = simulate(schedule, star_path(100.0))
+    result = simulate(schedule, star_path(100e9))
     by_job: dict[str, list[tuple[str, str, tuple[int, ...]]]] = {"a": [], "b": []}
     for inst in schedule.instances:
         by_job[inst.job].append((inst.collective, inst.group, inst.members))
@@ -139,7 +141,7 @@ def test_a_peer_outside_its_job_is_refused_naming_the_job() -> None:
     source = jobs_source([PlacedJob("a", bad, (0, 1))], 2)
     schedule = JobSchedule(source.ranks, source.groups, rank_jobs=source.rank_jobs)
     with pytest.raises(Exception, match=r"comm_dst=5 but job a has 2 rank\(s\)"):
-        simulate(schedule, star_path(100.0))
+        simulate(schedule, star_path(100e9))
 
 
 def test_each_job_keeps_its_passes_start_and_step_numbering(tmp_path: Path) -> None:
@@ -147,7 +149,7 @@ def test_each_job_keeps_its_passes_start_and_step_numbering(tmp_path: Path) -> N
     instances: list[CollectiveInstance] = []
     with trace_prefix(scenario) as prefix:
         planned = plan_workload(scenario, prefix, 8)
-        simulate(planned.schedule(scenario, instances.append), star_path(100.0))
+        simulate(planned.schedule(scenario, instances.append), star_path(100e9))
     assert [(p.name, p.hosts, p.iterations, p.start_s) for p in planned.placements] == [
         ("dense", (0, 1, 4, 5), 2, 0.0),
         ("moe", (2, 3, 6, 7), 1, 5e-4),

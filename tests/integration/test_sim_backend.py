@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from emulator.backends import backend_name
-from emulator.backends.sim import sim_params
+from emulator.backends.sim.backend import sim_params
 from emulator.cli import main
 from emulator.errors import ScenarioError
 from emulator.run import RunOptions, run_scenario

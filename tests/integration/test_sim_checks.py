@@ -412,7 +412,7 @@ def _counters_and_fcts(
 
 
 def test_same_seed_same_counters_and_fcts_and_another_seed_differs() -> None:
-    # DESIGN.md "Simulator": deterministic for a seed (one generator per port from the seed). The
+    # docs/architecture.md, "Simulator": deterministic for a seed (one generator per port from the seed). The
     # only random draws here are the ECN marks between Kmin and Kmax (DCQCN's probabilistic CP).
     first = _counters_and_fcts(7)
     assert sum(p[3] for p in first[0]) > 0  # the marker drew

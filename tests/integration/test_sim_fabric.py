@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from emulator.sim.network import LinkSpec, clos, star
 from emulator.transport.params import TransportParams
+from tests.integration.in_memory import LinkSpec, clos, star
 
 
 def run_incast(seed: int) -> list[str]:

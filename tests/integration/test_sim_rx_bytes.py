@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from emulator.backends.sim import SimSession
+from emulator.backends.sim.backend import SimSession
 from emulator.events import NicSample
 from emulator.scenario import load_scenario
 from emulator.sim.port import Frame

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from emulator.sim.network import Flow, LinkSpec, Network, clos
+from tests.integration.in_memory import Flow, LinkSpec, Network, clos
 
 HOSTS = [f"h{leaf}_{i}" for i in range(4) for leaf in range(2)]  # ring order alternates leaves
 RING_BYTES = 16_000_000

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.sim.network import LinkSpec, Network, star
-from emulator.transport.dilation import dilate
 from emulator.transport.params import EcnMarkingParams, TransportParams
+from tests.integration.dilation import dilate
+from tests.integration.in_memory import LinkSpec, Network, star
 
 # A step marker (Kmin = Kmax) is deterministic: the random draws of a RED-like marker would land
 # on different packets once float rounding reorders two events, and the runs would drift apart.

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from emulator.sim.network import Flow, LinkSpec, Network, star
 from emulator.transport.events import MessageReceived
 from emulator.transport.params import DcqcnParams, EcnMarkingParams, TransportParams
+from tests.integration.in_memory import Flow, LinkSpec, Network, star
 
 LINE_BPS = 100e9
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from emulator.cluster.local import LocalCluster, local_cluster
+from emulator.backends.cluster.local import LocalCluster, local_cluster
 from emulator.engine.coordinator import EngineFailure
 from emulator.run import RunOptions, run_scenario
 from emulator.scenario import load_scenario
@@ -258,7 +258,7 @@ def test_the_software_dut_with_its_ports_split_over_two_servers(
     """The incast switch test (scenarios/switch_tests/incast_dcqcn.yaml, as adapted to the
     software DUT by tests/system/test_switch_tests.py) with ranks 0-1 on one server and 2-3 on
     the other: every expectation as on one machine."""
-    from emulator.cluster.spec import ClusterSpec, ServerSpec
+    from emulator.scenario.cluster import ClusterSpec, ServerSpec
     from fabrics.iproute import ip, run
     from tests.system.software_dut import PORTS, software_dut
     from tests.system.test_switch_tests import CASES, DUT_CASES, on_the_software_dut
@@ -362,9 +362,9 @@ def test_emulate_clean_restores_a_server_after_a_sigkill_of_its_actor(
     server, pointed at its state folder, releases what its actor made."""
     import ray
 
-    from emulator.cluster.connect import connect, place, release
-    from emulator.cluster.placement import plan_cluster
-    from emulator.cluster.server import source_fingerprint
+    from emulator.backends.cluster.connect import connect, place, release
+    from emulator.backends.cluster.placement import plan_cluster
+    from emulator.backends.cluster.server import source_fingerprint
 
     scenario = load_scenario(_scenario(lab, tmp_path, split=True))
     cluster = dataclasses.replace(scenario.run.cluster, address=lab.address)

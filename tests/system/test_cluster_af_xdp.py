@@ -1,4 +1,4 @@
-"""`engine.send_path: af_xdp` over a Ray cluster on this machine (emulator.cluster.local, as
+"""`engine.send_path: af_xdp` over a Ray cluster on this machine (emulator.backends.cluster.local, as
 tests/system/test_cluster.py runs it): the software DUT's ports split over two servers, each
 server's workers open AF_XDP ports on their own interfaces, and each server's engine actor
 records the ports' XDP programs in its own state file before they are attached. The run
@@ -14,12 +14,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from emulator.cluster.local import LocalCluster, local_cluster
-from emulator.cluster.spec import ClusterSpec, ServerSpec
+from emulator.backends.cluster.local import LocalCluster, local_cluster
 from emulator.engine.af_xdp_setup import attached_prog_id
 from emulator.native import load
 from emulator.run import RunOptions, run_scenario
 from emulator.scenario import load_scenario
+from emulator.scenario.cluster import ClusterSpec, ServerSpec
 from fabrics.iproute import ip, run
 from tests.system.prereq import require
 from tests.system.software_dut import PORTS, software_dut

@@ -1,4 +1,4 @@
-"""The cluster itself must refuse a caller without Ray's token (emulator/cluster/connect.py):
+"""The cluster itself must refuse a caller without Ray's token (emulator/backends/cluster/connect.py):
 a local cluster started without token authentication is refused, in one line naming the part
 that let a token-less call in, however the driver is set up; one started with it is accepted.
 The driver runs as `emulate` would, in its own process, with a token in its environment."""
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from emulator.cluster.local import local_cluster
+from emulator.backends.cluster.local import local_cluster
 
 pytestmark = pytest.mark.system
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = (
     "import sys\n"
-    "from emulator.cluster.connect import connect\n"
+    "from emulator.backends.cluster.connect import connect\n"
     "from emulator.errors import EnvironmentProblem\n"
     "try:\n"
     "    connect(sys.argv[1])\n"

@@ -120,7 +120,7 @@ def _drives_a_ring_allreduce(tr: Try, ranks: list[RankEndpoint], workers: int) -
     # slow it, so this holds for every instance. And not much more: the completions travel
     # worker -> coordinator -> schedule -> worker without waiting for a batch; that is judged on
     # the median instance, which a starved moment in one or two instances does not move.
-    ideal = {r.iteration: r.time_s for r in simulate(_job(), star_path(RATE_BPS / 1e9)).instances}
+    ideal = {r.iteration: r.time_s for r in simulate(_job(), star_path(RATE_BPS)).instances}
     ratios = [r.time_s / ideal[r.iteration] for r in sorted(job.results, key=lambda r: r.iteration)]
     median = statistics.median(ratios)
     tr.note(

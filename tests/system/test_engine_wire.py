@@ -57,7 +57,7 @@ def test_message_arrives_whole_as_valid_rocev2(
 ) -> None:
     """64 MiB with GSO/GRO; a smaller message through the fallback (one packet per call); and
     with one-way latency on, every data packet carrying its send stamp under a valid ICRC, and
-    an attribution tag in its BTH reserved bits (emulator.run.attribution)."""
+    an attribution tag in its BTH reserved bits (emulator.planning.attribution)."""
     p = veth_pair
     ranks = [
         RankEndpoint(0, p.sender_addr, p.sender_ns, line_rate_bps=1e9),

@@ -11,8 +11,8 @@ import pytest
 
 from emulator.errors import ScenarioError
 from emulator.run import RunOptions, run_scenario
-from emulator.run.calibrate import CACHE_ENV
 from emulator.scenario import load_scenario
+from emulator.timescale.curve import CACHE_ENV
 from fabrics.counters import PortCounters, read_port_counters
 from fabrics.netns import bring_up
 from fabrics.spec import ClosSpec, TierSpec

@@ -13,9 +13,9 @@ import pytest
 from scapy.contrib.mac_control import MACControlClassBasedFlowControl
 from scapy.utils import rdpcap
 
+from emulator.backends.engine.pfc_generator import PfcGenerator
 from emulator.engine.testbed import Capture, PairInfo
 from emulator.run import RunOptions, run_scenario
-from emulator.run.pfc_generator import PfcGenerator
 from emulator.scenario import load_scenario
 from tests.system.test_run_end_to_end import MINI
 

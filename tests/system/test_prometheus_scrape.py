@@ -21,7 +21,7 @@ import pytest
 from collectors.live import RunInfo
 from collectors.prometheus import Exporter, make_registry
 from collectors.recorder import RunRecorder
-from collectors.synthetic import synthetic_run
+from tests.synthetic_run import synthetic_run
 from tests.system.prereq import require
 
 PROMETHEUS = Path("/usr/bin/prometheus")

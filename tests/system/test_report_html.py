@@ -27,8 +27,9 @@ from typing import Any
 
 import pytest
 
-from collectors.html_report import write_run_report, write_study_report
-from emulator.study import analyse
+from collectors.pages.run import write_run_report
+from emulator.studies.interference.page import write_study_report
+from emulator.studies.interference.study import analyse
 from tests.integration.test_sensitivity_sim import SCENARIO as SENSITIVITY_SCENARIO
 from tests.integration.test_several_jobs import TWO
 from tests.integration.test_sim_backend import SMALL

@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from emulator.run import RunOptions, run_scenario
-from emulator.run.calibrate import CACHE_ENV
 from emulator.scenario import load_scenario
+from emulator.timescale.curve import CACHE_ENV
 from tests.system.runs import stop_run
 
 pytestmark = pytest.mark.system
@@ -119,8 +119,8 @@ def test_shrunken_moe_mix_end_to_end(
     assert summary["tdf"] == choice["tdf"] >= 1
     # the load curve gave the first factor for this peak (4 NICs x 400G); a probe of the workload
     # verified it or raised it
-    from emulator.run.calibrate import Calibration
-    from emulator.run.tdf import auto_tdf
+    from emulator.timescale.curve import Calibration
+    from emulator.timescale.tdf import auto_tdf
 
     curve = Calibration.from_json(choice["calibration"])
     assert curve.points and choice["peak_load_bps"] == 4 * 400e9
@@ -130,7 +130,7 @@ def test_shrunken_moe_mix_end_to_end(
     assert (tmp_path / "cache" / "calibration.json").is_file()
 
     # every planned collective and flow has a complete record with the planned bytes
-    from emulator.run.workload import plan_workload, trace_prefix
+    from emulator.planning.workload import plan_workload, trace_prefix
 
     with trace_prefix(scenario) as prefix:
         planned = plan_workload(scenario, prefix, 4)

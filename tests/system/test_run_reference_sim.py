@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from collectors.reference import ReferenceBounds
 from emulator.run import RunOptions, run_scenario
 from emulator.scenario import load_scenario
 from tests.integration.test_sim_backend import SMALL
 from tests.system.noise import Try, on_a_noisy_machine
+
+pytestmark = pytest.mark.system
 
 
 def test_the_emulated_run_carries_its_simulated_reference(fabric_env: str, tmp_path: Path) -> None:

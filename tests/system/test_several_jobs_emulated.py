@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from emulator.planning.workload import plan_workload, trace_prefix
 from emulator.run import RunOptions, run_scenario
-from emulator.run.workload import plan_workload, trace_prefix
 from emulator.scenario import load_scenario
 
 pytestmark = pytest.mark.system

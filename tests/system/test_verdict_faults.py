@@ -55,7 +55,7 @@ JOB = (
 )
 FAULT_AFTER_S = 4.0  # wall seconds after the workers appear: inside the replay (~14 s at 2000)
 PAUSE_S = 0.4
-# what the verdict's reasons say for each fault's effect (emulator.run.verdict, collectors.fidelity)
+# what the verdict's reasons say for each fault's effect (emulator.timescale.verdict, collectors.fidelity)
 NAMES = {
     "busy_cores": ("late", "engine's own delay", "pacing deficit", "CPU"),
     "queue_cut": ("switch ports dropped",),

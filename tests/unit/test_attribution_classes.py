@@ -1,6 +1,6 @@
 """Attribution on the emulated fabric, its pure parts: which class a collective gets
-(emulator.run.attribution), the marker's per-class counters as Python reads them
-(fabrics.ecn.ebpf) and as the sampler turns them into events (emulator.run.sampling), with the
+(emulator.planning.attribution), the marker's per-class counters as Python reads them
+(fabrics.ecn.ebpf) and as the sampler turns them into events (emulator.backends.engine.sampling), with the
 units worked out by hand."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
+from emulator.backends.engine.sampling import class_samples
 from emulator.events import ClassCounts, PortClassSample
-from emulator.run.attribution import (
+from emulator.planning.attribution import (
     OTHER,
     attribution_class,
     class_names,
     classes_json,
     seed_classes,
 )
-from emulator.run.sampling import class_samples
 from emulator.schedule.plan import CollectiveInstance
 from fabrics.ecn import ebpf
 

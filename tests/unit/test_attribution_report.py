@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collectors.html_report import _attribution
+from collectors.pages.run import _attribution
 from collectors.report import attribution_lines
 
 SECTION: dict[str, Any] = {

@@ -43,7 +43,7 @@ def test_regenerated_code_is_identical(tmp_path: Path) -> None:
 
 
 def test_schema_numbers_match_design() -> None:
-    # DESIGN.md: NodeType INVALID 0 .. COMM_COLL 7; CollectiveCommType ALL_REDUCE 0 .. BARRIER 9.
+    # docs/architecture.md, "Chakra ET format": NodeType INVALID 0 .. COMM_COLL 7; CollectiveCommType ALL_REDUCE 0 .. BARRIER 9.
     assert NODE_TYPE_NAMES == {
         0: "INVALID_NODE",
         1: "METADATA_NODE",

@@ -119,7 +119,7 @@ def test_a_check_without_data_is_unknown_never_ok() -> None:
 def test_engine_timing_is_judged_per_worker_in_target_time() -> None:
     """p99 tick lateness / TDF against DCQCN's reaction timer (4 us), max against the increase
     period (300 us); a worker without ticks is unknown."""
-    from emulator.run.verdict import engine_checks, timing_limits_s
+    from emulator.timescale.verdict import engine_checks, timing_limits_s
     from emulator.transport.params import DcqcnParams
 
     dcqcn = DcqcnParams()
@@ -260,7 +260,7 @@ def test_each_part_of_a_backend_is_judged_on_what_it_held() -> None:
 def test_the_engines_dependency_latency_is_judged_against_the_median_fct() -> None:
     """A flow released by a completion starts that late (the coordinator's path, across
     servers the driver's): over 5% of the median FCT it is a reason, naming where."""
-    from emulator.run.verdict import dependency_reason
+    from emulator.timescale.verdict import dependency_reason
 
     fcts = [10e-6, 20e-6, 40e-6]  # median 20 us
     on_time = {"same_server": {"count": 50, "target_p50_us": 0.5, "target_p99_us": 3.0}}

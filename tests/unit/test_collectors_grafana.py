@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from collectors.live import RunInfo
 from collectors.prometheus import make_registry
 from collectors.recorder import RunRecorder
-from collectors.synthetic import synthetic_run
 from emulator.latency import LatencyHistogram
+from tests.synthetic_run import synthetic_run
 
 GRAFANA = Path(__file__).resolve().parents[2] / "collectors" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "emulator.json"

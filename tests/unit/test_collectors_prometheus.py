@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collectors.live import FCT_BUCKETS_S, RunInfo
 from collectors.prometheus import Exporter, exporter_for, make_registry, push
 from collectors.recorder import RunRecorder
-from collectors.synthetic import synthetic_run
+from tests.synthetic_run import synthetic_run
 
 BOUNDED_LABELS = {
     "rank",

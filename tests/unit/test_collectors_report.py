@@ -15,8 +15,8 @@ from collectors.recorder import RunRecorder
 from collectors.report import summary_table
 from collectors.results import ResultsWriter
 from collectors.summary import RunMeta
-from collectors.synthetic import synthetic_run
 from emulator.cli import main
+from tests.synthetic_run import synthetic_run
 
 
 def make_results(folder: Path, scenario: str, seed: int) -> dict[str, object]:

@@ -20,9 +20,9 @@ from collectors.live import RunInfo
 from collectors.recorder import RunRecorder
 from collectors.results import ResultsWriter, default_results_dir
 from collectors.summary import Fidelity, RunMeta
-from collectors.synthetic import synthetic_run
 from collectors.tables import RunTables
 from emulator.errors import InputError
+from tests.synthetic_run import synthetic_run
 
 REQUIRED_TOP = {
     "scenario",

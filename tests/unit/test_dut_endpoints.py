@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from emulator.errors import ScenarioError
-from emulator.run.workload import plan_workload
+from emulator.planning.workload import plan_workload
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric, path_for_fabric
 from emulator.traffic.spec import TrafficPattern

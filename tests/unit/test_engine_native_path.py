@@ -12,14 +12,14 @@ import pytest
 
 import emulator.engine.native_path as native_path
 from collectors.report import summary_table
-from emulator.engine.native_path import choose_data_path, summarize
+from emulator.engine.native_path import DataPath, choose_data_path, summarize
+from emulator.engine.send_errors import SendFailures
 from emulator.engine.send_path import SendPath
 from emulator.errors import EnvironmentProblem
 from emulator.native import load
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import BurstBuffer
 from emulator.transport.packets import AckPacket, CnpPacket
-from emulator.transport.params import TransportParams
 from emulator.transport.wire import FlowAddress, IcrcContext, encode
 
 MODULE, WHY_NOT = load("burst")
@@ -101,15 +101,34 @@ class _Conn(SimpleNamespace):
     __hash__ = object.__hash__  # a SendConn: hashed by identity (dataclass eq=False)
 
 
+def _no_tally(tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
+    del tos, packets, udp_bytes, sent
+
+
 class _NativeSender(SendPath):
+    """A SendPath on the native path whose C calls are `flow`'s, with one socket queue pair."""
+
     def __init__(self, flow: _Flow) -> None:
-        self.offloads = SimpleNamespace(gso=True)  # type: ignore[assignment]
-        self.params = SimpleNamespace(gso_max_segments=64)  # type: ignore[assignment]
-        self.transport = TransportParams(path_mtu_bytes=1024)
-        self.counters = Counter()
-        self.latency = False
-        self.gso_view = memoryview(bytearray(4 * 65536))
-        self.native = object()  # type: ignore[assignment]
+        counters: Counter[str] = Counter()
+        params = SimpleNamespace(
+            gso_max_segments=64, one_way_latency=False, burst_ticks=1.0, tick_s=1e-4, tdf=1.0
+        )
+        super().__init__(
+            params,  # type: ignore[arg-type]
+            SimpleNamespace(gso=True),  # type: ignore[arg-type]
+            counters,
+            _no_tally,
+            SendFailures(counters, path_mtu_bytes=1024),
+            SimpleNamespace(budget=None, send_burst=None, send_replies=None),  # type: ignore[arg-type]
+            DataPath(object(), None, object(), "test"),  # type: ignore[arg-type]
+            BurstBuffer(4 * 65536),
+            bytearray(65535),
+            {},
+            {},
+            tos_ack=0xB8,
+            tos_cnp=0xB8,
+            max_packet_wire_bytes=1024 + 100,
+        )
         self.conn = _Conn(
             tos=0,
             tos_cmsgs=(),
@@ -118,9 +137,6 @@ class _NativeSender(SendPath):
             xdp=None,  # a socket's queue pair, not an AF_XDP port's
         )
         self._native_flows = {self.conn: flow}  # type: ignore[dict-item]
-
-    def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
-        del tos, packets, udp_bytes, sent
 
 
 def _burst(count: int = 4, last_payload: int = 1024) -> Burst:
@@ -226,11 +242,7 @@ def _replier(flow: _AckFlow) -> tuple[_NativeSender, Any]:
         icrc=IcrcContext(FlowAddress("10.0.0.2", "10.0.0.1", 50000)),
         xdp=None,  # a socket's queue pair, not an AF_XDP port's
     )
-    sender.recv_conns = {5: conn}
-    sender.tos_ack = 0xB8
-    sender.tos_cnp = 0xB8
-    sender.reply_buf = bytearray(65535)
-    sender.native_replies = object()  # type: ignore[assignment]
+    sender.recv_conns[5] = conn
     sender._native_ack_flows = {conn: flow}  # type: ignore[dict-item]
     return sender, conn
 
@@ -239,10 +251,10 @@ def test_native_acks_of_a_read_leave_in_one_send_and_count_as_the_python_paths()
     flow = _AckFlow()
     sender, conn = _replier(flow)
     acks = [AckPacket(5, psn) for psn in (15, 31, 47)]
-    sender._send_replies([*acks, CnpPacket(5), AckPacket(5, 63)])
+    sender.send_replies([*acks, CnpPacket(5), AckPacket(5, 63)])
     assert flow.sends == [[15, 31, 47], [63]]  # the CNP between them goes through the codec
     assert conn.sock.sent == [encode(CnpPacket(5), conn.icrc, 0)]
     assert conn.rank.tx_bytes == 4 * (20 + 28) + len(conn.sock.sent[0]) + 28
     refused, _ = _replier(_AckFlow(-errno.ENOBUFS))
-    refused._send_replies(acks)
+    refused.send_replies(acks)
     assert refused.counters["send_no_buffers"] == 1

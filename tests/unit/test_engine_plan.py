@@ -91,8 +91,8 @@ def test_one_queue_pair_cannot_send_two_ways() -> None:
     """Flows of two QP profiles on one (src, dst, qp, sport) would share a QP and one of them
     would silently send the other's way: refused, naming the QP."""
     from emulator.engine.coordinator import Coordinator
-    from emulator.engine.plan import QpProfile
     from emulator.errors import PlanError
+    from emulator.transport.qp_profile import QpProfile
 
     flows = [EngineFlow(1, 0, 1, 0, 50000, 10), EngineFlow(2, 0, 1, 0, 50000, 10, profile=1)]
     with pytest.raises(PlanError, match=r"flow 2: rank 0 -> 1 QP 0 on UDP port 50000 is already"):

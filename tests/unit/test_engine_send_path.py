@@ -10,9 +10,12 @@ from typing import Any
 
 import pytest
 
+from emulator.engine.native_path import DataPath
 from emulator.engine.nicpacer import NicPacer
+from emulator.engine.send_errors import SendFailures
 from emulator.engine.send_path import SendPath
 from emulator.transport.burst import Burst
+from emulator.transport.burst_wire import BurstBuffer
 from emulator.transport.packets import AckPacket
 from emulator.transport.params import TransportParams
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
@@ -30,16 +33,32 @@ class _Socket:
         return 0
 
 
-class _Sender(SendPath):
-    def __init__(self) -> None:
-        self.offloads = SimpleNamespace(gso=True)  # type: ignore[assignment]
-        self.counters = Counter()
-        self.latency = False
-        self.gso_view = memoryview(bytearray(65536))
-        self._gso_cmsgs = {}
+def _no_tally(tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
+    del tos, packets, udp_bytes, sent
 
-    def _count_class(self, tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
-        del tos, packets, udp_bytes, sent
+
+def _sender(burst_s: float = 1e-4) -> SendPath:
+    """A Python-path SendPath over GSO sockets, its collaborators stand-ins (no AF_XDP)."""
+    counters: Counter[str] = Counter()
+    params = SimpleNamespace(
+        gso_max_segments=64, one_way_latency=False, burst_ticks=1.0, tick_s=burst_s, tdf=1.0
+    )
+    return SendPath(
+        params,  # type: ignore[arg-type]
+        SimpleNamespace(gso=True),  # type: ignore[arg-type]
+        counters,
+        _no_tally,
+        SendFailures(counters, 1024),
+        SimpleNamespace(budget=None, send_burst=None, send_replies=None),  # type: ignore[arg-type]
+        DataPath(None, None, None, "engine.native: off"),
+        BurstBuffer(65536),
+        bytearray(65535),
+        {},
+        {},
+        tos_ack=0,
+        tos_cnp=0,
+        max_packet_wire_bytes=1024 + 12 + 4 + IPV4_FRAME_OVERHEAD_BYTES,
+    )
 
 
 def _conn(sock: _Socket) -> Any:
@@ -63,7 +82,7 @@ BURST = Burst(
 
 
 def test_a_refused_gso_send_is_counted_by_reason_not_as_a_send() -> None:
-    sender = _Sender()
+    sender = _sender()
     sender._send_burst(_conn(_Socket(None)), BURST)
     sender._send_burst(_conn(_Socket(BlockingIOError(errno.EAGAIN, "full"))), BURST)
     sender._send_burst(_conn(_Socket(OSError(errno.ENOBUFS, "no buffer space"))), BURST)
@@ -72,18 +91,11 @@ def test_a_refused_gso_send_is_counted_by_reason_not_as_a_send() -> None:
     assert sender.counters["send_no_buffers"] == 1
 
 
-class _Arbiter(_Sender):
-    """The NIC arbiter of SendPath._pump over real queue pairs; sends cost nothing."""
-
-    def __init__(self, burst_s: float) -> None:
-        super().__init__()
-        self.params = SimpleNamespace(gso_max_segments=64)  # type: ignore[assignment]
-        self.active = {}
-        self._burst_s = burst_s
-        self._max_packet_wire_bytes = 1024 + 12 + 4 + IPV4_FRAME_OVERHEAD_BYTES
-
-    def _send_burst(self, conn: Any, burst: Burst) -> int:
-        return burst.count * burst.segment_bytes
+def _arbiter(burst_s: float) -> SendPath:
+    """The NIC arbiter of SendPath.pump over real queue pairs; sends cost nothing."""
+    sender = _sender(burst_s)
+    sender._send_burst = lambda conn, burst: burst.count * burst.segment_bytes  # type: ignore[method-assign]
+    return sender
 
 
 def test_a_nic_whose_queue_pairs_have_nothing_due_is_not_behind() -> None:
@@ -92,22 +104,22 @@ def test_a_nic_whose_queue_pairs_have_nothing_due_is_not_behind() -> None:
     is no lost credit (a real NIC idles then). It was counted as pacing deficit before: 1 ms at
     8 Gb/s here, a deficit of hundreds of percent of what a small job sends."""
     line_bps = 8e9  # 1 byte per ns
-    sender = _Arbiter(burst_s=1e-7)
+    sender = _arbiter(burst_s=1e-7)
     nic = NicPacer(line_bps)
     params = TransportParams(congestion_control="none", path_mtu_bytes=1024)
     qp = SendQueuePair(qpn=1, dest_qp=2, params=params, line_rate_bps=line_bps)
     conn = SimpleNamespace(qp=qp, rank=SimpleNamespace(nic=nic, xdp=None), nic_lost_s=0.0)
     qp.post_send(now=0.0, message_id=1, size_bytes=1024)
     sender.active[1] = conn
-    sender._pump(0.0)
+    sender.pump(0.0)
     assert qp.packets_sent == 1 and nic.budget_bytes(0.0, -1e-7) < 0  # the NIC owes time
     assert not nic.backlogged  # ... but nothing is waiting for it
     qp.on_ack(now=5e-6, packet=AckPacket(dest_qp=2, psn=0))
-    sender._pump(5e-6)
+    sender.pump(5e-6)
     assert 1 not in sender.active  # done: idle
     qp.post_send(now=1e-3, message_id=2, size_bytes=1024)
     sender.active[1] = conn
-    sender._pump(1e-3)
+    sender.pump(1e-3)
     assert qp.packets_sent == 2
     assert nic.lost_wire_bytes == 0.0 and qp.pacing_lost_bytes == 0.0
 
@@ -116,7 +128,7 @@ def test_a_nic_bound_by_its_rate_is_behind_when_served_late() -> None:
     """The other side: queue pairs with packets due when the NIC's budget ran out, served again
     after more than its bucket, lose the credit the floor cut (the NIC's, not theirs)."""
     line_bps = 8e9
-    sender = _Arbiter(burst_s=1e-7)
+    sender = _arbiter(burst_s=1e-7)
     nic = NicPacer(line_bps)
     params = TransportParams(congestion_control="none", path_mtu_bytes=1024)
     qps = [
@@ -127,9 +139,9 @@ def test_a_nic_bound_by_its_rate_is_behind_when_served_late() -> None:
         sender.active[qp.qpn] = SimpleNamespace(
             qp=qp, rank=SimpleNamespace(nic=nic, xdp=None), nic_lost_s=0.0
         )
-    sender._pump(1e-6)
+    sender.pump(1e-6)
     assert nic.backlogged
-    sender._pump(11e-6)  # 10 us later with a 0.1 us bucket: about 9.9 us of line rate lost
+    sender.pump(11e-6)  # 10 us later with a 0.1 us bucket: about 9.9 us of line rate lost
     assert nic.lost_wire_bytes == pytest.approx(9.9e-6 * line_bps / 8, rel=0.15)
     assert sum(qp.pacing_lost_bytes for qp in qps) == 0.0
     # each queue pair waiting on the NIC waited that long: the time goes into its flow's delay
@@ -145,7 +157,7 @@ def test_the_arbiter_shares_a_tick_s_budget_among_its_queue_pairs() -> None:
     arbiter serves its queues in turn packet by packet (it went whole to the first in turn,
     and equal flows then finished up to 15% apart)."""
     line_bps = 8e9
-    sender = _Arbiter(burst_s=64e-6)  # a tick's credit: about 58 packets of 1024 bytes
+    sender = _arbiter(burst_s=64e-6)  # a tick's credit: about 58 packets of 1024 bytes
     nic = NicPacer(line_bps)
     params = TransportParams(congestion_control="none", path_mtu_bytes=1024)
     qps = [
@@ -157,7 +169,7 @@ def test_the_arbiter_shares_a_tick_s_budget_among_its_queue_pairs() -> None:
         sender.active[qp.qpn] = SimpleNamespace(
             qp=qp, rank=SimpleNamespace(nic=nic, xdp=None), nic_lost_s=0.0
         )
-    sender._pump(0.0)
+    sender.pump(0.0)
     sent = [qp.packets_sent for qp in qps]
     assert sum(sent) >= 55 and max(sent) - min(sent) <= 1, sent
 
@@ -170,7 +182,7 @@ def test_the_arbiter_takes_turns_across_ticks_while_other_queue_pairs_come_and_g
     emulated fabric while the simulator's packet-by-packet arbiter finished them together)."""
     line_bps = 8e9
     packet_s = (1024 + 12 + 4 + IPV4_FRAME_OVERHEAD_BYTES) * 8 / line_bps
-    sender = _Arbiter(burst_s=packet_s)
+    sender = _arbiter(burst_s=packet_s)
     nic = NicPacer(line_bps)
     # no ACKs here: a window that never closes
     params = TransportParams(congestion_control="none", path_mtu_bytes=1024, window_packets=1 << 20)
@@ -187,7 +199,7 @@ def test_the_arbiter_takes_turns_across_ticks_while_other_queue_pairs_come_and_g
     now = 0.0
     for tick in range(3000):
         sender.active = {q: c for q, c in conns.items() if q != 7 or tick % 3 == 0}
-        sender._pump(now)
+        sender.pump(now)
         now += packet_s
     sent = [qp.packets_sent for qp in qps[:3]]
     assert min(sent) > 500 and max(sent) - min(sent) <= 2, sent  # it was 1:5 (250 vs 1250)

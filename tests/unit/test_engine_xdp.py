@@ -22,15 +22,18 @@ from typing import Any
 import pytest
 import yaml
 
-from emulator.backends.engine import check_send_path
+from emulator.backends.dut.backend import af_xdp_reasons
+from emulator.backends.netns.backend import check_send_path
 from emulator.engine.af_xdp import AfXdpConfig, RxRun, wire_bytes
 from emulator.engine.af_xdp_setup import AfXdpUnavailable, max_frame_bytes
 from emulator.engine.coordinator import Coordinator, _WorkerHandle
+from emulator.engine.native_path import DataPath
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import RankEndpoint
 from emulator.engine.ranks import RecvConn, SendConn
+from emulator.engine.send_errors import SendFailures
 from emulator.engine.send_path import SendPath
-from emulator.engine.xdp_path import ACK_BYTES, XdpPath
+from emulator.engine.xdp_path import ACK_BYTES, XdpPacer, XdpSender
 from emulator.engine.xdp_ports import (
     DEPTH_S,
     PipeRecorder,
@@ -45,7 +48,6 @@ from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.native import load
 from emulator.native.acks import NativeReplies
 from emulator.native.burst import NativeBursts
-from emulator.run.verdict import af_xdp_reasons
 from emulator.scenario import load_scenario
 from emulator.transport.burst import Burst
 from emulator.transport.burst_wire import BurstBuffer, BurstWriter
@@ -285,25 +287,56 @@ def _valid_on_the_wire(send: dict[str, Any], src: str = SRC, dst: str = DST) -> 
         assert parse_ipv4_packet(wire).icrc_ok, f"segment {i}: ICRC not for IP id {i}"
 
 
-class _Sender(SendPath, XdpPath):
+class _Sender:
+    """A SendPath and its XdpSender, native or Python, for one rank whose port is `port`."""
+
     def __init__(self, port: _Port, native: bool) -> None:
-        self.counters = Counter()
-        self.latency = False
+        self.counters: Counter[str] = Counter()
         self.gso_buf = BurstBuffer(8 * 65536)
-        self.gso_view = memoryview(self.gso_buf.data)
         self.reply_buf = bytearray(65535)
         self.tos_ack = 0xB8
         self.tos_cnp = 48 << 2
-        self._native_flows = {}
-        self._native_ack_flows = {}
-        self._max_packet_wire_bytes = 4096 + 100
-        self.native = self.native_replies = None
+        self.max_packet_wire_bytes = 4096 + 100
+        data_path = DataPath(None, None, None, "engine.native: off")
         if native:
             module, why = load("burst")
             if module is None:
                 pytest.skip(f"native module: {why}")
-            self.native = NativeBursts(module, self.gso_buf)
-            self.native_replies = NativeReplies(module, self.reply_buf)
+            bursts = NativeBursts(module, self.gso_buf)
+            data_path = DataPath(bursts, None, NativeReplies(module, self.reply_buf), "native")
+        failures = SendFailures(self.counters, 4096)
+        self.xdp = XdpSender(
+            self.counters,
+            self._count_class,
+            failures,
+            data_path,
+            self.gso_buf,
+            self.reply_buf,
+            latency=False,
+            tos_ack=self.tos_ack,
+            tos_cnp=self.tos_cnp,
+            max_packet_wire_bytes=self.max_packet_wire_bytes,
+        )
+        self.recv_conns: dict[int, RecvConn] = {}
+        params = SimpleNamespace(
+            gso_max_segments=64, one_way_latency=False, burst_ticks=1.0, tick_s=1e-3, tdf=1.0
+        )
+        self.send = SendPath(
+            params,  # type: ignore[arg-type]
+            SimpleNamespace(gso=True),  # type: ignore[arg-type]
+            self.counters,
+            self._count_class,
+            failures,
+            self.xdp,
+            data_path,
+            self.gso_buf,
+            self.reply_buf,
+            {},
+            self.recv_conns,
+            tos_ack=self.tos_ack,
+            tos_cnp=self.tos_cnp,
+            max_packet_wire_bytes=self.max_packet_wire_bytes,
+        )
         nic = SimpleNamespace(port=port, backlog_limit=12)
         self.rank = SimpleNamespace(tx_bytes=0, spec=SimpleNamespace(rank=0), xdp=nic)
         self.classes: list[tuple[int, int, int]] = []
@@ -345,7 +378,7 @@ def test_a_burst_is_laid_out_for_the_ip_ids_the_port_writes(
 ) -> None:
     port = _Port()
     sender = _Sender(port, native)
-    used = sender._send_burst(sender.conn(), _burst(count, last=last))
+    used = sender.send._send_burst(sender.conn(), _burst(count, last=last))
     (send,) = port.sends
     assert send["flow"] == "flow" and send["tos"] == TOS and send["first"] == 0
     assert not send["ahead"] and len(send["segments"]) == count
@@ -361,7 +394,7 @@ def test_native_and_python_hand_the_port_the_same_bytes() -> None:
     for native in (False, True):
         port = _Port()
         sender = _Sender(port, native)
-        sender._send_burst(sender.conn(), _burst(40, last=500))
+        sender.send._send_burst(sender.conn(), _burst(40, last=500))
         sent.append(port.sends[0]["segments"])
     assert sent[0] == sent[1]
 
@@ -369,17 +402,17 @@ def test_native_and_python_hand_the_port_the_same_bytes() -> None:
 def test_a_full_backlog_is_a_full_socket_buffer_and_a_dead_link_no_path() -> None:
     port = _Port(take=3)
     sender = _Sender(port, native=False)
-    sender._send_burst(sender.conn(), _burst(10))
+    sender.send._send_burst(sender.conn(), _burst(10))
     assert sender.counters["send_buffer_full"] == 1
     assert sender.counters["xdp_segments_refused"] == 7
     assert sender.counters["data_packets_sent"] == 10  # sent as far as the transport knows
     down = _Sender(_Port(error=OSError(errno.ENETDOWN, "Network is down")), native=False)
-    down._send_burst(down.conn(), _burst(4))
-    down._send_replies_xdp(down.recv_conn(), [CnpPacket(3)])
+    down.send._send_burst(down.conn(), _burst(4))
+    down.xdp.send_replies(down.recv_conn(), [CnpPacket(3)])
     assert down.counters["send_no_path"] == 2
     other = _Sender(_Port(error=OSError(errno.EINVAL, "Invalid argument")), native=False)
     with pytest.raises(OSError):
-        other._send_burst(other.conn(), _burst(4))
+        other.send._send_burst(other.conn(), _burst(4))
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
@@ -387,11 +420,9 @@ def test_acks_leave_as_one_run_ahead_of_the_data_and_a_cnp_alone(native: bool) -
     port = _Port()
     sender = _Sender(port, native)
     conn = sender.recv_conn()
-    sender.recv_conns = {9: conn}
-    sender.offloads = SimpleNamespace(gso=True)  # type: ignore[assignment]
-    sender.params = SimpleNamespace(gso_max_segments=64)  # type: ignore[assignment]
+    sender.recv_conns[9] = conn
     acks = [AckPacket(9, psn, msn=psn) for psn in range(10, 15)]
-    sender._send_replies([*acks, CnpPacket(9)])
+    sender.send.send_replies([*acks, CnpPacket(9)])
     run, cnp = port.sends
     assert run["ahead"] and cnp["ahead"]
     assert run["tos"] == sender.tos_ack and len(run["segments"]) == 5
@@ -406,15 +437,15 @@ def test_the_arbiter_releases_no_more_than_the_backlog_holds() -> None:
     port = _Port()
     sender = _Sender(port, native=False)
     nic = sender.rank.xdp
-    pw = sender._max_packet_wire_bytes
+    pw = sender.max_packet_wire_bytes
     # a budget of b bytes lets the arbiter send 1 + b // packet more packets (NicPacer)
     port.backlog = 5
-    assert sender._xdp_budget(nic, 100 * pw) == 6 * pw  # 7 more: 12 in all
-    assert sender._xdp_budget(nic, 2 * pw) == 2 * pw
+    assert sender.xdp.budget(nic, 100 * pw) == 6 * pw  # 7 more: 12 in all
+    assert sender.xdp.budget(nic, 2 * pw) == 2 * pw
     port.backlog = 11
-    assert sender._xdp_budget(nic, 100 * pw) == 0  # one more
+    assert sender.xdp.budget(nic, 100 * pw) == 0  # one more
     port.backlog = 12
-    assert sender._xdp_budget(nic, 100 * pw) == -1  # full: the NIC is line-rate bound
+    assert sender.xdp.budget(nic, 100 * pw) == -1  # full: the NIC is line-rate bound
 
 
 # --- receive and pace ------------------------------------------------------------------------
@@ -434,16 +465,34 @@ class _RxPort:
         return runs
 
 
-class _Reader(XdpPath):
-    def __init__(self, nic: XdpNic) -> None:
-        self.counters = Counter()
-        self.latency = False
-        self.buf = bytearray(1 << 16)
+class _Reader:
+    """An XdpPacer over one port whose ranks are `ranks`, its reads recorded, not handled;
+    `ticks` says whether the run started and when the next tick is due."""
+
+    def __init__(
+        self, nic: XdpNic, ranks: dict[str, Any], group: Any = None, ticks: Any = None
+    ) -> None:
+        self.counters: Counter[str] = Counter()
         self.reads: list[tuple[Any, ...]] = []
-        self.xdp_nics = [nic]
+        self.after: list[float] = []
+        self.ticked = 0
+        self.pacer = XdpPacer(
+            {nic: ranks},
+            group,
+            ticks or SimpleNamespace(started=False, clock=None, next_tick_wall=0.0),
+            self.counters,
+            bytearray(1 << 16),
+            self._one_read,
+            self.after.append,
+            self._tick_now,
+            latency=False,
+        )
 
     def _one_read(self, rank: Any, now: float, data: Any, *args: Any) -> None:
         self.reads.append((rank, now, bytes(data), *args))
+
+    def _tick_now(self) -> None:
+        self.ticked += 1
 
 
 def test_a_ports_runs_go_to_their_ranks_as_gro_reads() -> None:
@@ -453,15 +502,14 @@ def test_a_ports_runs_go_to_their_ranks_as_gro_reads() -> None:
         (RxRun(("10.0.0.8", 50003), "10.0.0.7", 0, 120, 20, 20, 1), bytes(20)),
     ]
     nic = XdpNic(_RxPort([runs]), AfXdpConfig(1024), 8)  # type: ignore[arg-type]
-    nic.ranks = {"10.0.0.1": "rank a", "10.0.0.3": "rank b"}  # type: ignore[dict-item]
-    reader = _Reader(nic)
-    assert reader._read_xdp(nic, 1.5)
+    reader = _Reader(nic, {"10.0.0.1": "rank a", "10.0.0.3": "rank b"})
+    assert reader.pacer.read(nic, 1.5)
     assert reader.reads == [
         ("rank a", 1.5, bytes(range(100)), 100, 40, TOS, 0, ("10.0.0.9", 50001)),
         ("rank b", 1.5, bytes(20), 20, 0, 0, 0, ("10.0.0.9", 50002)),  # one segment: gso 0
     ]
     assert reader.counters["xdp_not_for_a_rank"] == 1
-    assert not reader._read_xdp(nic, 1.6)
+    assert not reader.pacer.read(nic, 1.6)
 
 
 class _Group:
@@ -483,38 +531,31 @@ class _Loop:
         return "handle"
 
 
-class _Pacer(_Reader):
-    def __init__(self, results: list[tuple[int, list[Any]]], due_in_s: float) -> None:
-        import time
+def _pacer(results: list[tuple[int, list[Any]]], due_in_s: float) -> tuple[_Reader, _Group]:
+    import time
 
-        super().__init__(XdpNic(_RxPort([]), AfXdpConfig(1024), 8))  # type: ignore[arg-type]
-        self.xdp_group = _Group(results)  # type: ignore[assignment]
-        self.started = True
-        self.clock = SimpleNamespace(now=lambda: 2.0)  # type: ignore[assignment]
-        self.loop = _Loop()  # type: ignore[assignment]
-        self._next_tick_wall = time.perf_counter() + due_in_s
-        self._tick_handle = SimpleNamespace(cancel=lambda: None)
-        self.after: list[float] = []
-
-    def _after_reads(self, now: float) -> None:
-        self.after.append(now)
-
-    def _tick(self) -> None:
-        pass
+    group = _Group(results)
+    ticks = SimpleNamespace(
+        started=True,
+        clock=SimpleNamespace(now=lambda: 2.0),
+        next_tick_wall=time.perf_counter() + due_in_s,
+    )
+    nic = XdpNic(_RxPort([]), AfXdpConfig(1024), 8)  # type: ignore[arg-type]
+    return _Reader(nic, {}, group, ticks), group
 
 
 def test_pacing_stops_when_the_backlog_is_sent_and_counts_a_dead_link() -> None:
-    pacer = _Pacer([(5, [("nic", errno.ENETDOWN)]), (0, [])], due_in_s=60.0)
-    pacer._pace_xdp()
-    assert pacer.counters["send_no_path"] == 1 and not pacer.xdp_group.results  # type: ignore[union-attr]
-    assert pacer.loop.soon == []  # all sent before the tick: it comes on its own timer
-    assert not pacer._draining
+    reader, group = _pacer([(5, [("nic", errno.ENETDOWN)]), (0, [])], due_in_s=60.0)
+    reader.pacer.pace()
+    assert reader.counters["send_no_path"] == 1 and not group.results
+    assert reader.ticked == 0  # all sent before the tick: it comes on its own timer
+    assert not reader.pacer._draining
 
 
 def test_pacing_up_to_the_tick_starts_the_tick_at_once() -> None:
-    pacer = _Pacer([], due_in_s=-0.001)  # the tick is due: nothing to drain
-    pacer._pace_xdp()
-    assert pacer.loop.soon == [pacer._tick]
+    reader, _ = _pacer([], due_in_s=-0.001)  # the tick is due: nothing to drain
+    reader.pacer.pace()
+    assert reader.ticked == 1
 
 
 # --- fidelity --------------------------------------------------------------------------------

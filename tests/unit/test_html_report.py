@@ -16,17 +16,12 @@ from typing import Any
 
 import pytest
 
-from collectors.html_report import (
-    render_run_report,
-    render_seeds_report,
-    render_study_report,
-    write_or_warn,
-    write_run_report,
-    write_seeds_report,
-    write_study_report,
-)
+from collectors.pages.kit import write_or_warn
+from collectors.pages.run import render_run_report, write_run_report
 from collectors.report import summary_table
 from emulator.errors import InputError
+from emulator.studies.interference.page import render_study_report, write_study_report
+from emulator.studies.seeds.page import render_seeds_report, write_seeds_report
 
 EVIL = "<script>alert(1)</script>"
 VOID = {"meta", "img", "br", "hr", "link", "input", "source", "wbr", "col", "area", "base"}

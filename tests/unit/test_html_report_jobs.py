@@ -16,12 +16,14 @@ from typing import Any
 
 import pytest
 
-from collectors.html_report import render_jobs_report, render_run_report, write_jobs_report
-from emulator import jobs_study
+from collectors.pages.run import render_run_report
 from emulator.commands import jobs_study as jobs_command
 from emulator.errors import InputError
-from emulator.jobs_study import JobsRun, JobsStudyResult, MetricRow
-from emulator.study_stats import Comparison, Estimate
+from emulator.studies.jobs import study as jobs_study
+from emulator.studies.jobs.analysis import JobsRun, MetricRow
+from emulator.studies.jobs.page import render_jobs_report, write_jobs_report
+from emulator.studies.jobs.study import JobsStudyResult
+from emulator.studies.stats.estimates import Comparison, Estimate
 from tests.unit.test_html_report import EVIL, Page, run_folder, tiny_png
 
 # -- a run with several jobs ----------------------------------------------------------------
@@ -133,7 +135,7 @@ def comparison(
 
 
 def metric_rows() -> list[MetricRow]:
-    """What emulator.jobs_study.analyse would find: the dense job's busbw lower and its tail
+    """What emulator.studies.jobs.analysis.analyse would find: the dense job's busbw lower and its tail
     longer together (shown), its CV from 0 (an infinite ratio: not shown), its time from one unit
     a side (not measurable); a job named like markup."""
     return [
@@ -188,7 +190,7 @@ def runs(out: Path) -> list[JobsRun]:
 def write_study(
     out: Path, monkeypatch: pytest.MonkeyPatch, rows: Sequence[MetricRow] | None = None
 ) -> JobsStudyResult:
-    """emulator.jobs_study.write_study with these rows for its analysis (no tables to read)."""
+    """emulator.studies.jobs.study.write_study with these rows for its analysis (no tables to read)."""
     found = metric_rows() if rows is None else rows
     monkeypatch.setattr(jobs_study, "analyse", lambda *_: tuple(found))
     return jobs_study.write_study(runs(out), out, Path("scenarios/two_tenant.yaml"))

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from collectors.html_report import render_sensitivity_report, write_sensitivity_report
-from emulator import sensitivity as sens
 from emulator.errors import InputError
-from emulator.sensitivity_analysis import RateRun, TypeTimes
+from emulator.studies.sensitivity import study as sens
+from emulator.studies.sensitivity.analysis import RateRun, TypeTimes
+from emulator.studies.sensitivity.page import render_sensitivity_report, write_sensitivity_report
 from tests.unit.test_html_report import EVIL, Page
 
 US = 1e-6
@@ -105,7 +105,7 @@ def test_the_study_writes_its_page_with_the_txt_s_numbers(
         ["ALL_TO_ALL", "2 / 2 / 2", "100.00", "200.00", "400.00", "2.00x", "4.00x"]
     )
     assert page.row("BROADCAST", "1 / - / -")[2:] == ["5.00", "-", "-", "-", "-"]
-    # every cell of both tables is the txt's (emulator.sensitivity.render_text)
+    # every cell of both tables is the txt's (emulator.studies.sensitivity.text.render_text)
     for name, verdict in [
         ("ALL_REDUCE", "latency/compute-bound"),
         ("ALL_TO_ALL", "bandwidth-bound"),

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from emulator.run.interrupts import Interrupts
+from emulator.interrupts import Interrupts
 
 
 class _Thing:

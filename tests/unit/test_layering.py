@@ -1,15 +1,20 @@
 """The project's layering, read from its own imports (ast, no import executed).
 
-Data flows one way (DESIGN.md): trace -> schedule -> transport -> engine/backends -> events ->
-collectors. So a lower layer never imports a higher one:
+Data flows one way (docs/architecture.md): trace -> schedule -> transport -> backend -> events ->
+collectors -> studies. The run (emulator.run) sits above the seam (emulator.backends.base) and
+never behind it. So a lower layer never imports a higher one:
 
 - the base modules (errors, config, netns, events, latency, signals) import no other project module but
   each other;
 - the transport (the sans-I/O core) imports only itself and the base;
 - the engine imports no collector and nothing that runs it (backends, run pipeline, commands,
-  study);
+  studies);
+- the backends import nothing from the run; only the backends (and the bench, which measures
+  the engine itself) import the engine and the simulator; the run, planning, time dilation and
+  the studies reach a backend only through the seam (emulator.backends and its base);
 - fabrics import neither the engine, the schedule, the collectors, the backends nor the run;
 - collectors import neither the engine, fabrics, the backends nor the run: they consume events;
+  and no study (a study's page registers itself with the collectors' page kit);
 - no import cycle among the project's modules.
 
 Every import counts, at module level or inside a function (a late import is still a
@@ -126,10 +131,7 @@ RULES = {
             "emulator.backends",
             "emulator.run",
             "emulator.commands",
-            "emulator.study",
-            "emulator.study_checks",
-            "emulator.study_report",
-            "emulator.study_stats",
+            "emulator.studies",
             "emulator.cli",
         )
     ),
@@ -143,6 +145,23 @@ RULES = {
             "emulator.backends",
             "emulator.run",
         )
+    ),
+    "backends import nothing from the run": lambda m, t: (
+        _in(m, "emulator.backends") and _in(t, "emulator.run", "emulator.commands", "emulator.cli")
+    ),
+    # (emulator.engine.params is the scenario's `engine:` section: configuration, not the engine)
+    "only backends (and the bench) import the engine and the simulator": lambda m, t: (
+        _in(t, "emulator.engine", "emulator.sim")
+        and t != "emulator.engine.params"
+        and not _in(m, "emulator.engine", "emulator.sim", "emulator.backends", "bench")
+    ),
+    "the run, planning and time dilation reach a backend only through the seam": lambda m, t: (
+        _in(m, "emulator.run", "emulator.planning", "emulator.timescale", "emulator.studies")
+        and _in(t, "emulator.backends")
+        and t not in ("emulator.backends", "emulator.backends.base")
+    ),
+    "planning and time dilation import no run": lambda m, t: (
+        _in(m, "emulator.planning", "emulator.timescale") and _in(t, "emulator.run")
     ),
     "collectors import no engine, fabric or run": lambda m, t: (
         _in(m, "collectors")
@@ -161,6 +180,18 @@ RULES = {
 @pytest.mark.parametrize("rule", sorted(RULES))
 def test_layering_rule(rule: str) -> None:
     assert violations(rule) == []
+
+
+def test_collectors_import_no_study() -> None:
+    """The studies build on the collectors (tables, plots, the page kit); a study's page registers
+    itself with the kit (collectors.pages.kit), so no collector needs a study."""
+    found = [
+        f"{module} imports {target}"
+        for module, targets in sorted(GRAPH.items())
+        for target in sorted(targets)
+        if _in(module, "collectors") and _in(target, "emulator.studies")
+    ]
+    assert found == []
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from emulator.backends.link_events import LinkEventRunner, flows_crossing, plan_actions, resolve
 from emulator.errors import ScenarioError
-from emulator.run.link_events import LinkEventRunner, flows_crossing, plan_actions, resolve
 from emulator.scenario import load_scenario
 from fabrics.spec import ClosSpec, LinkEventSpec
 from fabrics.topology import Cable, Route, build_clos, cable_named, routes_without

@@ -557,7 +557,7 @@ def test_totals_sum_every_counter_and_count_qps() -> None:
 
 
 def test_rows_from_real_queue_pairs() -> None:
-    """The halves as a worker lists them (emulator.engine.counters.Counters._queue_pairs) after a
+    """The halves as a worker lists them (emulator.engine.counters.Counters.queue_pairs) after a
     transfer that lost one data packet."""
     tx, rx = pair()
     tx.post_send(now=0.0, message_id=1, size_bytes=8 * MTU + 100)

@@ -13,7 +13,12 @@ from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
 from emulator.commands.run import fabric_mapping, quick_scenario
 from emulator.errors import EnvironmentProblem, InputError
 from emulator.events import FlowFinished, FlowStarted
-from emulator.run.calibrate import (
+from emulator.planning.iterations import IterationNumbering
+from emulator.planning.workload import generated_steps
+from emulator.progress import ProgressLine, ProgressState
+from emulator.scenario import load_scenario
+from emulator.schedule.plan import CollectiveInstance
+from emulator.timescale.curve import (
     CACHE_ENV,
     Calibration,
     LoadPoint,
@@ -21,12 +26,7 @@ from emulator.run.calibrate import (
     machine_key,
     store,
 )
-from emulator.run.iterations import IterationNumbering
-from emulator.run.progress import ProgressLine, ProgressState
-from emulator.run.tdf import auto_tdf, point_tdf, round_up_2sig
-from emulator.run.workload import generated_steps
-from emulator.scenario import load_scenario
-from emulator.schedule.plan import CollectiveInstance
+from emulator.timescale.tdf import auto_tdf, point_tdf, round_up_2sig
 from emulator.transport.params import DcqcnParams
 from fabrics.spec import ClosSpec
 
@@ -208,7 +208,7 @@ def test_record_builder_learns_collectives_during_the_run() -> None:
 
 
 def test_burst_reason_flags_flows_short_next_to_the_shaper_bursts() -> None:
-    from emulator.run.verdict import burst_reason
+    from emulator.timescale.verdict import burst_reason
 
     fabric = {"shaper_burst_bytes": 8_220, "shaped_hops_max": 4}
     # 4 hops x 8220 bytes = 32880: 25% of a 128 KiB flow, 1.6% of a 2 MiB one
@@ -220,8 +220,8 @@ def test_burst_reason_flags_flows_short_next_to_the_shaper_bursts() -> None:
 
 
 def test_burst_reason_judges_the_time_a_burst_saves_against_the_measured_fct() -> None:
-    from emulator.run.verdict import burst_reason, slowest_link_bps
-    from fabrics.spec import ClosSpec
+    from emulator.timescale.verdict import burst_reason
+    from fabrics.spec import ClosSpec, DutSpec
 
     fabric = {"shaper_burst_bytes": 18_028, "shaped_hops_max": 4}
     flows = [262_144] * 9
@@ -234,15 +234,16 @@ def test_burst_reason_judges_the_time_a_burst_saves_against_the_measured_fct() -
     # the unfinished (None) are left out; the slowest link rate counts
     assert burst_reason(flows, fabric, [None, 75e-6, 75e-6], 400e9) is None  # type: ignore[list-item]
     spec = ClosSpec(host_link_gbps=400, fabric_link_gbps=100)
-    assert slowest_link_bps(spec) == 100e9
-    assert slowest_link_bps(object()) is None
+    assert spec.slowest_link_bps == 100e9
+    dut = DutSpec(interfaces=("eth1",), addresses=("10.1.0.2/24",), allowlist=("10.1.0.0/24",))
+    assert dut.slowest_link_bps is None
 
 
 def test_signals_during_teardown_wait_until_it_is_over() -> None:
     import os
     import signal
 
-    from emulator.run.interrupts import signals_deferred
+    from emulator.interrupts import signals_deferred
 
     steps: list[str] = []
     with pytest.raises(KeyboardInterrupt), signals_deferred():
@@ -268,9 +269,9 @@ def test_a_calibration_is_cached_per_data_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The native and the Python data path carry different loads per core: a curve measured
-    on one is not the other's (emulator.run.calibrate keys it by the path)."""
+    on one is not the other's (emulator.timescale.curve keys it by the path)."""
     from emulator.engine.native_path import NATIVE, PYTHON, expected_path
-    from emulator.run.calibrate import Calibration, load_cached, machine_key, store
+    from emulator.timescale.curve import Calibration, load_cached, machine_key, store
 
     monkeypatch.setenv("CHAKRA_EMULATOR_CACHE_DIR", str(tmp_path))
     assert expected_path("off") == PYTHON

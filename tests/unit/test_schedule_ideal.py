@@ -96,7 +96,7 @@ def test_ring_allreduce_reaches_line_rate_busbw_on_a_star(n: int) -> None:
         rank_input(r, [comp(0, 1, 1e-4), coll(1, 2, "ALL_REDUCE", size, (1,))]) for r in range(n)
     ]
     job = JobSchedule(ranks, GroupTable(n, {}))
-    result = simulate(job, star_path(100.0))
+    result = simulate(job, star_path(100e9))
     (instance,) = result.instances
     rate = 100e9 / 8
     assert instance.time_s == pytest.approx(2 * (n - 1) / n * size / rate)
@@ -127,7 +127,7 @@ def test_collective_waits_for_its_slowest_member_and_iterations_repeat() -> None
         for r in range(4)
     ]
     job = JobSchedule(ranks, GroupTable(4, {}), iterations=3)
-    result = simulate(job, star_path(100.0))
+    result = simulate(job, star_path(100e9))
     assert [i.iteration for i in result.instances] == [0, 1, 2]
     ag_s = 3 / 4 * size / 12.5e9
     for instance in result.instances:
@@ -146,7 +146,7 @@ def test_every_member_reaching_a_collective_is_reported_with_its_time() -> None:
     job = JobSchedule(
         ranks, GroupTable(4, {}), on_member_issued=lambda i, r, t: issued.append((i, r, t))
     )
-    [instance] = simulate(job, star_path(100.0)).instances
+    [instance] = simulate(job, star_path(100e9)).instances
     assert sorted(issued) == [(instance.id, r, pytest.approx(1e-3 * (r + 1))) for r in range(4)]
     assert instance.start_s == pytest.approx(4e-3)  # the rendezvous is the last member's
 
@@ -156,7 +156,7 @@ def test_a_straggler_computes_slower_and_the_collective_waits_for_it() -> None:
     ranks = [
         rank_input(r, [comp(0, 1, 1e-3), coll(1, 2, "ALL_GATHER", size, (1,))]) for r in range(4)
     ]
-    plain = simulate(JobSchedule(ranks, GroupTable(4, {})), star_path(100.0))
+    plain = simulate(JobSchedule(ranks, GroupTable(4, {})), star_path(100e9))
     slow = ComputeParams(stragglers={"2": 3.0})
     issued: list[tuple[int, float]] = []
     job = JobSchedule(
@@ -165,7 +165,7 @@ def test_a_straggler_computes_slower_and_the_collective_waits_for_it() -> None:
         compute=slow,
         on_member_issued=lambda i, r, t: issued.append((r, t)),
     )
-    result = simulate(job, star_path(100.0))
+    result = simulate(job, star_path(100e9))
     assert sorted(issued) == [
         (0, pytest.approx(1e-3)),
         (1, pytest.approx(1e-3)),
@@ -197,7 +197,7 @@ def test_flow_times_respect_dependencies() -> None:
     job = JobSchedule(
         ranks, GroupTable(4, {}), collectives=CollectivesParams(), keep_instances=True
     )
-    result = simulate(job, star_path(1.0), keep_flow_times=True)
+    result = simulate(job, star_path(1e9), keep_flow_times=True)
     (instance,) = job.instances
     for flow in instance.flows:
         start, end = result.flow_times[flow.id]

@@ -47,7 +47,7 @@ def source(nodes: list[NodeInfo]) -> Callable[[int], Iterator[NodeInfo]]:
 def plan(per_rank: list[list[NodeInfo]], groups: dict[str, list[int]] | None = None) -> JobSchedule:
     ranks = [RankInput(source(nodes), f"t.{r}.et") for r, nodes in enumerate(per_rank)]
     job = JobSchedule(ranks, GroupTable(len(per_rank), groups or {}), keep_instances=True)
-    simulate(job, star_path(100.0))
+    simulate(job, star_path(100e9))
     return job
 
 
@@ -181,7 +181,7 @@ def test_small_windows_are_extended_when_ranks_wait_on_unread_nodes() -> None:
     for window in (1, 4096):
         ranks = [RankInput(source(nodes), f"t.{r}.et") for r, nodes in enumerate(per_rank)]
         job = JobSchedule(ranks, GroupTable(2, groups), compute=ComputeParams(window_nodes=window))
-        result = simulate(job, star_path(100.0))
+        result = simulate(job, star_path(100e9))
         assert sorted(i.group for i in result.instances) == ["a", "b"]
         times.append(result.job_time_s)
     assert times[0] == pytest.approx(times[1])

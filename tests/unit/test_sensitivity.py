@@ -1,4 +1,4 @@
-"""The sensitivity study (emulator/sensitivity.py): the analysis on hand-built collectives
+"""The sensitivity study (emulator/studies/sensitivity/): the analysis on hand-built collectives
 tables with hand-computed slowdowns, the rate replacement, the results it writes, and
 `emulate study sensitivity`'s argument checks (each bad input: exit 2, one line, nothing run)."""
 
@@ -15,12 +15,12 @@ from collectors.records import CollectiveRecord
 from collectors.results import ResultsWriter
 from collectors.summary import RunMeta
 from collectors.tables import RunTables
-from emulator import sensitivity as sens
-from emulator import sensitivity_analysis as analysis
 from emulator.cli import main
 from emulator.errors import InputError
 from emulator.scenario import load_scenario
 from emulator.scenario.model import Scenario
+from emulator.studies.sensitivity import analysis
+from emulator.studies.sensitivity import study as sens
 
 US = 1e-6
 
@@ -451,7 +451,7 @@ def test_the_emulated_fabric_needs_root(
 ) -> None:
     monkeypatch.setattr("os.geteuid", lambda: 1000)
     argv = [str(clos), "--link-gbps", "400,100", "--backend", "netns", "--out", str(tmp_path / "o")]
-    _bad(argv, "runs on the netns backend, which needs root", capsys, fake_runner)
+    _bad(argv, "runs on the netns backend: the emulated fabric needs root", capsys, fake_runner)
 
 
 def test_bad_reuse(

@@ -23,7 +23,8 @@ from collectors.summary import Fidelity, RunMeta
 from collectors.tables import RunTables
 from emulator.cli import main
 from emulator.events import FlowFinished, FlowStarted
-from emulator.study import ROLES, StudyThresholds, analyse, run_study, run_with_pipeline
+from emulator.studies.interference.study import ROLES, analyse, run_study, run_with_pipeline
+from emulator.studies.stats.verdict import StudyThresholds
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO_TEXT = (ROOT / "scenarios" / "moe_mix.yaml").read_text()  # 400 Gb/s host links
@@ -611,8 +612,8 @@ def test_fixed_differences_between_groups_are_not_iteration_to_iteration_variabi
 
 def test_runs_table_shows_a_missing_tdf_as_a_dash_and_a_factor_without_noise() -> None:
     """A run without a TDF (a DUT at target time, an old folder) reads "-", not "None"."""
-    from emulator.study_checks import StudyRun
-    from emulator.study_report import runs_table
+    from emulator.studies.interference.checks import StudyRun
+    from emulator.studies.interference.text import runs_table
 
     runs = [
         StudyRun("mixed", Path("a"), {"tdf": None, "fidelity": {"verdict": "ok"}}, None),

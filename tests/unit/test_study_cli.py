@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from emulator import study
 from emulator.cli import main
+from emulator.studies.interference import study
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """A ratio over a CV at its floor (issue 33): the jobs study printed an All-Reduce busbw CV ratio
 of 471.6 [0.141, 18970234955.944] with the CV alone 0.000. Where the alone interval reaches down
-to what the runs' time stamps can resolve (emulator.study_stats.timing_resolution_s and
-busbw_cv_floor), both studies give the difference mixed - alone with its interval and say the
+to what the runs' time stamps can resolve (emulator.studies.stats.units.timing_resolution_s
+and busbw_cv_floor), both studies give the difference mixed - alone with its interval and say the
 ratio is undefined, in their checks, their text, their json and their page."""
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from emulator import jobs_study
-from emulator.study import analyse
-from emulator.study_checks import check_allreduce_cv
-from emulator.study_report import checks_table
-from emulator.study_stats import (
-    RATIO_UNDEFINED,
-    StudyThresholds,
-    busbw_cv_floor,
-    timing_resolution_s,
-)
+from emulator.studies.interference.checks import check_allreduce_cv
+from emulator.studies.interference.study import analyse
+from emulator.studies.interference.text import checks_table
+from emulator.studies.jobs import study as jobs_study
+from emulator.studies.stats.formatting import RATIO_UNDEFINED
+from emulator.studies.stats.units import busbw_cv_floor, timing_resolution_s
+from emulator.studies.stats.verdict import StudyThresholds
 from tests.unit.test_study import STEADY_A2A, TAILED_A2A, write_repeats
 from tests.unit.test_study_stats import ar_runs, with_cv
 from tests.unit.test_study_verdict_rule import JOB, write_job_run
@@ -120,7 +117,12 @@ def test_the_floor_is_the_timing_resolution_of_the_stamps() -> None:
     # the simulator: an ulp of the simulated time per event, summed over the run's events. Two
     # instances of a simulated two_tenant All-Reduce alone that took the same time were stamped
     # 2.5e-14 s apart (durations from the run's collectives.parquet): within it
-    sim = {"backend": "sim", "tdf": 1.0, "engine": {"events": 2439866, "simulated_s": 0.0105}}
+    sim = {
+        "backend": "sim",
+        "time": "simulated",
+        "tdf": 1.0,
+        "engine": {"events": 2439866, "simulated_s": 0.0105},
+    }
     durations = [0.0024061547600013463, 0.0024061547599764747]
     resolution = timing_resolution_s(sim)
     assert abs(durations[0] - durations[1]) < resolution < 1e-11

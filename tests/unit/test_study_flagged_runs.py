@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from emulator import jobs_study
-from emulator import sensitivity as sens
 from emulator.cli import main
-from emulator.seeds import analyse_seeds, load_seed_run
-from emulator.study import ROLES, analyse
-from emulator.study_stats import INCLUDED_FLAGGED, NO_FIDELITY, run_flags
+from emulator.studies.interference.study import ROLES, analyse
+from emulator.studies.jobs import study as jobs_study
+from emulator.studies.seeds.series import analyse_seeds, load_seed_run
+from emulator.studies.sensitivity import study as sens
+from emulator.studies.stats.flags import INCLUDED_FLAGGED, NO_FIDELITY, run_flags
 from tests.unit.test_html_report_sensitivity import rate_runs
 from tests.unit.test_study import NOISY_AR, STEADY_A2A, STEADY_AR, TAILED_A2A, write_repeats
 from tests.unit.test_study_verdict_rule import ALONE, JOB, TOGETHER, write_job_run

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from collectors.study_plots import cdf_band, mean_band, t95
+from emulator.studies.interference.plots import cdf_band, mean_band, t95
 
 
 def test_t_quantiles_are_the_tabulated_ones_and_never_narrower() -> None:

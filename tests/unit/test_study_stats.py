@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from collectors.stats import percentile_nearest_rank
-from emulator.study_checks import (
+from emulator.studies.interference.checks import (
     ALL_REDUCE,
     ALL_TO_ALL,
     StudyRun,
@@ -24,18 +24,17 @@ from emulator.study_checks import (
     check_alltoall_p99,
     check_alltoall_tail,
 )
-from emulator.study_stats import (
+from emulator.studies.stats.bootstrap import (
     BootstrapSpec,
     CellSample,
-    CollectiveUnits,
     PooledSample,
-    StudyThresholds,
-    compare,
     cv,
-    estimate_alone,
     percentile_interval,
     percentile_ratio,
 )
+from emulator.studies.stats.estimates import compare, estimate_alone
+from emulator.studies.stats.units import CollectiveUnits
+from emulator.studies.stats.verdict import StudyThresholds
 
 THRESHOLDS = StudyThresholds()
 SPEC = BootstrapSpec()
@@ -343,7 +342,7 @@ def test_a_large_tail_bootstrap_stays_in_memory_bounds() -> None:
 
 @pytest.mark.parametrize("q", [1.0, 50.0, 99.0, 99.9])
 def test_percentile_statistic_is_the_nearest_rank_percentile_of_each_row(q: float) -> None:
-    from emulator.study_stats import percentile
+    from emulator.studies.stats.bootstrap import percentile
 
     rows = np.random.default_rng(7).random((5, 1001))
     got = percentile(q)(rows)

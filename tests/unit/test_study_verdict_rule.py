@@ -1,5 +1,5 @@
 """One verdict rule for every study (issue 33): the jobs study judges what the other jobs do to a
-job with the interference study's rule (emulator.study_stats.judge), so one repeat a side is "not
+job with the interference study's rule (emulator.studies.stats.verdict.judge), so one repeat a side is "not
 measurable" however far beyond 1 the interval of its ratio lies (one run's interval leaves out
 run-to-run variation), and the same comparison with enough repeats is "shown"."""
 
@@ -14,9 +14,9 @@ from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
 from collectors.results import ResultsWriter
 from collectors.summary import Fidelity, RunMeta
 from collectors.tables import RunTables
-from emulator import jobs_study
 from emulator.events import FlowFinished, FlowStarted
-from emulator.study_stats import DEFAULT_THRESHOLDS
+from emulator.studies.jobs import study as jobs_study
+from emulator.studies.stats.verdict import DEFAULT_THRESHOLDS
 
 AR_BYTES = 4_000_000
 AR_IDEAL_S = AR_BYTES / (400e9 / 8)  # a 2-rank ring moves S per rank: busbw = S / t

@@ -1,4 +1,4 @@
-"""Auto TDF's verification on the scenario's own workload (emulator.run.probe), with a fake
+"""Auto TDF's verification on the scenario's own workload (emulator.timescale.probe), with a fake
 prober standing for the real 10 s replays: a machine whose worst tick is late by a fixed wall
 time, so a factor holds when that lateness divided by it fits DCQCN's 4 us reaction timer."""
 
@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
-from emulator.run.calibrate import CACHE_ENV
 from emulator.run.options import RunOptions
-from emulator.run.probe import load_verified, scenario_key, verify
-from emulator.run.tdf import TdfChoice
 from emulator.scenario import load_scenario
+from emulator.timescale.curve import CACHE_ENV
+from emulator.timescale.probe import load_verified, scenario_key, verify
+from emulator.timescale.tdf import TdfChoice
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def machine(late_p99_s: float, calls: list[float]) -> Any:
-    def prober(_scenario: Any, _options: Any, _planned: Any, tdf: float) -> dict[str, Any]:
+    def prober(tdf: float) -> dict[str, Any]:
         calls.append(tdf)
         worker = {"ticks": 1000, "p99_s": late_p99_s, "max_s": late_p99_s}
         paced = {"sent_bytes": 1e9, "lost_bytes": 0.0}
@@ -30,6 +30,24 @@ def machine(late_p99_s: float, calls: list[float]) -> Any:
         }
 
     return prober
+
+
+def _verify(scenario: Any, options: RunOptions, first: TdfChoice, prober: Any) -> TdfChoice:
+    """verify as the engine-backed backends call it: this machine's data path, and over a
+    cluster the placement in the cache key (emulator/backends/cluster/backend.py)."""
+    from emulator.engine.native_path import expected_path
+    from emulator.timescale.probe import placement_key
+
+    suffix = f"|cluster {placement_key(scenario)}" if options.backend == "cluster" else ""
+    return verify(
+        scenario,
+        first,
+        prober,
+        say=options.say,
+        data_path=expected_path(scenario.engine.native),
+        recalibrate=options.recalibrate,
+        key_suffix=suffix,
+    )
 
 
 @pytest.fixture
@@ -44,12 +62,12 @@ def test_a_first_factor_that_holds_is_kept_and_cached(cache: Path) -> None:
     first = TdfChoice(1600.0, "auto", 6.4e12, bound_by="load")
     options = RunOptions(progress=False, say=lambda _m: None)
     # 4 ms late: 2.5 us at TDF 1600, within 4 us
-    got = verify(scenario, options, None, first, machine(4e-3, calls))
+    got = _verify(scenario, options, first, machine(4e-3, calls))
     # it held twice in a row (HOLDS_NEEDED)
     assert got.tdf == 1600 and calls == [1600.0, 1600.0] and "held" in (got.bound_by or "")
     assert (cache / "verified_tdf.json").stat().st_mode & 0o077 == 0
     again: list[float] = []
-    cached = verify(scenario, options, None, first, machine(1.0, again))
+    cached = _verify(scenario, options, first, machine(1.0, again))
     assert cached.tdf == 1600 and again == [] and "(cached)" in (cached.bound_by or "")
 
 
@@ -62,7 +80,7 @@ def test_late_ticks_raise_the_factor_then_bisection_finds_the_lowest(cache: Path
     options = RunOptions(progress=False, say=said.append)
     # 14 ms late: needs TDF >= 3500. 1600 fails, grows x4 (need 2.2 x 1.2, capped
     # between 1.3 and 4) to 4200, which holds twice; bisection tries 2600 (late) then 3400 (late)
-    got = verify(scenario, options, None, first, machine(14e-3, calls))
+    got = _verify(scenario, options, first, machine(14e-3, calls))
     assert calls[:3] == [1600, 4200, 4200]
     assert all(t < 3500 for t in calls[3:]) and len(calls) <= 5
     assert got.tdf == 4200 and got.tdf * 4e-6 >= 14e-3
@@ -75,14 +93,14 @@ def test_a_factor_holds_only_when_its_replays_hold_in_a_row(cache: Path) -> None
     """The second replay at 1600 fails: 1600 does not hold, and the factor grows from what that
     replay said; a lucky first pass near the edge is not enough."""
     del cache
-    from emulator.run.probe import HOLDS_NEEDED
+    from emulator.timescale.probe import HOLDS_NEEDED
 
     assert HOLDS_NEEDED == 2
     calls: list[float] = []
     said: list[str] = []
     on_time = {"ticks": 1000, "p99_s": 1e-3, "max_s": 1e-3}
 
-    def prober(_scenario: Any, _options: Any, _planned: Any, tdf: float) -> dict[str, Any]:
+    def prober(tdf: float) -> dict[str, Any]:
         calls.append(tdf)
         unlucky = tdf < 2000 and calls.count(tdf) == 2
         paced = {"sent_bytes": 1e9, "lost_bytes": (0.04 if unlucky else 0.01) * 1e9}
@@ -94,7 +112,7 @@ def test_a_factor_holds_only_when_its_replays_hold_in_a_row(cache: Path) -> None
 
     scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
     first = TdfChoice(1600.0, "auto", 6.4e12, bound_by="load")
-    got = verify(scenario, RunOptions(progress=False, say=said.append), None, first, prober)
+    got = _verify(scenario, RunOptions(progress=False, say=said.append), first, prober)
     assert calls[:2] == [1600.0, 1600.0] and got.tdf >= 2000
     assert any("(10 s, 2 of 2)" in m for m in said)
     assert any(m.startswith("TDF 1600: engine worker 0") and "4.0%" in m for m in said)
@@ -106,8 +124,8 @@ def test_a_machine_that_never_keeps_up_runs_unverified_and_says_so(cache: Path) 
     calls: list[float] = []
     said: list[str] = []
     first = TdfChoice(100.0, "auto", 6.4e12, bound_by="load")
-    got = verify(
-        scenario, RunOptions(progress=False, say=said.append), None, first, machine(10.0, calls)
+    got = _verify(
+        scenario, RunOptions(progress=False, say=said.append), first, machine(10.0, calls)
     )
     assert len(calls) == 4 and got.bound_by == "unverified: probes kept failing"
     assert any(m.startswith("warning: no probe") for m in said)
@@ -122,7 +140,7 @@ def test_the_key_follows_what_the_probe_depends_on() -> None:
 
 def _keys(scenario: Any) -> list[str]:
     from emulator.engine.native_path import expected_path
-    from emulator.run.calibrate import machine_key
+    from emulator.timescale.curve import machine_key
 
     path = expected_path(scenario.engine.native)
     mtu = scenario.transport.path_mtu_bytes
@@ -132,14 +150,14 @@ def _keys(scenario: Any) -> list[str]:
 def test_a_probe_passes_only_within_half_the_runs_pacing_deficit_limit(cache: Path) -> None:
     """A 3% deficit is within the run's verdict (5%) but not a probe's (2.5%): the factor grows
     until the probe has the margin."""
-    from emulator.run.probe import PROBE_DEFICIT_LIMIT
-    from emulator.run.verdict import PACING_DEFICIT_LIMIT
+    from emulator.timescale.probe import PROBE_DEFICIT_LIMIT
+    from emulator.timescale.verdict import PACING_DEFICIT_LIMIT
 
     del cache
     assert PROBE_DEFICIT_LIMIT == PACING_DEFICIT_LIMIT / 2
     calls: list[float] = []
 
-    def prober(_scenario: Any, _options: Any, _planned: Any, tdf: float) -> dict[str, Any]:
+    def prober(tdf: float) -> dict[str, Any]:
         calls.append(tdf)
         on_time = {"ticks": 1000, "p99_s": 1e-3, "max_s": 1e-3}
         behind = {"sent_bytes": 1e9, "lost_bytes": (0.03 if tdf < 2000 else 0.01) * 1e9}
@@ -152,7 +170,7 @@ def test_a_probe_passes_only_within_half_the_runs_pacing_deficit_limit(cache: Pa
     scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
     said: list[str] = []
     first = TdfChoice(1600.0, "auto", 6.4e12, bound_by="load")
-    got = verify(scenario, RunOptions(progress=False, say=said.append), None, first, prober)
+    got = _verify(scenario, RunOptions(progress=False, say=said.append), first, prober)
     assert calls[0] == 1600.0 and got.tdf >= 2000
     assert any("3.0% more bytes" in s for s in said)
 
@@ -160,7 +178,7 @@ def test_a_probe_passes_only_within_half_the_runs_pacing_deficit_limit(cache: Pa
 def test_a_large_pacing_deficit_grows_the_factor_by_what_it_says() -> None:
     """Failing by 8% against a 2.5% limit grows the factor 3.2x (x the margin), not by the
     minimum step: four minimum steps from 3200 stopped at 7200, unverified, on moe_mix here."""
-    from emulator.run.probe import GROWTH_MARGIN, GROWTH_MAX, GROWTH_MIN, lateness_growth
+    from emulator.timescale.probe import GROWTH_MARGIN, GROWTH_MAX, GROWTH_MIN, lateness_growth
 
     scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
     on_time = {"ticks": 1000, "p99_s": 1e-3, "max_s": 1e-3}
@@ -183,7 +201,7 @@ def test_a_cluster_runs_verified_factor_is_its_own(cache: Path) -> None:
     scenario, and apart from another placement's: the servers set it, not the driver."""
     import dataclasses
 
-    from emulator.cluster.spec import ClusterSpec, ServerSpec
+    from emulator.scenario.cluster import ClusterSpec, ServerSpec
 
     del cache
     scenario = load_scenario(SCENARIOS / "moe_mix.yaml")
@@ -198,14 +216,14 @@ def test_a_cluster_runs_verified_factor_is_its_own(cache: Path) -> None:
     one = RunOptions(progress=False, say=lambda _m: None)
     over = RunOptions(progress=False, say=lambda _m: None, backend="cluster")
     calls: list[float] = []
-    assert verify(scenario, one, None, first, machine(4e-3, calls)).tdf == 1600
+    assert _verify(scenario, one, first, machine(4e-3, calls)).tdf == 1600
     # the same scenario over the cluster probes again, and keeps the per-server curves
-    got = verify(split, over, None, first, machine(20e-3, calls))
+    got = _verify(split, over, first, machine(20e-3, calls))
     assert got.tdf > 1600 and got.per_server == {} and got.how == "auto per server"
     n = len(calls)
-    assert verify(split, over, None, first, machine(1.0, calls)).tdf == got.tdf
+    assert _verify(split, over, first, machine(1.0, calls)).tdf == got.tdf
     assert len(calls) == n  # cached for this placement
-    verify(whole, over, None, first, machine(4e-3, calls))
+    _verify(whole, over, first, machine(4e-3, calls))
     assert len(calls) == n + 2  # another placement probes again
 
 
@@ -222,7 +240,7 @@ def test_the_verified_factor_is_kept_per_data_path(cache: Path) -> None:
     options = RunOptions(progress=False, say=lambda _m: None)
     first = TdfChoice(1600.0, "auto", 6.4e12, bound_by="load")
     calls: list[float] = []
-    verify(scenario, options, None, first, machine(4e-3, calls))
+    _verify(scenario, options, first, machine(4e-3, calls))
     n = len(calls)
-    verify(python, options, None, first, machine(4e-3, calls))
+    _verify(python, options, first, machine(4e-3, calls))
     assert len(calls) == 2 * n  # probed again: not the other path's cached factor

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from emulator.engine.plan import DEFAULT_PROFILE, QpProfile
 from emulator.errors import ScenarioError
-from emulator.run.workload import plan_workload, trace_prefix
+from emulator.planning.workload import plan_workload, trace_prefix
 from emulator.scenario import load_scenario
 from emulator.scenario.model import Scenario, WorkloadSpec
 from emulator.schedule.fabric import path_for_fabric
@@ -31,6 +30,7 @@ from emulator.traffic.schedule import (
 )
 from emulator.traffic.spec import TrafficPattern
 from emulator.transport.params import TransportParams
+from emulator.transport.qp_profile import DEFAULT_PROFILE, QpProfile
 from emulator.workloads.params import AllreduceParams
 from fabrics.spec import ClosSpec
 

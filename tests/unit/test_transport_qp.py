@@ -10,7 +10,7 @@ from emulator.transport.endpoint import RoceEndpoint
 from emulator.transport.events import (
     CnpSent,
     FlowCompleted,
-    FlowStarted,
+    MessagePosted,
     MessageReceived,
     PacketDropped,
     Retransmitted,
@@ -241,7 +241,7 @@ def test_poll_batch_groups_gso_sized_segments_and_paces_by_tick() -> None:
     second = qp.poll_batch(now=0.0, max_packets=2)
     assert [p.payload_bytes for p in second] == [1024, 1024]
     assert [p.payload_bytes for p in qp.poll_batch(now=0.0, max_packets=64)] == [952]
-    assert [e.message_id for e in qp.events if isinstance(e, FlowStarted)] == [1, 2]
+    assert [e.message_id for e in qp.events if isinstance(e, MessagePosted)] == [1, 2]
 
     slow = SendQueuePair(qpn=1, dest_qp=2, params=params, line_rate_bps=1e9, max_burst_s=1e-3)
     slow.post_send(now=0.0, message_id=1, size_bytes=1000 * 1024)

@@ -1,4 +1,4 @@
-"""The fidelity verdict's reading of the AF_XDP ports' counters (emulator/run/verdict.py
+"""The fidelity verdict's reading of the AF_XDP ports' counters (emulator/timescale/verdict.py
 af_xdp_reasons): transmit descriptors the kernel rejected (tx_invalid_descs, XDP_STATISTICS) and
 received frames dropped as not valid RoCEv2 (rx_malformed, checksums and ICRC included) each
 become a reason naming the port and the count; zero says nothing.
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from emulator.backends.dut.backend import af_xdp_reasons
 from emulator.native import load
-from emulator.run.verdict import af_xdp_reasons
 
 MODULE, WHY_NOT = load("xsk")
 

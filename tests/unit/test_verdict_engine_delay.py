@@ -1,11 +1,15 @@
-"""The engine's own delay in the flows, judged per collective type (emulator.run.verdict): the
+"""The engine's own delay in the flows, judged per collective type (emulator.timescale.verdict): the
 bytes-weighted share of FCT it makes and how far it moves the p99 FCT, against 5%."""
 
 from __future__ import annotations
 
 import pytest
 
-from emulator.run.verdict import ENGINE_DELAY_SHARE_LIMIT, engine_delay_reason, engine_delay_shares
+from emulator.timescale.verdict import (
+    ENGINE_DELAY_SHARE_LIMIT,
+    engine_delay_reason,
+    engine_delay_shares,
+)
 
 US = 1e-6
 

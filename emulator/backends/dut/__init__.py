@@ -1,0 +1,1 @@
+"""Toward a switch under test (backend `dut`): backend.py."""

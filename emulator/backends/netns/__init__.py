@@ -1,0 +1,1 @@
+"""The emulated Clos on this machine (backend `netns`): backend.py."""

@@ -1,0 +1,1 @@
+"""The packet-level simulation of the Clos (backend `sim`): backend.py."""

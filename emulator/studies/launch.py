@@ -1,0 +1,34 @@
+"""What every study settles before its runs start: the backend they take (refused early when it
+cannot run here) and the study's default folder.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+
+def default_out_dir(now: datetime | None = None, study: str = "interference") -> Path:
+    """results/<study>-<UTC timestamp>."""
+    from collectors.results import default_results_dir
+
+    return default_results_dir(Path("results"), study, now or datetime.now(UTC))
+
+
+def check_backend(
+    scenario: Any, where: Path, backend_override: str | None, tdf: float | None
+) -> str:
+    """The backend a study's runs of `scenario` take, refused by the backend itself before
+    anything runs (--tdf given to a simulation, the emulated fabric without root), in one line
+    naming the scenario file."""
+    from emulator.backends import BackendOptions, backend_for
+    from emulator.errors import EmulatorError
+    from emulator.progress import say
+
+    backend = backend_for(scenario, backend_override)
+    try:
+        backend.check(scenario, BackendOptions(say=say, tdf=tdf))
+    except EmulatorError as exc:
+        raise type(exc)(f"{where}: runs on the {backend.name} backend: {exc}") from None
+    return backend.name
