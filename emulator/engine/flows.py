@@ -12,6 +12,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
+from emulator.engine.active import ActiveQueuePairs
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow
 from emulator.engine.ranks import RankSockets, SendConn
@@ -45,7 +46,7 @@ class FlowStarts:
         out: list[tuple[Any, ...]],
         ticks: TickState,
         send_conns: dict[int, SendConn],
-        active: dict[int, SendConn],
+        active: ActiveQueuePairs,
     ) -> None:
         self.addresses = addresses  # every rank's address (destinations)
         self.profiles = profiles

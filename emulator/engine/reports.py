@@ -39,6 +39,7 @@ class EventReports:
         recv_conns: dict[int, RecvConn],
         lag_s: Callable[[], float],
         deps_done: Callable[[Sequence[int], float], None],
+        send_done: Callable[[int], None],
         *,
         relay: Iterable[int],
         rate_sample_s: float,
@@ -51,6 +52,7 @@ class EventReports:
         self.recv_conns = recv_conns
         self._lag_s = lag_s
         self._deps_done = deps_done
+        self._send_done = send_done  # a send queue pair's message completed (it may be idle)
         self.relay = set(relay)  # flow ids other workers wait for (the coordinator adds more)
         self.rate_sample_s = rate_sample_s
         self.flush_now = False  # a relay completed: the worker flushes its reports at once
@@ -90,6 +92,7 @@ class EventReports:
             self._deps_done([fid for fid, _ in self._completed], max(t for _, t in self._completed))
 
     def _on_flow_completed(self, ev: FlowCompleted) -> None:
+        self._send_done(ev.qpn)
         conn = self.send_conns[ev.qpn]
         qp = conn.qp
         snap = (

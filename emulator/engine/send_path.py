@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
+from emulator.engine.active import ActiveQueuePairs, NicQueuePairs
 from emulator.engine.counters import CountClass
 from emulator.engine.native_path import NATIVE_BUFFERS_PER_POLL, DataPath
 from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
@@ -65,7 +66,7 @@ class SendPath:
         data_path: DataPath,
         send_buffer: BurstBuffer,
         reply_buffer: bytearray,
-        active: dict[int, SendConn],
+        active: ActiveQueuePairs,
         recv_conns: dict[int, RecvConn],
         *,
         tos_ack: int,
@@ -105,29 +106,22 @@ class SendPath:
         # fires late without losing rate, never a catch-up burst after idling or a stall.
         floor = now - self._burst_s - late_s
         max_segments = self.params.gso_max_segments if self.offloads.gso else 64
-        per_nic: dict[int, list[tuple[int, SendConn]]] = {}
-        for qpn, conn in self.active.items():
-            per_nic.setdefault(id(conn.rank.nic), []).append((qpn, conn))
-        for conns in per_nic.values():
-            self._serve_nic(conns, now, floor, max_segments)
-        for conns in per_nic.values():
-            for qpn, conn in conns:
-                if conn.qp.idle:
-                    del self.active[qpn]
+        for group in self.active.nics():
+            self._serve_nic(group, now, floor, max_segments)
+        self.active.sweep_idle()
 
-    def _serve_nic(
-        self, conns: list[tuple[int, SendConn]], now: float, floor: float, max_segments: int
-    ) -> None:
+    def _serve_nic(self, group: NicQueuePairs, now: float, floor: float, max_segments: int) -> None:
         """A NIC's transmit arbiter: its queue pairs in turn, one GSO burst each per round,
         until none has a packet due or the NIC's line-rate budget is spent (each queue pair
         paces itself at its own rate; together they must not exceed the NIC's)."""
-        nic = conns[0][1].rank.nic
+        nic = group.nic
+        qpns, by_qpn = group.qpns, group.conns
         # Round robin that resumes where the last tick stopped, in QP-number order: a turn
         # counted by ticks modulo the number of active queue pairs favoured some of them
         # whenever others came and went (1:5 between equal ones in a unit test).
-        conns = sorted(conns, key=lambda qc: qc[0])
-        start = bisect.bisect_right([qpn for qpn, _ in conns], nic.last_served_qpn)
-        order = conns[start:] + conns[:start]
+        start = bisect.bisect_right(qpns, nic.last_served_qpn)
+        order = [(qpn, by_qpn[qpn]) for qpn in (*qpns[start:], *qpns[:start])]
+        conns = order
         packet_wire = self._max_packet_wire_bytes
         lost = nic.lost_wire_bytes
         nic.start_tick(floor)

@@ -53,6 +53,7 @@ from collections import Counter
 from multiprocessing.connection import Connection
 from typing import Any
 
+from emulator.engine.active import ActiveQueuePairs
 from emulator.engine.af_xdp_setup import AfXdpUnavailable
 from emulator.engine.counters import Counters
 from emulator.engine.flows import FlowStarts
@@ -99,7 +100,7 @@ class Worker:
         # something posted, which the send path serves until they go idle
         self.send_conns: dict[int, SendConn] = {}
         self.recv_conns: dict[int, RecvConn] = {}
-        self.active: dict[int, SendConn] = {}
+        self.active = ActiveQueuePairs()
         # the receive buffer, the one bursts are laid out in (room for the native path's sends
         # of several GSO buffers at once: send_path.py) and the one ACKs are laid out in
         buf = bytearray(RECV_BUFFER_BYTES)
@@ -220,6 +221,7 @@ class Worker:
             self.recv_conns,
             self.ticks.lag_s,
             self.flows.deps_done,
+            self.active.completed,
             relay=spec.relay,
             rate_sample_s=p.rate_sample_s,
         )

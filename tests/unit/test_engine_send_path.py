@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from emulator.engine.active import ActiveQueuePairs
 from emulator.engine.native_path import DataPath
 from emulator.engine.nicpacer import NicPacer
 from emulator.engine.send_errors import SendFailures
@@ -53,7 +54,7 @@ def _sender(burst_s: float = 1e-4) -> SendPath:
         DataPath(None, None, None, "engine.native: off"),
         BurstBuffer(65536),
         bytearray(65535),
-        {},
+        ActiveQueuePairs(),
         {},
         tos_ack=0,
         tos_cnp=0,
@@ -115,6 +116,7 @@ def test_a_nic_whose_queue_pairs_have_nothing_due_is_not_behind() -> None:
     assert qp.packets_sent == 1 and nic.budget_bytes(0.0, -1e-7) < 0  # the NIC owes time
     assert not nic.backlogged  # ... but nothing is waiting for it
     qp.on_ack(now=5e-6, packet=AckPacket(dest_qp=2, psn=0))
+    sender.active.completed(1)  # as the worker's reports say of a completed message
     sender.pump(5e-6)
     assert 1 not in sender.active  # done: idle
     qp.post_send(now=1e-3, message_id=2, size_bytes=1024)
@@ -198,7 +200,13 @@ def test_the_arbiter_takes_turns_across_ticks_while_other_queue_pairs_come_and_g
         qp.post_send(now=0.0, message_id=qp.qpn, size_bytes=1 << 24)
     now = 0.0
     for tick in range(3000):
-        sender.active = {q: c for q, c in conns.items() if q != 7 or tick % 3 == 0}
+        # queue pair 7 comes and goes: active one tick in three
+        if tick % 3 == 0:
+            sender.active[7] = conns[7]
+        elif 7 in sender.active:
+            del sender.active[7]
+        for q in (1, 3, 5):
+            sender.active[q] = conns[q]
         sender.pump(now)
         now += packet_s
     sent = [qp.packets_sent for qp in qps[:3]]
