@@ -36,18 +36,23 @@ class ActiveQueuePairs:
         self._all: dict[int, SendConn] = {}
         self._by_nic: dict[int, NicQueuePairs] = {}
         self._maybe_idle: set[int] = set()
+        # NICs a message was posted to since the last serve of them all (see touched_nics)
+        self._touched: dict[int, NicQueuePairs] = {}
 
     # -- the mapping the flows and the tick use -----------------------------------------------
     def __setitem__(self, qpn: int, conn: SendConn) -> None:
+        """A message was posted to the queue pair: it is active and its NIC has work."""
+        nic = conn.rank.nic
         if qpn in self._all:
+            self._touched[id(nic)] = self._by_nic[id(nic)]
             return
         self._all[qpn] = conn
-        nic = conn.rank.nic
         group = self._by_nic.get(id(nic))
         if group is None:
             group = self._by_nic[id(nic)] = NicQueuePairs(nic)
         bisect.insort(group.qpns, qpn)
         group.conns[qpn] = conn
+        self._touched[id(nic)] = group
 
     def __delitem__(self, qpn: int) -> None:
         conn = self._all.pop(qpn)
@@ -77,6 +82,22 @@ class ActiveQueuePairs:
     def nics(self) -> list[NicQueuePairs]:
         """The NICs with an active queue pair, in the order their first one came."""
         return [group for group in self._by_nic.values() if group.qpns]
+
+    def nics_after_read(self, nic: NicPacer) -> list[NicQueuePairs]:
+        """What a read on one rank's socket may have given work to: its own NIC (the ACKs and
+        CNPs it read are for its queue pairs) and every NIC a message was posted to since
+        (a completion the read made released a dependent flow). The others have nothing new;
+        the tick serves them."""
+        groups = [group for group in self._touched.values() if group.qpns]
+        own = self._by_nic.get(id(nic))
+        if own is not None and own.qpns and id(nic) not in self._touched:
+            groups.append(own)
+        self._touched.clear()
+        return groups
+
+    def served_all(self) -> None:
+        """Every NIC was just served: none is left with a post it has not seen."""
+        self._touched.clear()
 
     def completed(self, qpn: int) -> None:
         """A message of this queue pair completed: it may have nothing left."""

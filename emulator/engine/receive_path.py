@@ -72,7 +72,7 @@ class ReceivePath:
         observe: Observe,
         send_replies: Callable[[list[Packet]], None],
         sport_socket: Callable[[Rank, int], socket.socket],
-        after_reads: Callable[[float], None],
+        after_reads: Callable[[float, Rank | None], None],
     ) -> None:
         self.transport = transport
         self.clock = clock
@@ -107,7 +107,7 @@ class ReceivePath:
             tos, gso_size, rx_ns = read_ancillary(anc)
             self.one_read(rank, now, buf, nbytes, gso_size, tos, rx_ns, source)
         if got:
-            self._after_reads(now)
+            self._after_reads(now, rank)
 
     def one_read(
         self,
@@ -198,7 +198,7 @@ class ReceivePath:
         if acks_psns:
             senders[acks_qp].on_acks(now=now, psns=acks_psns)
         if got:
-            self._after_reads(now)
+            self._after_reads(now, rank)
 
     def _data_run(
         self,

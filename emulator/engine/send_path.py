@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from emulator.engine.active import ActiveQueuePairs, NicQueuePairs
 from emulator.engine.counters import CountClass
 from emulator.engine.native_path import NATIVE_BUFFERS_PER_POLL, DataPath
+from emulator.engine.nicpacer import NicPacer
 from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
 from emulator.engine.params import EngineParams
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
@@ -41,6 +42,9 @@ from emulator.transport.packets import (
 )
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
 from emulator.transport.wire import encode, layout_gso
+
+# what a full packet carries besides its payload: BTH, ICRC, IPv4/UDP and Ethernet framing
+_HEADROOM_BYTES = BTH_BYTES + ICRC_BYTES + IPV4_FRAME_OVERHEAD_BYTES
 
 
 def _due_by(qp: SendQueuePair, now: float) -> bool:
@@ -90,6 +94,9 @@ class SendPath:
         self.tos_cnp = tos_cnp
         self._burst_s = params.burst_ticks * params.tick_s / params.tdf
         self._max_packet_wire_bytes = max_packet_wire_bytes
+        # the quantum in packets of the path MTU's payload
+        payload = max(1, max_packet_wire_bytes - _HEADROOM_BYTES)
+        self._quantum_packets = max(1, params.nic_quantum_bytes // payload)
         self._gso_cmsgs: dict[tuple[int, int], list[tuple[int, int, bytes]]] = {}
         # the native burst path (emulator/engine/native_path.py; None: the Python path) and its
         # per-flow state
@@ -100,13 +107,20 @@ class SendPath:
         self.native_replies = data_path.replies  # ACKs laid out and sent in C (native path)
         self._native_ack_flows: dict[RecvConn, NativeAckFlow] = {}
 
-    def pump(self, now: float, late_s: float = 0.0) -> None:
-        """Send what every active queue pair's pacer released by `now`, within its NIC's rate."""
+    def pump(self, now: float, late_s: float = 0.0, read_nic: NicPacer | None = None) -> None:
+        """Send what every active queue pair's pacer released by `now`, within its NIC's rate;
+        after a read on one rank's socket (`read_nic`: its NIC) only the NICs that read can
+        have given work to (ActiveQueuePairs.nics_after_read)."""
         # A token bucket of depth burst_s (+ how late this tick is): enough for a tick that
         # fires late without losing rate, never a catch-up burst after idling or a stall.
         floor = now - self._burst_s - late_s
         max_segments = self.params.gso_max_segments if self.offloads.gso else 64
-        for group in self.active.nics():
+        if read_nic is None:
+            groups = self.active.nics()
+            self.active.served_all()
+        else:
+            groups = self.active.nics_after_read(read_nic)
+        for group in groups:
             self._serve_nic(group, now, floor, max_segments)
         self.active.sweep_idle()
 
@@ -123,6 +137,7 @@ class SendPath:
         order = [(qpn, by_qpn[qpn]) for qpn in (*qpns[start:], *qpns[:start])]
         conns = order
         packet_wire = self._max_packet_wire_bytes
+        quantum = self._quantum_packets
         lost = nic.lost_wire_bytes
         nic.start_tick(floor)
         if nic.lost_wire_bytes > lost:
@@ -142,7 +157,9 @@ class SendPath:
             # Each queue pair's share of this round's budget (at least a packet), as a NIC's
             # arbiter serves its queues packet by packet: whole-budget bursts to whoever is
             # first in turn would make equal flows finish far apart.
-            share = max(1, (1 + budget // packet_wire) // len(order))
+            # A turn is at least the arbiter's quantum (params.nic_quantum_bytes): the NIC
+            # may then owe up to a quantum, which its next ticks' budget pays back.
+            share = max(quantum, (1 + budget // packet_wire) // len(order))
             # One queue pair left in the round takes its next GSO buffers in a row anyway: on
             # the native path it takes several in one poll, sent in one call (the same
             # packets; the Python layer's cost per buffer divided by their number).
@@ -151,7 +168,9 @@ class SendPath:
                 burst = conn.qp.poll_burst(
                     now=now,
                     floor_s=floor,
-                    max_packets=min(max_segments * buffers, share, 1 + budget // packet_wire),
+                    max_packets=min(
+                        max_segments * buffers, share, max(quantum, 1 + budget // packet_wire)
+                    ),
                     max_bytes=GSO_MAX_BUFFER_BYTES,
                     count_lost=count_lost,
                     buffers=buffers,

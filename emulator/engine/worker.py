@@ -58,7 +58,7 @@ from emulator.engine.af_xdp_setup import AfXdpUnavailable
 from emulator.engine.counters import Counters
 from emulator.engine.flows import FlowStarts
 from emulator.engine.native_path import NATIVE_BUFFERS_PER_POLL, choose_data_path
-from emulator.engine.ranks import RECV_BUFFER_BYTES, RankSockets, RecvConn, SendConn
+from emulator.engine.ranks import RECV_BUFFER_BYTES, Rank, RankSockets, RecvConn, SendConn
 from emulator.engine.receive_path import ReceivePath
 from emulator.engine.reports import EventReports
 from emulator.engine.send_errors import SendFailures
@@ -123,6 +123,7 @@ class Worker:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.finished: asyncio.Future[None] | None = None
         self._tick_handle: asyncio.Handle | None = None
+        self._in_tick = False
         self._next_flush_wall = 0.0
         self.sockets = RankSockets(
             spec.ranks,
@@ -245,6 +246,14 @@ class Worker:
         assert self.loop is not None
         if self.finished is None or self.finished.done():
             return
+        self._in_tick = True
+        try:
+            self._tick_body()
+        finally:
+            self._in_tick = False
+
+    def _tick_body(self) -> None:
+        assert self.loop is not None
         ticks = self.ticks
         now = self.clock.now()
         start_wall = time.perf_counter()
@@ -280,14 +289,30 @@ class Worker:
             self._tick_handle.cancel()
             self._tick_handle = self.loop.call_soon(self._tick)
 
-    def _after_reads(self, now: float) -> None:
-        """What the reads produced: events handled, packets the ACKs released sent, a relay's
-        completion flushed."""
+    def _after_reads(self, now: float, rank: Rank | None = None) -> None:
+        """What the reads produced: events handled, packets the ACKs released sent (after a
+        read on one rank's socket, on the NICs it can have given work to), a relay's completion
+        flushed; then the tick, if it is due.
+
+        The loop calls every readable socket's reader before it looks at its timers: with a
+        worker's eight ranks readable at once, each read a few ms under load, the tick came 16-20
+        ms late at p99 on the main job at TDF 4500 (its DCQCN timers and pacing with it) while
+        no single callback took over 20 ms. Run between reads, it is late by one read at most."""
         self._handle_events()
         if self.active:
-            self._pump(self.clock.now())
+            self._pump(self.clock.now(), 0.0, None if rank is None else rank.nic)
         if self.reports.flush_now:
             self._flush(now)
+        ticks = self.ticks
+        if (
+            rank is not None
+            and ticks.started
+            and not self._in_tick
+            and time.perf_counter() >= ticks.next_tick_wall
+            and self._tick_handle is not None
+        ):
+            self._tick_handle.cancel()
+            self._tick()
 
     def _flush(self, now: float) -> None:
         self.reports.flush_now = False

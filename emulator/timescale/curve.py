@@ -27,20 +27,28 @@ from typing import Any
 
 CACHE_ENV = "CHAKRA_EMULATOR_CACHE_DIR"
 CACHE_FILE = "calibration.json"
-CALIBRATION_VERSION = 3  # 3: keyed by the data path (native or Python)
+CALIBRATION_VERSION = 4  # 3: keyed by the data path (native or Python); 4: the NIC quantum
 DELIVERED_OK_RATIO = 0.95  # a point that delivers less fell behind its pacing
 
 
 @dataclass(frozen=True)
 class LoadPoint:
     """One measured load: offered and delivered aggregate payload bits per wall second, the
-    workers' worst tick lateness (p99 and max over workers, wall seconds) and CPU share."""
+    workers' worst tick lateness (p99 and max over workers, wall seconds), the busiest one's CPU
+    share and their CPU shares summed (cores busy)."""
 
     offered_bps: float
     delivered_bps: float
     tick_late_p99_s: float
     tick_late_max_s: float
     worker_busy_max: float
+    workers_busy_total: float = 0.0
+
+    @property
+    def cores_per_gbps(self) -> float:
+        """Worker cores busy per delivered Gb/s (0 when nothing was delivered)."""
+        gbps = self.delivered_bps / 1e9
+        return self.workers_busy_total / gbps if gbps > 0 else 0.0
 
     @property
     def delivered_ratio(self) -> float:
@@ -78,6 +86,7 @@ class Shape:
     parallel_links: int = 1
     qps_per_peer: int = 2
     world: int = 0  # ranks that send (the first hosts); 0: every host
+    nic_quantum_bytes: int = 32768  # the run's engine.nic_quantum_bytes (the NIC arbiter's turn)
 
     @property
     def ranks(self) -> int:
@@ -87,7 +96,8 @@ class Shape:
     def key(self) -> str:
         return (
             f"{self.ranks} ranks on {self.leaves}x{self.hosts_per_leaf} hosts, {self.spines} "
-            f"spines x {self.parallel_links}, {self.qps_per_peer} QPs per peer"
+            f"spines x {self.parallel_links}, {self.qps_per_peer} QPs per peer, NIC quantum "
+            f"{self.nic_quantum_bytes} B"
         )
 
 

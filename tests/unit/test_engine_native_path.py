@@ -111,7 +111,12 @@ class _NativeSender(SendPath):
     def __init__(self, flow: _Flow) -> None:
         counters: Counter[str] = Counter()
         params = SimpleNamespace(
-            gso_max_segments=64, one_way_latency=False, burst_ticks=1.0, tick_s=1e-4, tdf=1.0
+            gso_max_segments=64,
+            one_way_latency=False,
+            burst_ticks=1.0,
+            tick_s=1e-4,
+            tdf=1.0,
+            nic_quantum_bytes=0,
         )
         super().__init__(
             params,  # type: ignore[arg-type]

@@ -38,11 +38,17 @@ def _no_tally(tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
     del tos, packets, udp_bytes, sent
 
 
-def _sender(burst_s: float = 1e-4) -> SendPath:
-    """A Python-path SendPath over GSO sockets, its collaborators stand-ins (no AF_XDP)."""
+def _sender(burst_s: float = 1e-4, quantum_bytes: int = 0) -> SendPath:
+    """A Python-path SendPath over GSO sockets, its collaborators stand-ins (no AF_XDP); the
+    NIC arbiter packet by packet unless given a quantum."""
     counters: Counter[str] = Counter()
     params = SimpleNamespace(
-        gso_max_segments=64, one_way_latency=False, burst_ticks=1.0, tick_s=burst_s, tdf=1.0
+        gso_max_segments=64,
+        one_way_latency=False,
+        burst_ticks=1.0,
+        tick_s=burst_s,
+        tdf=1.0,
+        nic_quantum_bytes=quantum_bytes,
     )
     return SendPath(
         params,  # type: ignore[arg-type]
@@ -92,9 +98,9 @@ def test_a_refused_gso_send_is_counted_by_reason_not_as_a_send() -> None:
     assert sender.counters["send_no_buffers"] == 1
 
 
-def _arbiter(burst_s: float) -> SendPath:
+def _arbiter(burst_s: float, quantum_bytes: int = 0) -> SendPath:
     """The NIC arbiter of SendPath.pump over real queue pairs; sends cost nothing."""
-    sender = _sender(burst_s)
+    sender = _sender(burst_s, quantum_bytes)
     sender._send_burst = lambda conn, burst: burst.count * burst.segment_bytes  # type: ignore[method-assign]
     return sender
 
@@ -211,3 +217,47 @@ def test_the_arbiter_takes_turns_across_ticks_while_other_queue_pairs_come_and_g
         now += packet_s
     sent = [qp.packets_sent for qp in qps[:3]]
     assert min(sent) > 500 and max(sent) - min(sent) <= 2, sent  # it was 1:5 (250 vs 1250)
+
+
+def test_a_quantum_turn_leaves_as_one_send_and_the_nic_keeps_its_line_rate() -> None:
+    """Deficit round robin with a quantum of 4 packets (params.nic_quantum_bytes): three
+    backlogged queue pairs on a NIC served every packet's time take turns of 4 packets, each
+    turn one send (one GSO buffer: the point of the quantum), in turn; the NIC owes what a turn
+    borrows and pays it back, so over the run its wire bytes stay within line rate plus one
+    quantum."""
+    line_bps = 8e9
+    packet_wire = 1024 + 12 + 4 + IPV4_FRAME_OVERHEAD_BYTES
+    packet_s = packet_wire * 8 / line_bps
+    # each queue pair's own bucket holds 8 packets (as the engine's 4 ticks hold several at
+    # line rate): the quantum, not its pacing, bounds the turn
+    sender = _sender(burst_s=8 * packet_s, quantum_bytes=4 * 1024)
+    runs: list[tuple[int, int]] = []
+
+    def send(conn: Any, burst: Burst) -> int:
+        runs.append((conn.qp.qpn, burst.count))
+        return burst.count * burst.segment_bytes
+
+    sender._send_burst = send  # type: ignore[method-assign]
+    nic = NicPacer(line_bps)
+    params = TransportParams(congestion_control="none", path_mtu_bytes=1024, window_packets=1 << 20)
+    qps = [
+        SendQueuePair(qpn=q, dest_qp=q + 1, params=params, line_rate_bps=line_bps)
+        for q in (1, 3, 5)
+    ]
+    for qp in qps:
+        qp.post_send(now=0.0, message_id=qp.qpn, size_bytes=1 << 24)
+        sender.active[qp.qpn] = SimpleNamespace(
+            qp=qp, rank=SimpleNamespace(nic=nic, xdp=None), nic_lost_s=0.0
+        )
+    ticks = 1200
+    for tick in range(ticks):
+        sender.pump(tick * packet_s)
+    assert {count for _, count in runs} == {4}, runs[:10]
+    assert [qpn for qpn, _ in runs[:6]] == [1, 3, 5, 1, 3, 5]  # in turn
+    sent = [qp.packets_sent for qp in qps]
+    assert max(sent) - min(sent) <= 4, sent
+    # line rate: what the NIC had time for (its bucket's 8 packets at the start included),
+    # plus at most the quantum it may owe
+    elapsed_s = (ticks - 1) * packet_s
+    assert nic.sent_wire_bytes <= (elapsed_s + 8 * packet_s) * line_bps / 8 + 4 * packet_wire
+    assert sum(sent) >= ticks - 8  # ... and it kept up with it

@@ -319,7 +319,12 @@ class _Sender:
         )
         self.recv_conns: dict[int, RecvConn] = {}
         params = SimpleNamespace(
-            gso_max_segments=64, one_way_latency=False, burst_ticks=1.0, tick_s=1e-3, tdf=1.0
+            gso_max_segments=64,
+            one_way_latency=False,
+            burst_ticks=1.0,
+            tick_s=1e-3,
+            tdf=1.0,
+            nic_quantum_bytes=0,
         )
         self.send = SendPath(
             params,  # type: ignore[arg-type]

@@ -280,3 +280,13 @@ def test_a_calibration_is_cached_per_data_path(
     store(native)
     assert load_cached(mtu, data_path=NATIVE) is not None
     assert load_cached(mtu, data_path=PYTHON) is None
+
+
+def test_the_calibration_shape_measures_with_the_engines_default_nic_quantum() -> None:
+    """A scenario without engine.nic_quantum_bytes is calibrated with the arbiter it runs with
+    (the load curve with packet-by-packet turns carries a third of what it does with them)."""
+    from emulator.engine.params import EngineParams
+    from emulator.timescale.curve import Shape
+
+    assert Shape().nic_quantum_bytes == EngineParams().nic_quantum_bytes
+    assert "NIC quantum 0 B" in Shape(nic_quantum_bytes=0).key()

@@ -34,7 +34,7 @@ from fabrics.spec import ClosSpec
 LINK_GBPS = 1000.0  # far above what the machine carries: the links never limit the measurement
 # Offered aggregate loads, wall-clock bits per second; the curve stops at the first point that
 # delivers less than STOP_RATIO of its offer.
-LOADS_BPS = (0.25e9, 0.5e9, 1e9, 2e9, 3e9, 4e9, 6e9, 8e9, 12e9, 16e9)
+LOADS_BPS: tuple[float, ...] = (0.25e9, 0.5e9, 1e9, 2e9, 3e9, 4e9, 6e9, 8e9, 12e9, 16e9)
 STOP_RATIO = 0.8
 
 
@@ -42,6 +42,7 @@ def calibration_shape(scenario: Scenario, world: int) -> Shape:
     """The scenario's fabric and QPs, for a calibration shaped like its run."""
     fabric = scenario.fabric
     qps = scenario.collectives.qps_per_peer
+    quantum = scenario.engine.nic_quantum_bytes
     if isinstance(fabric, ClosSpec) and fabric.pods == 1:
         return Shape(
             fabric.hosts_per_leaf,
@@ -50,10 +51,11 @@ def calibration_shape(scenario: Scenario, world: int) -> Shape:
             fabric.parallel_links,
             qps,
             world,
+            quantum,
         )
     # several pods: the same number of ranks on one pod's two tiers
     leaves = max(2, math.ceil(world / 16))
-    return Shape(max(1, math.ceil(world / leaves)), leaves, 2, 1, qps, world)
+    return Shape(max(1, math.ceil(world / leaves)), leaves, 2, 1, qps, world, quantum)
 
 
 def calibrate(
@@ -117,7 +119,7 @@ def measure(
     pairs = [(src, dst) for src in range(n) for dst in range(n) if src != dst]
     points: list[LoadPoint] = []
     paths: list[dict[str, Any]] = []
-    engine = EngineParams(native=native)
+    engine = EngineParams(native=native, nic_quantum_bytes=shape.nic_quantum_bytes)
     started = time.perf_counter()
     with bring_up_fabric(spec, time_dilation=1.0, prefix="emucal-") as live:
         for offered in LOADS_BPS:
@@ -144,6 +146,7 @@ def measure(
                 tick_late_p99_s=max((w["p99_s"] for w in lateness), default=0.0),
                 tick_late_max_s=max((w["max_s"] for w in lateness), default=0.0),
                 worker_busy_max=max(outcome.metadata.get("worker_busy_ratio") or [0.0]),
+                workers_busy_total=sum(outcome.metadata.get("worker_busy_ratio") or [0.0]),
             )
             points.append(point)
             if point.delivered_ratio < STOP_RATIO:

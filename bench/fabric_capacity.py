@@ -1,0 +1,161 @@
+"""What the engine carries on pace inside the emulated fabric, against itself packet by packet and
+against its own figure over one veth pair, in the same run.
+
+Run as root from the repository root: `python -m bench.fabric_capacity [--scenario FILE]
+[--seconds S]`.
+
+Ours: the load curve `emulate run` calibrates with (emulator/backends/engine/load_curve.py): the
+scenario's Clos and ranks, every rank paced at its NIC's line rate over all its peers on the
+scenario's queue pairs per peer, at growing offered loads, with the engine's NIC arbiter taking
+turns of engine.nic_quantum_bytes. Per point: delivered wall Gb/s, the workers' tick lateness
+p99, and worker cores per delivered Gb/s (every worker's run CPU over wall, summed, over the
+delivered rate). The on-pace capacity is what the time dilation is chosen from
+(emulator/timescale/tdf.py): the most delivered by a point that delivered >= 95% of its offer
+with no worker at the fidelity verdict's busy limit; with it, the TDF `time_dilation: auto`
+would start from for the scenario and the tick lateness limit that TDF gives (the verdict's:
+DCQCN's reaction timer, dilated).
+Peers, measured in the same run: the same curve with the arbiter packet by packet
+(engine.nic_quantum_bytes 0, this engine before the quantum), and the engine over one veth pair
+(bench/engine_throughput.py's flat-out queue pair at the path MTU, native path): its sender's
+cores per delivered Gb/s. Ratios: capacity with the quantum / packet by packet (higher is
+better), cores per Gb/s in the fabric / over the veth pair (lower is better; 1 would be the
+fabric costing nothing beyond the engine's own sends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from emulator.backends.engine import load_curve
+from emulator.backends.engine.load_curve import calibration_shape, measure
+from emulator.scenario import load_scenario
+from emulator.timescale.curve import DELIVERED_OK_RATIO, Calibration
+from emulator.timescale.tdf import auto_tdf
+from emulator.timescale.verdict import timing_limits_s
+
+BENCH = "fabric_capacity"
+
+
+def emit(metric: str, value: float, unit: str, **peer: Any) -> None:
+    print(
+        json.dumps(
+            {"bench": BENCH, "metric": metric, "value": round(value, 4), "unit": unit, **peer}
+        ),
+        flush=True,
+    )
+
+
+def on_pace(calibration: Calibration, busy_limit: float) -> float:
+    """The most delivered by a point on pace (>= 95% of its offer, no worker at the limit)."""
+    return max(
+        (
+            p.delivered_bps
+            for p in calibration.points
+            if p.delivered_ratio >= DELIVERED_OK_RATIO and p.worker_busy_max < busy_limit
+        ),
+        default=0.0,
+    )
+
+
+def curve_lines(label: str, calibration: Calibration) -> None:
+    for p in calibration.points:
+        emit(
+            f"point_{p.offered_bps / 1e9:g}Gbps ({label})",
+            p.delivered_bps / 1e9,
+            "Gb/s delivered",
+            offered_gbps=p.offered_bps / 1e9,
+            tick_late_p99_ms=round(p.tick_late_p99_s * 1e3, 2),
+            busiest_worker=p.worker_busy_max,
+            cores_per_gbps=round(p.cores_per_gbps, 3),
+        )
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", default="scenarios/moe_mix.yaml")
+    parser.add_argument("--seconds", type=float, default=4.0, help="per load point")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench.fabric_capacity needs root (network namespaces)", file=sys.stderr)
+        return 2
+    scenario = load_scenario(Path(args.scenario))
+    world = scenario.fabric.ranks
+    shape = calibration_shape(scenario, world)
+    mtu = scenario.transport.path_mtu_bytes
+    busy_limit = scenario.metrics.fidelity.cpu_busy_ratio
+    peak_bps = world * scenario.fabric.rank_rate_bps
+    p99_limit_s, _ = timing_limits_s(scenario.transport.dcqcn)
+    # up to the first point that falls behind (load_curve.STOP_RATIO), from 0.5 Gb/s
+    load_curve.LOADS_BPS = tuple(x for x in load_curve.LOADS_BPS if x >= 0.5e9)
+    curves: dict[str, Calibration] = {}
+    for label, quantum in (
+        (f"NIC quantum {shape.nic_quantum_bytes} B", shape.nic_quantum_bytes),
+        ("packet by packet", 0),
+    ):
+        curves[label] = measure(
+            mtu, dataclasses.replace(shape, nic_quantum_bytes=quantum), seconds=args.seconds
+        )
+        curve_lines(label, curves[label])
+    ours, peer = curves.values()
+    ours_label, peer_label = curves
+    capacity, peer_capacity = on_pace(ours, busy_limit), on_pace(peer, busy_limit)
+    emit(
+        f"on_pace_capacity ({shape.key()}; higher is better)",
+        capacity / 1e9,
+        "Gb/s",
+        peer=peer_label,
+        peer_value=round(peer_capacity / 1e9, 3),
+        ratio=round(capacity / peer_capacity, 3) if peer_capacity else None,
+    )
+    for label, curve in curves.items():
+        tdf, why = auto_tdf(peak_bps, curve, scenario.transport.dcqcn, busy_limit)
+        emit(
+            f"auto_tdf_start ({args.scenario}, {label})",
+            tdf,
+            "TDF",
+            bound_by=why,
+            tick_late_p99_limit_ms=round(p99_limit_s * tdf * 1e3, 1),
+        )
+    # cores per Gb/s at the highest load both delivered on pace, and over a veth pair
+    from bench.engine_throughput import ours as veth_flow
+    from emulator.engine.testbed import NetnsBed, pair
+
+    common = [
+        (a, b)
+        for a in ours.points
+        for b in peer.points
+        if a.offered_bps == b.offered_bps
+        and min(a.delivered_ratio, b.delivered_ratio) >= DELIVERED_OK_RATIO
+    ]
+    with NetnsBed() as bed:
+        veth = veth_flow(pair(bed), mtu, 3.0, latency=False)
+    veth_cores = veth["cpu_s"] / veth["wall_s"] / veth["gbps"]
+    if common:
+        a, b = common[-1]
+        emit(
+            f"fabric_cores_per_gbps_at_{a.offered_bps / 1e9:g}Gbps ({ours_label}; lower is better)",
+            a.cores_per_gbps,
+            "cores/(Gb/s)",
+            peer=peer_label,
+            peer_value=round(b.cores_per_gbps, 3),
+            ratio=round(a.cores_per_gbps / b.cores_per_gbps, 3) if b.cores_per_gbps else None,
+        )
+        emit(
+            f"fabric_over_veth_cores_per_gbps ({ours_label}; lower is better)",
+            a.cores_per_gbps,
+            "cores/(Gb/s)",
+            peer=f"one queue pair over a veth pair at {mtu} B (sender worker, native path)",
+            peer_value=round(veth_cores, 4),
+            ratio=round(a.cores_per_gbps / veth_cores, 2),
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
