@@ -397,8 +397,9 @@ class Coordinator:
                 w.ready = True
                 w.info = msg[1]
             elif kind in ("events", "bye"):
-                w.stats = msg[2]
-                self._take(w, msg[1])
+                if msg[2] is not None:  # a batch flushed early for a completion has no stats
+                    w.stats = msg[2]
+                self._take(w, msg[1], msg[2])
                 if kind == "bye":
                     w.gone = True
             elif kind == "error":
@@ -413,7 +414,9 @@ class Coordinator:
         acknowledged, so the worker attaches only what the ledger holds."""
         w.pipe.send(ledger_answer(self.on_ledger, items))
 
-    def _take(self, w: _WorkerHandle, batch: list[tuple[Any, ...]]) -> None:
+    def _take(
+        self, w: _WorkerHandle, batch: list[tuple[Any, ...]], stats: dict[str, Any] | None
+    ) -> None:
         new: list[RunEvent] = []
         relay: dict[int, list[int]] = {}
         for item in batch:
@@ -442,7 +445,6 @@ class Coordinator:
             target = self.workers[index]
             if not target.gone:
                 target.pipe.send(("deps_done", ids))
-        stats = w.stats
         if stats:
             t = stats["time_s"]
             for rank, (tx, rx) in stats["nic"].items():
