@@ -36,7 +36,7 @@ class ActiveQueuePairs:
         self._all: dict[int, SendConn] = {}
         self._by_nic: dict[int, NicQueuePairs] = {}
         self._maybe_idle: set[int] = set()
-        # NICs a message was posted to since the last serve of them all (see touched_nics)
+        # NICs a message was posted to since the last serve of them all (see nics_after_read)
         self._touched: dict[int, NicQueuePairs] = {}
 
     # -- the mapping the flows and the tick use -----------------------------------------------

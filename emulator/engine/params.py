@@ -61,7 +61,8 @@ class EngineParams:
         32768,
         doc="Payload bytes a NIC's transmit arbiter gives one backlogged queue pair per turn "
         "(deficit round robin; at least one packet): its packets leave as one GSO send. The "
-        "NIC's line rate holds over the turns; 0 or one packet's worth: packet by packet",
+        "NIC's line rate holds over the turns; 0 or one packet's worth: packet by packet. The "
+        "UDP send path only: an AF_XDP port's backlog bounds its turns (engine.send_path)",
         unit="bytes",
         min=0,
         max=1 << 16,

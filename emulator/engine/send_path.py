@@ -137,7 +137,6 @@ class SendPath:
         order = [(qpn, by_qpn[qpn]) for qpn in (*qpns[start:], *qpns[:start])]
         conns = order
         packet_wire = self._max_packet_wire_bytes
-        quantum = self._quantum_packets
         lost = nic.lost_wire_bytes
         nic.start_tick(floor)
         if nic.lost_wire_bytes > lost:
@@ -149,6 +148,8 @@ class SendPath:
         # a NIC that was line-rate bound accounts the lost credit itself, not its queue pairs
         count_lost = not nic.backlogged
         xdp = conns[0][1].rank.xdp  # an AF_XDP port takes no more than its backlog holds
+        # turns of the arbiter's quantum on the socket path; a port's backlog bounds its own
+        quantum = self._quantum_packets if xdp is None else 1
         budget = nic.budget_bytes(now, floor)
         if xdp is not None:
             budget = self._xdp_budget(xdp, budget)

@@ -261,3 +261,32 @@ def test_a_quantum_turn_leaves_as_one_send_and_the_nic_keeps_its_line_rate() -> 
     elapsed_s = (ticks - 1) * packet_s
     assert nic.sent_wire_bytes <= (elapsed_s + 8 * packet_s) * line_bps / 8 + 4 * packet_wire
     assert sum(sent) >= ticks - 8  # ... and it kept up with it
+
+
+def test_an_af_xdp_port_takes_packet_by_packet_turns_within_its_backlog() -> None:
+    """The quantum is the socket path's: a port's backlog (XdpSender.budget) bounds what the
+    arbiter hands it, and a turn of the quantum could overrun it, so its queue pairs take a
+    packet a turn whatever engine.nic_quantum_bytes says."""
+    line_bps = 8e9
+    packet_wire = 1024 + 12 + 4 + IPV4_FRAME_OVERHEAD_BYTES
+    packet_s = packet_wire * 8 / line_bps
+    sender = _sender(burst_s=8 * packet_s, quantum_bytes=4 * 1024)
+    sender._xdp_budget = lambda port, budget: min(budget, 2 * packet_wire)  # type: ignore[method-assign]
+    runs: list[int] = []
+
+    def send(conn: Any, burst: Burst) -> int:
+        runs.append(burst.count)
+        return burst.count * burst.segment_bytes
+
+    sender._send_burst = send  # type: ignore[method-assign]
+    nic = NicPacer(line_bps)
+    params = TransportParams(congestion_control="none", path_mtu_bytes=1024, window_packets=1 << 20)
+    for q in (1, 3):
+        qp = SendQueuePair(qpn=q, dest_qp=q + 1, params=params, line_rate_bps=line_bps)
+        qp.post_send(now=0.0, message_id=q, size_bytes=1 << 20)
+        sender.active[q] = SimpleNamespace(
+            qp=qp, rank=SimpleNamespace(nic=nic, xdp=object()), nic_lost_s=0.0
+        )
+    for tick in range(50):
+        sender.pump(tick * packet_s)
+    assert runs and set(runs) == {1}, runs[:10]
