@@ -173,7 +173,7 @@ class SendPath:
                     # wall time) holds fewer packets the higher the TDF, and a turn cut by it
                     # made the runs, the marks and the busbw move with the factor (a small job's
                     # All-Reduce 3.1-3.3 GB/s at TDF 4000, 3.5 at 2000)
-                    qp_floor = min(floor, now - (quantum - 1) * quantum_bits / conn.qp.cc.rate_bps)
+                    qp_floor = min(floor, now - quantum * quantum_bits / conn.qp.cc.rate_bps)
                 burst = conn.qp.poll_burst(
                     now=now,
                     floor_s=qp_floor,
