@@ -42,6 +42,13 @@ class QpRow:
     ce_received: int
     cnps_sent: int
     lost_packets: int  # sent (retransmissions too) but never received
+    # selective repeat and reordering (emulator.transport.receiver: RFC 4737's definition)
+    sacks_received: int = 0
+    sacks_sent: int = 0
+    held_out_of_order: int = 0  # data packets the receiver kept ahead of a gap (selective)
+    reordered_packets: int = 0  # arrived after one with a higher PSN
+    reorder_extent_sum: int = 0  # how far below the highest PSN seen, summed over them
+    reorder_extent_max: int = 0
     pattern: str = ""  # the traffic pattern the QP belongs to ("" for a trace's QPs)
     job: str = ""  # the scenario's job whose rank sends on it ("" for a traffic pattern's QPs)
     # one-way latency of its data packets, target timescale (None: none measured)
@@ -58,7 +65,9 @@ COUNTER_COLUMNS = tuple(
     if f.name not in ("src_rank", "dst_rank", "qp", "udp_sport", "pattern", "job")
     and not f.name.startswith("latency_")
 )
-SUMMED = tuple(c for c in COUNTER_COLUMNS if c not in ("qpn", "dscp"))
+# the largest over queue pairs, not a sum
+MAXED = ("reorder_extent_max",)
+SUMMED = tuple(c for c in COUNTER_COLUMNS if c not in ("qpn", "dscp", *MAXED))
 
 
 def qp_rows(
@@ -122,11 +131,13 @@ def rank_totals(rows: Iterable[QpRow]) -> dict[str, dict[str, int]]:
 
 def totals(rows: Iterable[QpRow]) -> dict[str, Any]:
     """The run's totals of every counter, and how many QPs carried data."""
-    out: dict[str, Any] = dict.fromkeys(SUMMED, 0)
+    out: dict[str, Any] = dict.fromkeys(SUMMED + MAXED, 0)
     n = 0
     for row in rows:
         n += 1
         for name in SUMMED:
             out[name] += getattr(row, name)
+        for name in MAXED:
+            out[name] = max(out[name], getattr(row, name))
     out["queue_pairs"] = n
     return out

@@ -136,6 +136,49 @@ def dynamic_threshold_bytes(shared_bytes: int, alpha: float) -> int:
     return int(shared_bytes * alpha / (1.0 + alpha))
 
 
+LoadBalancing = Literal["ecmp", "spray", "flowlet", "adaptive"]
+# Published flowlet gaps: CONGA 500 us (Alizadeh et al., SIGCOMM 2014, section 5); LetFlow
+# 150-500 us in its 10-40G testbed (Vanini et al., NSDI 2017, section 5). A 400G fabric's
+# round trips are a few microseconds, so a shorter gap still exceeds the path-delay difference
+# that would reorder a moving flowlet.
+DEFAULT_FLOWLET_GAP_US = 100.0
+
+
+@dataclass(frozen=True)
+class LoadBalancingSpec:
+    """How a switch of this tier chooses among the equal-cost next hops toward a destination."""
+
+    mode: LoadBalancing = param(
+        "ecmp",
+        doc="ecmp: the 5-tuple hash picks one next hop per flow (a queue pair keeps one path); "
+        "spray: each packet to one of the equal-cost next hops (spray_order); flowlet: a flow "
+        "moves to another next hop (chosen at random) only after an idle gap longer than "
+        "flowlet_gap_us, so a burst never reorders; adaptive: the equal-cost next hop whose "
+        "egress queue holds the fewest bytes, per packet or per flowlet (adaptive_granularity)",
+        source="Alizadeh et al., CONGA, SIGCOMM 2014 (flowlets); Dixit et al., packet spraying, "
+        "INFOCOM 2013; sonic-mgmt docs/testplan/ARS-test-plan.md (adaptive routing); "
+        "draft-calabria-bmwg-ai-fabric-training-bench (flowlet and spray procedures)",
+    )
+    spray_order: Literal["random", "round_robin"] = param(
+        "random",
+        doc="spray: each packet's next hop drawn uniformly at random, or the next in turn per "
+        "switch and destination",
+    )
+    flowlet_gap_us: float = param(
+        DEFAULT_FLOWLET_GAP_US,
+        doc="flowlet (and adaptive per flowlet): the idle gap, in target time, after which a "
+        "flow's next packet may take another next hop",
+        unit="us",
+        source="CONGA (SIGCOMM 2014): 500 us; LetFlow (NSDI 2017): 150-500 us at 10-40G",
+        min=0.0,
+        min_exclusive=True,
+    )
+    adaptive_granularity: Literal["packet", "flowlet"] = param(
+        "packet",
+        doc="adaptive: choose the least-queued next hop for every packet, or at each flowlet",
+    )
+
+
 @dataclass(frozen=True)
 class TierSpec:
     """Per switch tier (leaf, spine, super spine): egress buffer, PFC threshold, ECN marking."""
@@ -198,6 +241,11 @@ class TierSpec:
         "fabric",
         min=0.0,
         max=0.5,
+    )
+    load_balancing: LoadBalancingSpec = param(
+        doc="how this tier's switches spread packets over equal-cost next hops (ecmp, spray, "
+        "flowlet, adaptive)",
+        default_factory=LoadBalancingSpec,
     )
 
     def buffer_for(self, link_gbps: float) -> int:
@@ -372,6 +420,13 @@ class ClosSpec:
             raise ValueError(f"super_spines: {self.pods} pods need at least one super spine")
         if self.pods == 1 and self.super_spines > 0:
             raise ValueError("super_spines: a third tier needs pods > 1")
+        for name, tier in self.tiers.items():
+            mode = tier.load_balancing.mode
+            if mode != "ecmp" and self.equal_cost_next_hops(name) < 2:
+                raise ValueError(
+                    f"{name}.load_balancing.mode: {mode} needs a choice of next hops, and a "
+                    f"{name} of this fabric has one toward every destination"
+                )
         if self.oversubscription is not None:
             derived = self.derived_oversubscription
             if not math.isclose(self.oversubscription, derived, rel_tol=0.01):
@@ -385,6 +440,20 @@ class ClosSpec:
     @property
     def host_count(self) -> int:
         return self.hosts_per_leaf * self.leaves * self.pods
+
+    def equal_cost_next_hops(self, tier: str) -> int:
+        """The most equal-cost next hops a switch of `tier` has toward any destination (0: the
+        fabric has no such tier): a leaf goes up over every link to every spine; a spine up
+        over every link to every super spine (pods > 1) or down its parallel links to a leaf;
+        a super spine down to any spine of the destination's pod."""
+        links = self.parallel_links
+        if tier == "leaf":
+            return self.spines * links if self.leaves * self.pods > 1 else 0
+        if tier == "spine":
+            return self.super_spines * links if self.pods > 1 else links
+        if tier == "super_spine":
+            return self.spines * links if self.pods > 1 else 0
+        raise ValueError(f"unknown switch tier {tier!r}")
 
     # The facts a run asks of any fabric (DutSpec has the same): its ranks, a rank's NIC rate,
     # its switch ports' rate (None: not ours to measure) and its slowest link (target b/s).

@@ -4,8 +4,10 @@ Every directed link of fabrics.topology.Topology becomes a Port named as the emu
 names the interface (node, ifname) with the same rate, buffer, ECN law, loss and delay
 (fabrics.queues.egress_ports computes them for both). Switches forward hop by hop with the
 topology's own next-hop choice (Topology.next_hop, the kernel's ECMP hash), so a flow crosses the
-links the emulated fabric would put it on. With PFC on, each switch ingress keeps the HPCC ns-3
-accounting (emulator.sim.port.PfcIngress) against the switch's shared buffer.
+links the emulated fabric would put it on; the switches of a tier whose load_balancing mode is
+not ecmp choose among the same route's next hops with a balancer (emulator/sim/balance.py). With
+PFC on, each switch ingress keeps the HPCC ns-3 accounting (emulator.sim.port.PfcIngress)
+against the switch's shared buffer.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from emulator.sim.balance import Balancer, make_balancer
 from emulator.sim.engine import Simulator
 from emulator.sim.nodes import Host
 from emulator.sim.port import Frame, PfcIngress, Port, SharedBuffer
@@ -25,7 +28,7 @@ from emulator.transport.marking import EcnMarker
 from emulator.transport.packets import ROCEV2_UDP_PORT
 from emulator.transport.params import EcnMarkingParams
 from fabrics.queues import egress_ports
-from fabrics.spec import PFC_A_SHIFT, TierSpec
+from fabrics.spec import PFC_A_SHIFT, LoadBalancingSpec, TierSpec
 from fabrics.topology import Cable, Route, Topology, flow_key, routes_without
 
 
@@ -39,14 +42,31 @@ class SimFabricParams:
     data_dscp: int = 26
     ack_dscp: int = 26  # transport.ack_dscp: ACKs and NAKs keep their data's class by default
     cnp_dscp: int = 48
-    draw_seed: int = 0  # sim.draw_seed: salts the ports' draws, never the flows' paths
+    # sim.draw_seed: salts the ports' draws and the switches' balancing draws (spray, flowlet,
+    # adaptive ties), never the flows' hashed paths
+    draw_seed: int = 0
 
 
 class Switch:
-    """Forwards each frame to the egress port the topology's routes and ECMP hash pick, after
-    the switch latency; with PFC on, charges data frames to their ingress first."""
+    """Forwards each frame to the egress port the topology's routes and ECMP hash pick (or, with
+    a `balancing` mode other than ecmp, its balancer picks among the route's next hops), after
+    the switch latency; with PFC on, charges data frames to their ingress first.
 
-    def __init__(self, sim: Simulator, name: str, topology: Topology, latency_s: float) -> None:
+    ECMP caches the chosen port per 5-tuple: (source, destination, UDP source port, direction),
+    not by the hash the host stamps on the frame (frame.mhash, computed per queue pair at its
+    set-up): a packet whose source port differs from its queue pair's (per-packet entropy) gets
+    its own port's hash, as the kernel gives it, whatever the host stamped. The other modes cache
+    the route's next hops (the candidates) per destination host."""
+
+    def __init__(
+        self,
+        sim: Simulator,
+        name: str,
+        topology: Topology,
+        latency_s: float,
+        balancing: LoadBalancingSpec | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
         self.sim = sim
         self.name = name
         self.topology = topology  # its routes change with link events
@@ -54,34 +74,35 @@ class Switch:
         self.egress: dict[str, Port] = {}  # ifname -> port
         self.ingress: dict[Port, PfcIngress] = {}  # upstream port -> its PFC account
         self.addresses: dict[str, ipaddress.IPv4Address] = {}
-        self._cache: dict[object, Port | None] = {}
+        self._cache: dict[tuple[str, str, int, bool], Port | None] = {}
+        self._candidates: dict[str, tuple[Port, ...]] = {}  # destination host -> next hops
         self.no_route = 0
         self._seeded = bool(topology.ecmp_hash_seed)
+        self.balancer: Balancer | None = None
+        if balancing is not None:
+            self.balancer = make_balancer(
+                balancing, rng=rng if rng is not None else random.Random(0), ecmp=self._ecmp
+            )
 
     def set_routes(self, routes: dict[str, tuple[Route, ...]]) -> None:
         self.topology = dataclasses.replace(self.topology, routes=routes)
         self._cache.clear()
+        self._candidates.clear()
 
     def receive(self, frame: Frame, port: Port) -> None:
         if not frame.priority and self.ingress:
             ingress = self.ingress.get(port)
             if ingress is not None and not ingress.admit(frame):
                 return  # headroom overflow: counted by the ingress
-        key: object = (
-            (frame.dst, frame.mhash)
-            if self._seeded
-            else (
-                frame.src,
-                frame.dst,
-                frame.sport,
-                frame.control,
-            )
-        )
-        cache = self._cache
-        if key in cache:
-            out = cache[key]
+        if self.balancer is None:  # ECMP (as _ecmp, inline: the hot path)
+            key = (frame.src, frame.dst, frame.sport, frame.control)
+            cache = self._cache
+            if key in cache:
+                out = cache[key]
+            else:
+                out = cache[key] = self._route(frame)
         else:
-            out = cache[key] = self._route(frame)
+            out = self._balanced(frame, self.balancer)
         if out is None:
             self.no_route += 1
             if frame.ingress is not None:
@@ -93,13 +114,46 @@ class Switch:
         else:
             out.send(frame)
 
+    def egress_for(self, frame: Frame) -> Port | None:
+        """The port `receive` sends `frame` to now (its balancer's draw included)."""
+        return self._ecmp(frame) if self.balancer is None else self._balanced(frame, self.balancer)
+
+    def next_hops(self, dst: str) -> tuple[Port, ...]:
+        """The egress ports of this switch's route toward host `dst`, in the route's next-hop
+        order (Topology.next_hop's index into it is the ECMP choice); cached until set_routes."""
+        candidates = self._candidates.get(dst)
+        if candidates is None:
+            route = self.topology.lookup(self.name, self.addresses[dst])
+            hops = () if route is None else route.nexthops
+            egress = self.egress
+            candidates = tuple(egress[h.ifname] for h in hops if h.ifname in egress)
+            self._candidates[dst] = candidates
+        return candidates
+
+    def _balanced(self, frame: Frame, balancer: Balancer) -> Port | None:
+        candidates = self._candidates.get(frame.dst)
+        if candidates is None:
+            candidates = self.next_hops(frame.dst)
+        if len(candidates) > 1:
+            return balancer.choose(frame, candidates, self.sim.now)
+        return candidates[0] if candidates else None
+
+    def _ecmp(self, frame: Frame) -> Port | None:
+        """The ECMP hash's port for `frame`, cached per 5-tuple (what receive does inline)."""
+        key = (frame.src, frame.dst, frame.sport, frame.control)
+        cache = self._cache
+        if key in cache:
+            return cache[key]
+        out = cache[key] = self._route(frame)
+        return out
+
     def _route(self, frame: Frame) -> Port | None:
         topo = self.topology
         dst_ip = self.addresses[frame.dst]
         src_ip = self.addresses[frame.src]
         ports = (ROCEV2_UDP_PORT, frame.sport) if frame.control else (frame.sport, ROCEV2_UDP_PORT)
-        # As Topology.path: this router's own hash of the 5-tuple (once per flow: routes are
-        # cached by the flow's fabric-wide hash, frame.mhash), or the seed-0 model's flow key.
+        # As Topology.path: this router's own hash of the 5-tuple (once per 5-tuple: receive
+        # caches the port it gives), or the seed-0 model's flow key.
         flow, mhash = b"", 0
         if self._seeded:
             mhash = topo.flow_hash(src_ip, dst_ip, *ports, node=self.name)
@@ -183,9 +237,15 @@ def build_fabric(
             priority_dscps=frozenset(topology.priority_dscps),
         )
         hosts.append(host)
-    switches = {
-        name: Switch(sim, name, topology, params.switch_latency_s) for name in topology.routers
-    }
+    switches: dict[str, Switch] = {}
+    for name in topology.routers:
+        tier = topology.tiers.get(topology.node_by_name[name].role)
+        balancing = None if tier is None else tier.load_balancing
+        rng = None
+        if balancing is not None and balancing.mode != "ecmp":
+            # the switch's own draws (spray, flowlet moves, adaptive ties), as a port's are
+            rng = random.Random(derive_seed(seed, name, "balance", params.draw_seed))
+        switches[name] = Switch(sim, name, topology, params.switch_latency_s, balancing, rng)
     for switch in switches.values():
         switch.addresses = addresses
     host_by_name = {h.name: h for h in hosts}

@@ -6,9 +6,11 @@ import math
 import struct
 import zlib
 from collections import Counter, deque
+from collections.abc import Callable
 
 from emulator.sim.engine import Simulator
 from emulator.sim.port import Frame, Port
+from emulator.transport.entropy import entropy_sport
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import (
     IPV4_HEADER_BYTES,
@@ -87,6 +89,9 @@ class Host:
         # qpn -> (peer host, peer address, UDP source port, ECMP hash, tag)
         self._qp_route: dict[int, tuple[str, str, int, int, int]] = {}
         self._rx_route: dict[int, tuple[str, str, int, int, int]] = {}
+        # per-packet entropy (transport.entropy): qpn -> (values, ECMP hash of a source port,
+        # the hashes so far by port)
+        self._qp_entropy: dict[int, tuple[int, Callable[[int], int], dict[int, int]]] = {}
         self._wakeup_at = math.inf
         self._timer_at: dict[int, float] = {}
         self._ip_id = 0
@@ -101,10 +106,21 @@ class Host:
 
     # -- set-up --------------------------------------------------------------------------
     def add_sender(
-        self, qp: SendQueuePair, *, dst: Host, sport: int, mhash: int = 0, tag: int = -1
+        self,
+        qp: SendQueuePair,
+        *,
+        dst: Host,
+        sport: int,
+        mhash: int = 0,
+        tag: int = -1,
+        entropy: tuple[int, Callable[[int], int]] | None = None,
     ) -> None:
+        """`entropy`: (values, the ECMP hash of a source port) for a queue pair whose packets
+        each carry one of `values` source ports (emulator.transport.entropy)."""
         self.endpoint.add_sender(qp)
         self._qp_route[qp.qpn] = (dst.name, dst.address, sport, mhash, tag)
+        if entropy is not None:
+            self._qp_entropy[qp.qpn] = (entropy[0], entropy[1], {sport: mhash})
         self.peers[dst.name] = dst
 
     def add_receiver(
@@ -215,7 +231,16 @@ class Host:
         assert self.nic is not None
         flow = qp.message_id_sent
         tag = self.message_tags.get(flow)
-        self.nic.send(self._frame(packet, self._qp_route[qp.qpn], data=True, flow=flow, tag=tag))
+        route = self._qp_route[qp.qpn]
+        entropy = self._qp_entropy.get(qp.qpn) if self._qp_entropy else None
+        if entropy is not None:
+            values, hash_of, hashes = entropy
+            sport = entropy_sport(route[2], packet.psn, values)
+            mhash = hashes.get(sport)
+            if mhash is None:
+                mhash = hashes[sport] = hash_of(sport)
+            route = (route[0], route[1], sport, mhash, route[4])
+        self.nic.send(self._frame(packet, route, data=True, flow=flow, tag=tag))
 
     # -- receive -------------------------------------------------------------------------
     def receive(self, frame: Frame, port: Port) -> None:

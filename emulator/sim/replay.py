@@ -215,7 +215,15 @@ class SimReplay:
         mhash = fabric.topology.flow_hash(
             fabric.host_address(flow.src), fabric.host_address(flow.dst), flow.udp_sport
         )
-        src.add_sender(sender, dst=dst, sport=flow.udp_sport, mhash=mhash)
+        entropy = None
+        if params.entropy == "per_packet":
+            topology = fabric.topology
+            src_ip, dst_ip = fabric.host_address(flow.src), fabric.host_address(flow.dst)
+            entropy = (
+                params.entropy_values,
+                lambda sport: topology.flow_hash(src_ip, dst_ip, sport),
+            )
+        src.add_sender(sender, dst=dst, sport=flow.udp_sport, mhash=mhash, entropy=entropy)
         dst.add_receiver(receiver, src=src, sport=flow.udp_sport, mhash=mhash)
         conn = Connection(conn_id, flow.src, flow.dst, sender, receiver, dscp)
         self.connections[key] = conn

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from emulator.transport.events import PacketDropped, TransportEvent
-from emulator.transport.packets import AckPacket, CnpPacket, DataPacket, Packet
+from emulator.transport.packets import AckPacket, CnpPacket, DataPacket, Packet, SackPacket
 from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.sender import SendQueuePair
 from emulator.transport.wire import MalformedPacket, decode
@@ -84,8 +84,8 @@ class RoceEndpoint:
             if not _from_peer(self.receiver_peers, qpn, source):
                 return self.drop(now, "foreign_source", qpn)
             return receiver.on_data(now=now, packet=packet, ce=ce)
-        if kind is AckPacket:
-            assert isinstance(packet, AckPacket)
+        if kind is AckPacket or kind is SackPacket:
+            assert isinstance(packet, AckPacket | SackPacket)
             sender = self.senders.get(qpn)
             if sender is None:
                 return self.drop(now, "unknown_qpn", qpn)

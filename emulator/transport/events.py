@@ -75,7 +75,7 @@ class Retransmitted:
     now_s: float
     from_psn: int
     packets: int
-    reason: str  # "nak" or "timeout"
+    reason: str  # "nak", "timeout" or "sack" (selective: the holes a SACK showed lost)
 
 
 @dataclass(frozen=True, slots=True)

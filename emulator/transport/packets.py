@@ -18,6 +18,9 @@ RETH_BYTES = 16
 AETH_BYTES = 4
 ICRC_BYTES = 4
 CNP_RESERVED_BYTES = 16
+SACKETH_HEAD_BYTES = 4  # bitmap words (1 byte), base PSN (3 bytes)
+SACK_WORD_BYTES = 8
+SACK_MAX_WORDS = 16  # 1024 packets: transport.params SACK_MAX_PACKETS
 IPV4_HEADER_BYTES = 20
 IPV6_HEADER_BYTES = 40
 UDP_HEADER_BYTES = 8
@@ -53,6 +56,10 @@ class Opcode(IntEnum):
     WRITE_ONLY = 0x0A
     ACKNOWLEDGE = 0x11
     CNP = 0x81
+    # This project's selective acknowledgement (docs/multipath.md, "The SACK on the wire"): the
+    # RC ACKNOWLEDGE opcode in the range IBTA vol. 1 section 9.2 (table 35) leaves to
+    # manufacturers (transport bits 110: 0xC0-0xDF), so no RC responder mistakes it for an ACK.
+    SELECTIVE_ACKNOWLEDGE = 0xD1
 
 
 DATA_OPCODES = frozenset(
@@ -156,6 +163,36 @@ class AckPacket:
 
 
 @dataclass(slots=True)
+class SackPacket:
+    """A selective acknowledgement: every PSN up to and including `psn` (cumulative, as an ACK),
+    and of the PSNs from `base_psn` on, those whose bit is set in `bitmap` (bit i: base_psn + i)
+    are held by the responder. `words`: the bitmap's length in 64-bit words on the wire."""
+
+    dest_qp: int
+    psn: int
+    base_psn: int
+    bitmap: int
+    words: int = 1
+    msn: int = 0
+    syndrome: int = AETH_ACK
+
+    @property
+    def is_nak(self) -> bool:
+        return False
+
+    @property
+    def udp_payload_bytes(self) -> int:
+        return (
+            BTH_BYTES + AETH_BYTES + SACKETH_HEAD_BYTES + SACK_WORD_BYTES * self.words + ICRC_BYTES
+        )
+
+
+def sack_words(bitmap: int) -> int:
+    """64-bit words a SACK needs for `bitmap` (at least one)."""
+    return max(1, -(-bitmap.bit_length() // 64))
+
+
+@dataclass(slots=True)
 class CnpPacket:
     """RoCEv2 congestion notification packet to the QP that must slow down (IBTA annex A17.9.3)."""
 
@@ -166,4 +203,4 @@ class CnpPacket:
         return BTH_BYTES + CNP_RESERVED_BYTES + ICRC_BYTES
 
 
-Packet = DataPacket | AckPacket | CnpPacket
+Packet = DataPacket | AckPacket | SackPacket | CnpPacket

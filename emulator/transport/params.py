@@ -42,6 +42,10 @@ __all__ = [
     "hpcc_ecn_marking",
 ]
 
+# The most packets past the cumulative acknowledgement a SACK's bitmap describes (its 16
+# 64-bit words, emulator/transport/packets.py SACK_MAX_WORDS): the selective window's bound.
+SACK_MAX_PACKETS = 1024
+
 # The two ECN bits of the IP ToS byte (RFC 3168) for each data_ecn choice.
 DATA_ECN_BITS = {"not_ect": ECN_NOT_ECT, "ect1": ECN_ECT1, "ect0": ECN_ECT0, "ce": ECN_CE}
 
@@ -117,6 +121,40 @@ class TransportParams:
         min=0,
         min_exclusive=True,
     )
+    reliability: Literal["go_back_n", "selective"] = param(
+        "go_back_n",
+        doc="go_back_n: the responder takes packets in PSN order only and NAKs the first gap; "
+        "the requester resends everything from the oldest unacknowledged packet (RC, IBTA vol. "
+        "1 9.7.5). selective: the responder keeps out-of-order packets within the window (a "
+        "bitmap), acknowledges cumulatively plus what it holds beyond (a SACK, "
+        "docs/multipath.md), and the requester resends only what is missing, once "
+        "reorder_allowance_packets later packets were acknowledged past it or at the timeout",
+        source="OCP Multipath Reliable Connection (MRC) 1.0 and Ultra Ethernet 1.0 PDS: "
+        "selective acknowledgement for sprayed packets",
+    )
+    reorder_allowance_packets: int = param(
+        8,
+        doc="selective: how many packets acknowledged beyond a missing one make it lost "
+        "(before that it is taken as reordered, not resent)",
+        source="RFC 6675 DupThresh (3) scaled for spraying over several paths",
+        min=1,
+    )
+    entropy: Literal["per_qp", "per_packet"] = param(
+        "per_qp",
+        doc="per_qp: every packet of a queue pair carries its UDP source port, so ECMP keeps "
+        "it on one path; per_packet: each packet's source port is one of entropy_values "
+        "values of the queue pair in turn (by PSN), so hashing switches spread it over paths "
+        "(the ICRC covers each)",
+        source="OCP MRC 1.0: 128-256 entropy values per queue pair; Meta MetaRoCE (2026): "
+        "per-path UDP source ports",
+    )
+    entropy_values: int = param(
+        128,
+        doc="per_packet: source ports per queue pair, consecutive from its own (wrapping in "
+        "49152-65535)",
+        min=2,
+        max=16384,
+    )
     dscp: int = param(
         26,
         doc="DSCP of data packets (of every QP qp_dscp does not name); CNPs use cnp_dscp",
@@ -168,6 +206,11 @@ class TransportParams:
         mtu = self.path_mtu_bytes
         if mtu not in (256, 512, 1024, 2048, 4096):
             raise ValueError("path_mtu_bytes: must be one of 256, 512, 1024, 2048, 4096")
+        if self.reliability == "selective" and self.window_packets > SACK_MAX_PACKETS:
+            raise ValueError(
+                f"window_packets: {self.window_packets} is more than a selective "
+                f"acknowledgement's bitmap holds ({SACK_MAX_PACKETS} packets)"
+            )
         if self.congestion_control not in CONGESTION_CONTROLS:
             names = ", ".join(sorted(CONGESTION_CONTROLS))
             raise ValueError(

@@ -16,6 +16,7 @@ SEND_QP_COLUMNS = (
     "acks_received",
     "naks_received",
     "cnps_received",
+    "sacks_received",
     "dscp",
 )
 RECV_QP_COLUMNS = (
@@ -27,6 +28,11 @@ RECV_QP_COLUMNS = (
     "naks_sent",
     "ce_received",
     "cnps_sent",
+    "sacks_sent",
+    "held_out_of_order",
+    "reordered_packets",
+    "reorder_extent_sum",
+    "reorder_extent_max",
 )
 
 
@@ -39,6 +45,7 @@ def send_qp_counters(qp: SendQueuePair, cnps_received: int, dscp: int) -> list[i
         qp.acks_received,
         qp.naks_received,
         cnps_received,
+        qp.sacks_received,
         dscp,
     ]
 
@@ -54,4 +61,9 @@ def recv_qp_counters(qp: ReceiveQueuePair, cnps_sent: int) -> list[int]:
         qp.naks_sent,
         qp.ce_packets,
         cnps_sent,
+        qp.sacks_sent,
+        qp.held_packets,
+        qp.reordered_packets,
+        qp.reorder_extent_sum,
+        qp.reorder_extent_max,
     ]

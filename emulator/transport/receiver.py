@@ -13,6 +13,21 @@ whether a CNP leaves now.
 when they are exactly the next ones expected, well-formed and not CE-marked it accepts them
 without a descriptor per packet; anything else goes through `on_data` one packet at a time.
 Either way the replies, events and state are those of `on_data` per packet.
+
+With `reliability: selective` a packet ahead of the expected PSN (within the window) is held,
+not dropped (its data placed, as a NIC with out-of-order placement does: MRC, Spectrum-X): a
+bitmap relative to the expected PSN says which are held. When the gap fills, the held packets
+are taken in order, so messages still complete in order and once. The response to a packet
+with AckReq (or to one that opened a gap) is an ACK while nothing is held, else a SACK: the
+cumulative PSN and the bitmap (SackPacket). No NAK is sent for a gap: the requester decides
+what is lost from the SACKs (emulator.transport.sender).
+
+Reordering is counted in both modes as RFC 4737 (section 4.1.1) defines it: a packet is
+reordered when it arrives after one with a higher PSN; its extent is how far below the highest
+PSN seen so far it is. Nothing on the wire marks a resend, so the resend of a lost packet counts
+as reordered too (a go-back-N responder leaves out the resends of packets it saw and dropped):
+on a lossless fabric the count is the network's reordering, with loss it is at most the lost
+packets more.
 """
 
 from __future__ import annotations
@@ -32,8 +47,10 @@ from emulator.transport.packets import (
     CnpPacket,
     DataPacket,
     Packet,
+    SackPacket,
     psn_add,
     psn_diff,
+    sack_words,
 )
 from emulator.transport.params import TransportParams
 
@@ -74,6 +91,19 @@ class ReceiveQueuePair:
         self.naks_sent = 0
         self.drops: Counter[str] = Counter()
         self.deliveries: list[Delivery] | None = [] if record_deliveries else None
+        self._selective = params.reliability == "selective"
+        # selective: bit i set = PSN expected + i is held (bit 0 never: that is the gap)
+        self._held = 0
+        self._held_packets: dict[int, DataPacket] = {}
+        self.sacks_sent = 0
+        self.held_packets = 0  # accepted out of order (selective)
+        # RFC 4737 reordering: the highest PSN seen; go-back-N: PSNs seen ahead of the expected
+        # one and dropped (their resends are not reordered arrivals)
+        self._highest_psn = psn_add(initial_psn, -1)
+        self._seen_ahead: set[int] = set()
+        self.reordered_packets = 0
+        self.reorder_extent_sum = 0
+        self.reorder_extent_max = 0
 
     @property
     def expected_psn(self) -> int:
@@ -90,10 +120,23 @@ class ReceiveQueuePair:
                 self.cnps_sent += 1
                 self.events.append(CnpSent(self.qpn, now))
         ahead = psn_diff(packet.psn, self._expected_psn)
-        if ahead == 0:
+        beyond = psn_diff(packet.psn, self._highest_psn)
+        if beyond > 0:
+            self._highest_psn = packet.psn
+        elif (
+            beyond < 0
+            and ahead >= 0
+            and packet.psn not in self._seen_ahead
+            and not (self._selective and self._held >> ahead & 1)
+        ):
+            self._reordered(-beyond)
+        if self._selective:
+            self._on_data_selective(now, packet, ahead, out)
+        elif ahead == 0:
             self._accept(now, packet, out)
         elif 0 < ahead < self._window:
             self._drop(now, "out_of_sequence")
+            self._seen_ahead.add(packet.psn)
             if not self._nak_sent:
                 self._nak_sent = True
                 self.naks_sent += 1
@@ -113,6 +156,68 @@ class ReceiveQueuePair:
             self._drop(now, "psn_out_of_window")
         return out
 
+    def _reordered(self, extent: int) -> None:
+        self.reordered_packets += 1
+        self.reorder_extent_sum += extent
+        if extent > self.reorder_extent_max:
+            self.reorder_extent_max = extent
+
+    def _on_data_selective(
+        self, now: float, packet: DataPacket, ahead: int, out: list[Packet]
+    ) -> None:
+        if ahead == 0:
+            respond = packet.ack_req
+            before = self._expected_psn
+            self._accept(now, packet, out, respond=False)
+            if self._expected_psn != before:
+                # the gap it filled: take the held packets that follow, in order
+                held = self._held >> 1
+                stored = self._held_packets
+                while held & 1:
+                    psn = self._expected_psn
+                    nxt = stored.pop(psn)
+                    self._accept(now, nxt, out, respond=False)
+                    if self._expected_psn == psn:  # malformed: dropped; its PSN is a gap again
+                        held &= ~1
+                        break
+                    respond |= nxt.ack_req
+                    held >>= 1
+                self._held = held
+            if respond:
+                out.append(self._response())
+        elif 0 < ahead < self._window:
+            bit = 1 << ahead
+            if self._held & bit:
+                self._drop(now, "duplicate")
+            else:
+                self._held |= bit
+                self._held_packets[packet.psn] = packet
+                self.held_packets += 1
+            # an ACK-requesting packet, or one that opens a gap (the first held), answers now
+            if packet.ack_req or self._held == bit:
+                out.append(self._response())
+        elif -self._window <= ahead < 0:
+            self._drop(now, "duplicate")
+            if packet.ack_req:
+                out.append(self._response())
+        else:
+            self._drop(now, "psn_out_of_window")
+
+    def _response(self) -> AckPacket | SackPacket:
+        """The acknowledgement of the current state: an ACK, or a SACK while packets are held."""
+        held = self._held
+        if not held:
+            return self._ack()
+        self.sacks_sent += 1
+        return SackPacket(
+            self.remote_qp,
+            psn_add(self._expected_psn, -1),
+            self._expected_psn,
+            held,
+            sack_words(held),
+            self._message_index,
+        )
+
     def _drop(self, now: float, reason: str) -> None:
         self.drops[reason] += 1
         self.events.append(PacketDropped(now, reason, self.qpn))
@@ -123,7 +228,9 @@ class ReceiveQueuePair:
             self.remote_qp, psn_add(self._expected_psn, -1), AETH_ACK, self._message_index
         )
 
-    def _accept(self, now: float, packet: DataPacket, out: list[Packet]) -> None:
+    def _accept(
+        self, now: float, packet: DataPacket, out: list[Packet], respond: bool = True
+    ) -> None:
         starts = packet.opcode in FIRST_OPCODES
         if starts == self._in_message:
             # FIRST/ONLY inside a message, or MIDDLE/LAST outside one: the stream is broken.
@@ -131,6 +238,8 @@ class ReceiveQueuePair:
             return
         self._expected_psn = psn_add(self._expected_psn, 1)
         self._nak_sent = False
+        if self._seen_ahead:
+            self._seen_ahead.discard(packet.psn)
         n = packet.payload_bytes
         if self.deliveries is not None:
             self.deliveries.append((self._message_index, self._message_offset, packet))
@@ -147,7 +256,7 @@ class ReceiveQueuePair:
             self._in_message = False
         else:
             self._in_message = True
-        if packet.ack_req:
+        if packet.ack_req and respond:
             out.append(self._ack())
 
     def on_data_run(
@@ -165,7 +274,8 @@ class ReceiveQueuePair:
         `ack_req_at` (ascending), each carrying payload_bytes except the last: the replies
         on_data would give for each in turn, and the same state and events."""
         count = len(opcodes)
-        ends = self._run_message_ends(opcodes) if not ce and psn == self._expected_psn else None
+        fast = not ce and psn == self._expected_psn and not self._held and not self._seen_ahead
+        ends = self._run_message_ends(opcodes) if fast else None
         if ends is None or self.deliveries is not None:
             out: list[Packet] = []
             acks = set(ack_req_at)
@@ -178,6 +288,9 @@ class ReceiveQueuePair:
         self._expected_psn = (psn + count) & PSN_MASK
         self._nak_sent = False
         self.packets_received += count
+        last = (psn + count - 1) & PSN_MASK
+        if psn_diff(last, self._highest_psn) > 0:
+            self._highest_psn = last
         self.acks_sent += len(ack_req_at)
         self.delivered_bytes += payload_bytes * (count - 1) + last_payload_bytes
         index = self._message_index

@@ -5,7 +5,10 @@ on every `ack_every_packets`-th packet, on the last of each message and on one t
 window. At most `window_packets` packets are unacknowledged. A NAK (PSN sequence error), or
 `retransmit_timeout_s` without an answer to the last packet that asked for one, sends everything
 from the first unacknowledged PSN again (go-back-N, as RC does, IBTA vol. 1 9.7.5). A message
-completes when the ACK covering its last packet arrives. Packets leave no faster than the
+completes when the ACK covering its last packet arrives. With `reliability: selective` the
+requester keeps a scoreboard of what SACKs say the responder holds (emulator.transport.sack):
+a packet is lost once `reorder_allowance_packets` later ones are held (RFC 6675's IsLost), and
+only the lost packets are sent again; a timeout resends every packet not known to be held. Packets leave no faster than the
 congestion controller's rate: `poll_transmit` hands out one packet when its pacing time has
 come; the caller asks again at `next_transmit_s` (or takes a GSO batch with `poll_batch`, or a
 compact `Burst` with `poll_burst`).
@@ -49,9 +52,11 @@ from emulator.transport.packets import (
     UDP_HEADER_BYTES,
     AckPacket,
     DataPacket,
+    SackPacket,
     psn_diff,
 )
 from emulator.transport.params import TransportParams
+from emulator.transport.sack import Scoreboard
 
 # Bytes a packet costs on the link beyond its UDP payload (IPv4 + UDP + Ethernet framing): the
 # rate limiter counts them so a QP at line rate fills the link exactly.
@@ -122,6 +127,13 @@ class SendQueuePair:
         self.message_id_sent = -1
         self._resend_seq: int | None = None  # next to send again while going back
         self._resend_msg = 0  # index in _msgs of the message holding _resend_seq
+        # selective repeat: what the responder holds beyond _una_seq and what to send again
+        self._board = (
+            Scoreboard(params.reorder_allowance_packets)
+            if params.reliability == "selective"
+            else None
+        )
+        self.sacks_received = 0
         # Posted, not completed, in order: _msgs[_head:]; _msgs[_seg] is the first one not yet
         # fully cut into packets (_seg == len(_msgs): all are).
         self._msgs: list[_Message] = []
@@ -186,6 +198,8 @@ class SendQueuePair:
     def _has_work(self) -> bool:
         if self._resend_seq is not None:
             return True
+        if self._board is not None and self._board.resend_pending(self._una_seq):
+            return True
         return self._seg < len(self._msgs) and self._next_seq - self._una_seq < self._window
 
     def next_transmit_s(self) -> float | None:
@@ -225,6 +239,10 @@ class SendQueuePair:
         if self._resend_seq is not None:
             m = self._msgs[self._resend_msg]
             return m, self._resend_seq - m.first_seq, True
+        if self._board is not None and self._board.resend_pending(self._una_seq):
+            seq = self._board.next_resend()
+            m = self._msgs[self._message_index(seq)]
+            return m, seq - m.first_seq, True
         m = self._msgs[self._seg]
         return m, m.sent, False
 
@@ -288,6 +306,11 @@ class SendQueuePair:
         if self._resend_seq is not None:
             m, k, _ = self._next_position()
             ack_req = bool(self._take_resent(1))
+        elif self._board is not None and self._board.resend_pending(self._una_seq):
+            m, k, _ = self._next_position()
+            self._board.take(1)
+            self.packets_retransmitted += 1
+            ack_req = True  # a resent packet asks for the answer that shows it arrived
         else:
             if self._next_seq == self._una_seq:
                 self._last_progress_s = now
@@ -383,7 +406,14 @@ class SendQueuePair:
             max_packets, buffers * max(1, max_bytes // segment), int((now - t0) / spacing_s) + 1
         )
         count = 0
-        first_seq = self._resend_seq if self._resend_seq is not None else self._next_seq
+        board = self._board
+        selective_resend = board is not None and board.resend_pending(self._una_seq)
+        if self._resend_seq is not None:
+            first_seq = self._resend_seq
+        elif board is not None and selective_resend:
+            first_seq = board.next_resend()
+        else:
+            first_seq = self._next_seq
         opcodes = bytearray()
         ack_at: list[int] = []
         resent = 0
@@ -395,7 +425,7 @@ class SendQueuePair:
         size_last = segment
         changed_s: float | None = None
         ends = False
-        if self._resend_seq is None and self._next_seq == self._una_seq:
+        if self._resend_seq is None and not selective_resend and self._next_seq == self._una_seq:
             self._last_progress_s = t0
         while count < limit and not ends:
             if self._resend_seq is not None:
@@ -403,7 +433,21 @@ class SendQueuePair:
                 k = self._resend_seq - m.first_seq
                 room = self._next_seq - self._resend_seq
                 resend = True
+            elif selective_resend:
+                assert board is not None
+                # one run of consecutive lost packets: a burst's PSNs follow each other
+                if not board.resend_pending(self._una_seq) or (
+                    board.next_resend() != first_seq + count
+                ):
+                    break
+                seq = board.next_resend()
+                m = msgs[self._message_index(seq)]
+                k = seq - m.first_seq
+                room = board.run_length(self._una_seq, limit)
+                resend = True
             elif self._seg < len(msgs):
+                if count and first_seq + count != self._next_seq:
+                    break
                 room = self._window - (self._next_seq - self._una_seq)
                 if room <= 0:
                     break
@@ -434,7 +478,12 @@ class SendQueuePair:
                         ends = True
                         break
             if resend:
-                at = self._take_resent(n)
+                if board is not None and self._resend_seq is None:
+                    board.take(n)
+                    self.packets_retransmitted += n
+                    at = list(range(n))  # each resent packet asks for the answer it needs
+                else:
+                    at = self._take_resent(n)
                 resent += n
             else:
                 at = self._take_new(n)
@@ -492,8 +541,11 @@ class SendQueuePair:
         )
 
     # -- feedback ------------------------------------------------------------------------
-    def on_ack(self, *, now: float, packet: AckPacket) -> None:
-        """An ACK or NAK for this QP."""
+    def on_ack(self, *, now: float, packet: AckPacket | SackPacket) -> None:
+        """An ACK, NAK or SACK for this QP."""
+        if type(packet) is SackPacket:
+            self._on_sack(now, packet)
+            return
         if packet.is_nak:
             self.naks_received += 1
         else:
@@ -510,6 +562,26 @@ class SendQueuePair:
             self._acknowledge(now, acked)
         if packet.is_nak:
             self._go_back(now, "nak")
+
+    def _on_sack(self, now: float, packet: SackPacket) -> None:
+        self.sacks_received += 1
+        acked = psn_diff(packet.psn, self._una_psn) + 1
+        if acked < 0:
+            return  # overtaken by a newer acknowledgement
+        if acked > self._next_seq - self._una_seq:
+            self.drops["ack_out_of_window"] += 1
+            self.events.append(PacketDropped(now, "ack_out_of_window", self.qpn))
+            return
+        if acked:
+            self._acknowledge(now, acked)
+        board = self._board
+        if board is None:
+            return  # a go-back-N requester takes the cumulative part only
+        base_seq = self._una_seq + psn_diff(packet.base_psn, self._una_psn)
+        lost = board.on_sack(self._una_seq, self._next_seq, base_seq, packet.bitmap)
+        if lost:
+            psn = (self._initial_psn + lost[0]) & PSN_MASK
+            self.events.append(Retransmitted(self.qpn, now, psn, len(lost), "sack"))
 
     def on_acks(self, *, now: float, psns: Sequence[int]) -> None:
         """Several ACKs (none a NAK) for this QP in arrival order, all at `now` (the segments of
@@ -550,6 +622,8 @@ class SendQueuePair:
             head += 1
         self._head = head
         self._una_seq = new_una
+        if self._board is not None:
+            self._board.advance(count)
         order = self._ack_req_order
         while order and order[0] < new_una:
             self._ack_req_set.discard(order.popleft())
@@ -582,6 +656,17 @@ class SendQueuePair:
     def _go_back(self, now: float, reason: str) -> None:
         unacked = self._next_seq - self._una_seq
         if not unacked:
+            return
+        board = self._board
+        if board is not None:
+            # selective: a timeout sends again what is not held; a NAK names one lost packet
+            if reason == "nak":
+                board.lost(self._una_seq)
+                count = 1
+            else:
+                count = board.all_lost(self._una_seq, self._next_seq)
+            self._last_progress_s = now
+            self.events.append(Retransmitted(self.qpn, now, self._una_psn, count, reason))
             return
         self._resend_seq = self._una_seq
         self._resend_msg = self._message_index(self._una_seq)
@@ -619,6 +704,8 @@ class SendQueuePair:
 
     def _rto_deadline_s(self) -> float | None:
         if self._next_seq == self._una_seq or self._resend_seq is not None:
+            return None
+        if self._board is not None and self._board.resend_pending(self._una_seq):
             return None
         if self._ack_req_seq < self._una_seq:
             return None  # no response is due yet: the next AckReq packet starts the timer

@@ -4,7 +4,9 @@ Layout (IBTA vol. 1 ch. 9; RoCEv2 is annex A17): UDP destination port 4791, then
 BTH (opcode; SE/M/PadCnt/TVer; P_Key; FECN/BECN/6 reserved bits + 24-bit destination QP;
 AckReq/7 reserved bits + 24-bit PSN), then RETH (WRITE first/only: 64-bit VA, R_Key, DMA length)
 or AETH (ACK: syndrome + 24-bit MSN) or 16 reserved bytes (CNP), the payload padded to 4 bytes,
-and a 4-byte ICRC.
+and a 4-byte ICRC. The selective acknowledgement (opcode 0xD1, docs/multipath.md) is an ACK's
+BTH and AETH followed by a SACKETH: bitmap words (1 byte), base PSN (3 bytes), then the words
+(64 bits each, big-endian; bit j of word w stands for PSN base + 64w + j).
 
 ICRC: CRC-32 (the Ethernet polynomial, zlib.crc32's values; emulator.transport.crc computes it)
 over 8 bytes of 0xFF standing in for the IB LRH, then the IP header with ToS/traffic class,
@@ -42,12 +44,16 @@ from emulator.transport.packets import (
     RETH_BYTES,
     RETH_OPCODES,
     ROCEV2_UDP_PORT,
+    SACK_MAX_WORDS,
+    SACK_WORD_BYTES,
+    SACKETH_HEAD_BYTES,
     UDP_HEADER_BYTES,
     AckPacket,
     CnpPacket,
     DataPacket,
     Opcode,
     Packet,
+    SackPacket,
 )
 
 _BTH = struct.Struct("!BBHII")
@@ -57,6 +63,8 @@ _ICRC = struct.Struct("<I")
 _IPV4 = struct.Struct("!BBHHHBBH4s4s")
 _UDP = struct.Struct("!HHHH")
 _U16 = struct.Struct("!H")
+_U64 = struct.Struct("!Q")
+_M64 = (1 << 64) - 1
 _LEN_ID = struct.Struct("!HH")
 _MASKED_BTH_BYTE = b"\xff"
 
@@ -213,6 +221,23 @@ def write_packet(buf: bytearray | memoryview, at: int, packet: Packet) -> int:
         end = at + BTH_BYTES + AETH_BYTES
         buf[end : end + ICRC_BYTES] = _ZEROS[:ICRC_BYTES]
         return end + ICRC_BYTES
+    if type(packet) is SackPacket:
+        _write_bth(buf, at, Opcode.SELECTIVE_ACKNOWLEDGE, packet.dest_qp, packet.psn)
+        o = at + BTH_BYTES
+        _AETH.pack_into(buf, o, (packet.syndrome << 24) | (packet.msn & 0xFFFFFF))
+        o += AETH_BYTES
+        words = packet.words
+        if not 1 <= words <= SACK_MAX_WORDS or packet.bitmap >> (64 * words):
+            raise ValueError(f"SACK bitmap does not fit {words} words")
+        _AETH.pack_into(buf, o, (words << 24) | (packet.base_psn & PSN_MASK))
+        o += SACKETH_HEAD_BYTES
+        # word w holds PSNs base + 64w .. base + 64w + 63, bit j (LSB first) for base + 64w + j
+        buf[o : o + SACK_WORD_BYTES * words] = b"".join(
+            _U64.pack((packet.bitmap >> (64 * w)) & _M64) for w in range(words)
+        )
+        end = o + SACK_WORD_BYTES * words
+        buf[end : end + ICRC_BYTES] = _ZEROS[:ICRC_BYTES]
+        return end + ICRC_BYTES
     if type(packet) is CnpPacket:
         _write_bth(buf, at, Opcode.CNP, packet.dest_qp, 0, becn=True)
         end = at + BTH_BYTES + CNP_RESERVED_BYTES + ICRC_BYTES
@@ -337,6 +362,22 @@ def decode(data: bytes | bytearray | memoryview, *, with_payload: bool = True) -
             raise MalformedPacket(f"ACK of {size} bytes, expected {BTH_BYTES + AETH_BYTES + 4}")
         (aeth,) = _AETH.unpack_from(mv, BTH_BYTES)
         return AckPacket(dest_qp, psn, aeth >> 24, aeth & 0xFFFFFF)
+    if opcode == Opcode.SELECTIVE_ACKNOWLEDGE:
+        head = BTH_BYTES + AETH_BYTES + SACKETH_HEAD_BYTES
+        if size < head + SACK_WORD_BYTES + ICRC_BYTES:
+            raise MalformedPacket(f"SACK of {size} bytes is shorter than one bitmap word")
+        (aeth,) = _AETH.unpack_from(mv, BTH_BYTES)
+        (sacketh,) = _AETH.unpack_from(mv, BTH_BYTES + AETH_BYTES)
+        words = sacketh >> 24
+        if not 1 <= words <= SACK_MAX_WORDS or size != head + SACK_WORD_BYTES * words + ICRC_BYTES:
+            raise MalformedPacket(f"SACK of {size} bytes does not hold its {words} bitmap words")
+        bitmap = 0
+        for w in range(words):
+            (word,) = _U64.unpack_from(mv, head + SACK_WORD_BYTES * w)
+            bitmap |= word << (64 * w)
+        return SackPacket(
+            dest_qp, psn, sacketh & PSN_MASK, bitmap, words, aeth & 0xFFFFFF, aeth >> 24
+        )
     if opcode == Opcode.CNP:
         if size < BTH_BYTES + ICRC_BYTES:
             raise MalformedPacket("CNP too short")

@@ -272,13 +272,18 @@ def test_an_older_folder_without_the_newer_queue_pair_columns_still_reads(tmp_pa
     )
     old = pq.read_table(target / "queue_pairs.parquet")
     old = old.drop_columns(
-        [c for c in old.column_names if c in ("pattern", "job") or c.startswith("latency")]
+        [
+            c
+            for c in old.column_names
+            if c in ("pattern", "job", "sacks_sent", "reordered_packets") or c.startswith("latency")
+        ]
     )
     write_parquet(old, target / "queue_pairs.parquet")
     (back,) = read_tables(target).queue_pairs.to_pylist()
     assert back["lost_packets"] == 3 and back["pattern"] == "" and back["latency_packets"] == 0
     assert back["job"] == ""
     assert back["latency_p99_us"] is None
+    assert back["sacks_sent"] == 0 and back["reordered_packets"] == 0
     write_parquet(old.drop_columns(["lost_packets"]), target / "queue_pairs.parquet")
     with pytest.raises(InputError, match="missing columns lost_packets"):
         read_tables(target)

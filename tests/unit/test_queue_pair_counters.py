@@ -30,6 +30,7 @@ from emulator.transport.packets import (
     Packet,
 )
 from emulator.transport.params import TransportParams
+from emulator.transport.qp_counters import recv_qp_counters, send_qp_counters
 from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.sender import SendQueuePair
 
@@ -385,15 +386,31 @@ def test_on_acks_and_on_ack_agree() -> None:
 
 
 def send_half(
-    sent: int, acked: int, resent: int, acks: int, naks: int, cnps: int, dscp: int
+    sent: int,
+    acked: int,
+    resent: int,
+    acks: int,
+    naks: int,
+    cnps: int,
+    dscp: int,
+    sacks: int = 0,
 ) -> list[int]:
-    return [sent, acked, resent, acks, naks, cnps, dscp]
+    return [sent, acked, resent, acks, naks, cnps, sacks, dscp]
 
 
 def recv_half(
-    got: int, nbytes: int, seq: int, dup: int, acks: int, naks: int, ce: int, cnps: int
+    got: int,
+    nbytes: int,
+    seq: int,
+    dup: int,
+    acks: int,
+    naks: int,
+    ce: int,
+    cnps: int,
+    reorder: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0),
 ) -> list[int]:
-    return [got, nbytes, seq, dup, acks, naks, ce, cnps]
+    """`reorder`: SACKs sent, held out of order, reordered packets, extent sum and max."""
+    return [got, nbytes, seq, dup, acks, naks, ce, cnps, *reorder]
 
 
 CONNECTIONS: dict[ConnectionKey, int] = {
@@ -410,17 +427,18 @@ SEND_QPS = {
 }
 RECV_QPS = {
     1: recv_half(98, 25_600, 2, 1, 51, 1, 9, 3),
-    2: recv_half(12, 2_560, 0, 2, 6, 0, 0, 0),  # more received than sent (duplicates)
-    5: recv_half(3, 768, 0, 0, 2, 0, 1, 1),  # its sender's counters never came
+    2: recv_half(12, 2_560, 0, 2, 6, 0, 0, 0, (3, 4, 5, 9, 4)),  # duplicates; reordered
+    5: recv_half(3, 768, 0, 0, 2, 0, 1, 1, (0, 0, 2, 4, 3)),  # its sender's never came
 }
 
 
 def test_columns_match_the_row() -> None:
-    assert len(SEND_QP_COLUMNS) == 7 and len(RECV_QP_COLUMNS) == 8
+    assert len(SEND_QP_COLUMNS) == 8 and len(RECV_QP_COLUMNS) == 13
     assert set(SEND_QP_COLUMNS) | set(RECV_QP_COLUMNS) | {"qpn", "lost_packets"} == set(
         COUNTER_COLUMNS
     )
     assert "dscp" not in SUMMED and "qpn" not in SUMMED and "lost_packets" in SUMMED
+    assert "reorder_extent_max" not in SUMMED
 
 
 def test_qp_rows_join_both_halves() -> None:
@@ -461,10 +479,10 @@ def test_qp_rows_missing_half_counts_zeros_and_loss_is_never_negative() -> None:
     assert rows[2].lost_packets == 0  # 10 sent, 12 received
     # no receive half: nothing arrived, all of it lost
     assert rows[3].data_packets_sent == 7
-    assert [getattr(rows[3], c) for c in RECV_QP_COLUMNS] == [0] * 8
+    assert [getattr(rows[3], c) for c in RECV_QP_COLUMNS] == [0] * len(RECV_QP_COLUMNS)
     assert rows[3].lost_packets == 7
     # no send half: zeros (dscp too), nothing lost
-    assert [getattr(rows[5], c) for c in SEND_QP_COLUMNS] == [0] * 7
+    assert [getattr(rows[5], c) for c in SEND_QP_COLUMNS] == [0] * len(SEND_QP_COLUMNS)
     assert rows[5].data_packets_received == 3 and rows[5].cnps_sent == 1
     assert rows[5].lost_packets == 0
     assert 4 not in rows  # neither half
@@ -490,6 +508,10 @@ def test_rank_totals_put_each_side_on_its_rank() -> None:
         "acks_sent": 6 + 2,
         "ce_received": 1,
         "cnps_sent": 1,
+        "sacks_sent": 3,
+        "held_out_of_order": 4,
+        "reordered_packets": 5 + 2,
+        "reorder_extent_sum": 9 + 4,
         "lost_packets": 2 + 7,
     }
     # rank 1 sends QP 2 and receives QP 1
@@ -546,13 +568,19 @@ def test_totals_sum_every_counter_and_count_qps() -> None:
         "naks_sent": 1,
         "ce_received": 10,
         "cnps_sent": 4,
+        "sacks_received": 0,
+        "sacks_sent": 3,
+        "held_out_of_order": 4,
+        "reordered_packets": 7,
+        "reorder_extent_sum": 13,
+        "reorder_extent_max": 4,  # the largest, not the sum
         "lost_packets": 9,
         "queue_pairs": 4,
     }
     # the per-rank totals add up to the run's
     by_rank = rank_totals(rows)
     assert {c: sum(r[c] for r in by_rank.values()) for c in SUMMED} == {c: out[c] for c in SUMMED}
-    assert totals([]) == {**dict.fromkeys(SUMMED, 0), "queue_pairs": 0}
+    assert totals([]) == {**dict.fromkeys(SUMMED, 0), "reorder_extent_max": 0, "queue_pairs": 0}
     assert totals(iter(rows))["queue_pairs"] == 4  # any iterable, counted as it goes
 
 
@@ -562,29 +590,15 @@ def test_rows_from_real_queue_pairs() -> None:
     tx, rx = pair()
     tx.post_send(now=0.0, message_id=1, size_bytes=8 * MTU + 100)
     run(tx, rx, drop_data={3})
-    send = [
-        tx.packets_sent,
-        tx.bytes_acked,
-        tx.packets_retransmitted,
-        tx.acks_received,
-        tx.naks_received,
-        tx.cnps_received,
-        26,
-    ]
-    recv = [
-        rx.packets_received,
-        rx.delivered_bytes,
-        rx.drops["out_of_sequence"],
-        rx.drops["duplicate"],
-        rx.acks_sent,
-        rx.naks_sent,
-        rx.ce_packets,
-        rx.cnps_sent,
-    ]
+    send = send_qp_counters(tx, tx.cnps_received, 26)
+    recv = recv_qp_counters(rx, rx.cnps_sent)
     (row,) = qp_rows({(0, 1, 0, 49152): 0}, {1: send}, {1: recv})
     assert row.lost_packets == 1
     assert row.sequence_errors == 1 and row.naks_sent == row.naks_received == 1
     assert row.acks_sent == row.acks_received == 5
     assert row.packets_retransmitted == 2
+    # go-back-N: the resends of what the receiver saw ahead of the gap are not reordering; the
+    # lost packet's resend is (the wire does not say it is a resend: see the receiver's doc)
+    assert row.reordered_packets == 1 and row.held_out_of_order == 0 and row.sacks_sent == 0
     assert row.data_bytes_acked == row.data_bytes_received == 8 * MTU + 100
     assert totals([row])["queue_pairs"] == 1

@@ -21,7 +21,7 @@ from emulator.backends.base import (
     TimescaleRequest,
 )
 from emulator.backends.engine.session import EngineSession, bring_up, engine_params
-from emulator.backends.netns.backend import need_root
+from emulator.backends.netns.backend import need_root, refuse_engine_entropy
 from emulator.engine.coordinator import EngineFailure
 from emulator.errors import ScenarioError
 from emulator.scenario.model import Scenario
@@ -168,6 +168,7 @@ class DutEngineBackend(Backend):
 
     def check(self, scenario: Scenario, options: BackendOptions) -> None:
         refuse_dilation(scenario, options)
+        refuse_engine_entropy(scenario)
         need_root()
 
     def timescale(self, request: TimescaleRequest) -> TdfChoice:

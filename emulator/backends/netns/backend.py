@@ -55,6 +55,34 @@ def refuse_unmodelled_keys(scenario: Scenario) -> None:
             "simulator marks at departure (--backend sim or run.backend: sim)"
         )
     check_send_path(scenario)
+    refuse_engine_entropy(scenario)
+    refuse_fabric_balancing(scenario)
+
+
+def refuse_fabric_balancing(scenario: Scenario) -> None:
+    """Until the emulated fabric's switches choose among next hops themselves, a tier asking
+    for anything but ECMP is refused rather than run as ECMP."""
+    fabric = scenario.fabric
+    if not isinstance(fabric, ClosSpec):
+        return
+    for name, tier in fabric.tiers.items():
+        if tier.load_balancing.mode != "ecmp":
+            raise ScenarioError(
+                f"fabric.{name}.load_balancing.mode: {tier.load_balancing.mode} asked, but the "
+                "emulated fabric's routers forward by the kernel's ECMP hash; the simulator "
+                "models it (--backend sim or run.backend: sim)"
+            )
+
+
+def refuse_engine_entropy(scenario: Scenario) -> None:
+    """The engine sends each queue pair from one UDP source port (one socket, one GSO buffer per
+    turn): per-packet entropy is the simulator's for now, refused here rather than ignored."""
+    if scenario.transport.entropy != "per_qp":
+        raise ScenarioError(
+            f"transport.entropy: {scenario.transport.entropy} asked, but the engine sends each "
+            "queue pair from one UDP source port; per-packet entropy runs in the simulator "
+            "(--backend sim or run.backend: sim)"
+        )
 
 
 def check_send_path(scenario: Any) -> None:
