@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.errors import EnvironmentProblem, ScenarioError
+from fabrics.balance import Balancer, attach_balancers, check_balancing
 from fabrics.ecn.markers import NETEM_PROBE, Marker, choose_marker, qdisc_kind_available
 from fabrics.iproute import Cmd, in_netns, ip, run, run_batch, run_grouped
 from fabrics.ownership import Ledger
@@ -78,6 +79,8 @@ class LiveFabric:
     part: FabricPart | None = None
     # The filters that keep strangers' frames off the part's tunnels (fabrics/underlay_guard.py).
     guards: tuple[UnderlayGuard, ...] = ()
+    # Tiers that spray, follow flowlets or adapt instead of ECMP (fabrics/balance/); None: none.
+    balancer: Balancer | None = None
 
     @property
     def marker_name(self) -> str:
@@ -139,6 +142,7 @@ class LiveFabric:
             "shaped_hops_max": 2 * len({n.role for n in self.topology.nodes} - {"host"}),
             # the eBPF phantom queue and tc RED both judge a packet before the port's queue
             "ecn_mark_point": "arrival",
+            **({"load_balancing": self.balancer.metadata()} if self.balancer else {}),
             **part,
         }
 
@@ -171,6 +175,8 @@ class LiveFabric:
             run_batch([ip("link", "set", "dev", end.ifname, state, netns=self.netns[end.node])])
         if up:  # taking an interface down flushed its neighbours, permanent ones too
             run_grouped(neighbour_commands(self.topology.cables.index(cable), cable, self.netns))
+        if self.balancer is not None:  # its next hops follow the kernel's dead ones
+            self.balancer.set_cable(cable, up)
 
     def reroute(self, down: Iterable[Cable]) -> None:
         """Install on every switch the routes of the fabric without `down` (what a converged
@@ -189,6 +195,8 @@ class LiveFabric:
             run_batch(cmds)
             if gone:  # the kernel may have removed it already with the interface
                 run_batch(gone, force=True)
+        if self.balancer is not None:
+            self.balancer.reroute(routes)
 
     def close(self) -> list[str]:
         """Release everything this fabric created, in reverse order."""
@@ -314,6 +322,7 @@ def _bring_up(
         )
     run_batch([ip("netns", "del", probe)])
     ledger.resources.remove({"kind": "netns", "name": probe})
+    check_balancing(topo, marker.name)
     switch_ports = {p.ifname for r in topo.routers for p in topo.ports[r]}
     unknown = sorted(set(topo.link_loss) - switch_ports)
     if unknown:
@@ -456,14 +465,19 @@ def _bring_up(
     ledger.record(records)
     run_grouped(qdiscs)
     marker.configure(list(ports), record=ledger.record)
+    balancer = attach_balancers(topo, netns, ports, marker, ledger, delay_scale)
+    if balancer is not None:
+        say(f"load balancing at {len(balancer.switches)} switches (eBPF at port ingress)")
     timings["queues_s"] = time.perf_counter() - t0 - timings["namespaces_s"] - timings["links_s"]
     timings["total_s"] = time.perf_counter() - t0
     say(
         f"{len(ports)} egress queues (HTB{', ' + marker.name + ' marker' if marker.name != 'none' else ''})"
     )
-    return LiveFabric(
+    live = LiveFabric(
         topo, netns, ports, marker, ledger, rate_scale, delay_scale, timings, part, tuple(guards)
     )
+    live.balancer = balancer
+    return live
 
 
 def _write_sysctl(key: str, value: str, netns: str) -> None:

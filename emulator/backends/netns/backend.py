@@ -56,22 +56,6 @@ def refuse_unmodelled_keys(scenario: Scenario) -> None:
         )
     check_send_path(scenario)
     refuse_engine_entropy(scenario)
-    refuse_fabric_balancing(scenario)
-
-
-def refuse_fabric_balancing(scenario: Scenario) -> None:
-    """Until the emulated fabric's switches choose among next hops themselves, a tier asking
-    for anything but ECMP is refused rather than run as ECMP."""
-    fabric = scenario.fabric
-    if not isinstance(fabric, ClosSpec):
-        return
-    for name, tier in fabric.tiers.items():
-        if tier.load_balancing.mode != "ecmp":
-            raise ScenarioError(
-                f"fabric.{name}.load_balancing.mode: {tier.load_balancing.mode} asked, but the "
-                "emulated fabric's routers forward by the kernel's ECMP hash; the simulator "
-                "models it (--backend sim or run.backend: sim)"
-            )
 
 
 def refuse_engine_entropy(scenario: Scenario) -> None:
