@@ -119,8 +119,17 @@ class ReceiveQueuePair:
                 out.append(CnpPacket(self.remote_qp))
                 self.cnps_sent += 1
                 self.events.append(CnpSent(self.qpn, now))
-        ahead = psn_diff(packet.psn, self._expected_psn)
-        beyond = psn_diff(packet.psn, self._highest_psn)
+        psn = packet.psn
+        if psn == self._expected_psn and not self._held and not self._seen_ahead:
+            # the common case, the same in both reliabilities: the next packet, nothing held
+            if psn == (self._highest_psn + 1) & PSN_MASK or psn_diff(psn, self._highest_psn) > 0:
+                self._highest_psn = psn
+            else:
+                self._reordered(psn_diff(self._highest_psn, psn))
+            self._accept(now, packet, out)
+            return out
+        ahead = psn_diff(psn, self._expected_psn)
+        beyond = psn_diff(psn, self._highest_psn)
         if beyond > 0:
             self._highest_psn = packet.psn
         elif (
