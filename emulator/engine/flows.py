@@ -8,11 +8,13 @@ which the tick then sends from.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 from collections.abc import Sequence
 from typing import Any
 
 from emulator.engine.active import ActiveQueuePairs
+from emulator.engine.entropy_ports import EntropyPorts
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow
 from emulator.engine.ranks import RankSockets, SendConn
@@ -89,9 +91,20 @@ class FlowStarts:
                     line_rate_bps=rate_bps,
                     events=self.events,
                 )
-                # its ACKs, NAKs and CNPs come from the receiver's socket bound to our source port
-                rank.endpoint.add_sender(qp, peer=(dst, f.udp_sport))
                 address = FlowAddress(rank.spec.address, dst, f.udp_sport, dscp=self.transport.dscp)
+                entropy = None
+                if params.entropy == "per_packet":
+                    entropy = EntropyPorts(
+                        address,
+                        params.entropy_values,
+                        functools.partial(self.rank_sockets.sport_socket, rank),
+                        self.gso_buf,
+                        self.params.gso_max_segments,
+                    )
+                    address = dataclasses.replace(address, sport=entropy.home_sport)
+                # its ACKs, NAKs and CNPs come from the receiver's socket bound to our source
+                # port (with per-packet entropy: the home port, emulator.transport.entropy)
+                rank.endpoint.add_sender(qp, peer=(dst, address.sport))
                 icrc = IcrcContext(address)
                 tos = dscp << 2 | self.transport.data_ecn_bits
                 xdp = rank.xdp  # its interface's AF_XDP port sends for it (af_xdp)
@@ -99,13 +112,14 @@ class FlowStarts:
                     conn_id,
                     rank,
                     qp,
-                    self.rank_sockets.sport_socket(rank, f.udp_sport) if xdp is None else None,
+                    self.rank_sockets.sport_socket(rank, address.sport) if xdp is None else None,
                     (dst, ROCEV2_UDP_PORT),
                     icrc,
                     BurstWriter(icrc, self.gso_buf, self.params.gso_max_segments),
                     tos=tos,
                     tos_cmsgs=() if tos == tos_data else (tos_cmsg(tos),),
                     xdp=None if xdp is None else xdp.flow(rank.spec.address, dst, f.udp_sport),
+                    entropy=entropy,
                 )
             self.flows[f.id] = f
         for f in flows:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 from emulator.engine.af_xdp import XdpFlow
+from emulator.engine.entropy_ports import EntropyPorts
 from emulator.engine.nicpacer import NicPacer
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import RankEndpoint
@@ -62,6 +63,8 @@ class SendConn:
     icrc: IcrcContext
     writer: BurstWriter
     xdp: XdpFlow | None = None  # its flow on the rank's AF_XDP port (af_xdp)
+    # per-packet source ports (transport.entropy: per_packet): `sock` is then the home port's
+    entropy: EntropyPorts | None = None
     next_ordinal: int = 0
     cnps_received: int = 0
     # target seconds of credit its NIC lost while it had a packet due (emulator.engine.nicpacer)

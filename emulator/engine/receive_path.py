@@ -25,6 +25,7 @@ from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn
 from emulator.engine.sockets import ANCILLARY_BYTES, read_ancillary, segments
 from emulator.native.reads import NativeRunReader
 from emulator.transport.burst_wire import DataRun, read_ack_run, read_data_run
+from emulator.transport.entropy import home_sport
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import RETH_OPCODES, ROCEV2_UDP_PORT, DataPacket, Opcode, Packet
 from emulator.transport.params import TransportParams
@@ -75,6 +76,10 @@ class ReceivePath:
         after_reads: Callable[[float, Rank | None], None],
     ) -> None:
         self.transport = transport
+        # per-packet entropy: a data packet's source port is one of its queue pair's; its
+        # source is taken as the home port's (emulator.transport.entropy), where the QP's
+        # peer is recorded and its ACKs leave from
+        self._entropy = transport.entropy_values if transport.entropy == "per_packet" else 0
         self.clock = clock
         self.events = events
         self.counters = counters
@@ -215,6 +220,8 @@ class ReceivePath:
         """A read of data for one QP to its receive queue pair in one call, if it is a known
         QP's from its own peer (False: the caller takes it packet by packet)."""
         endpoint = rank.endpoint
+        if self._entropy:
+            source = (source[0], home_sport(source[1], run.psn, self._entropy))
         rq = endpoint.receivers.get(run.dest_qp)
         if rq is None or endpoint.receiver_peers.get(run.dest_qp) != source:
             return False
@@ -248,12 +255,16 @@ class ReceivePath:
         """A read packet by packet through the codec (anything the fast paths do not take)."""
         endpoint = rank.endpoint
         mv = memoryview(data)
+        peer = source
         for a, b in segments(nbytes, gso_size):
             try:
                 packet = decode(mv[a:b])
             except MalformedPacket:
                 endpoint.drop(now, "malformed")
                 continue
+            source = peer
+            if self._entropy and type(packet) is DataPacket:
+                source = (peer[0], home_sport(peer[1], packet.psn, self._entropy))
             if type(packet) is DataPacket and packet.dest_qp not in endpoint.receivers:
                 if source[0] not in self.rank_addresses:
                     # only the run's ranks open receive QPs: a stranger's first packet

@@ -206,6 +206,8 @@ class SendPath:
         the UDP payload bytes handed to the kernel."""
         if conn.xdp is not None:
             return self._send_burst_xdp(conn, burst)
+        if conn.entropy is not None:
+            return self._send_burst_entropy(conn, burst)
         if self.native is not None:
             return self._send_burst_native(conn, burst)
         sock = conn.sock
@@ -244,6 +246,32 @@ class SendPath:
         conn.rank.tx_bytes += used + IP_UDP_BYTES * count
         self._count_class(conn.tos, count, used, sent=True)
         return used
+
+    def _send_burst_entropy(self, conn: SendConn, burst: Burst) -> int:
+        """_send_burst for a queue pair with per-packet source ports: each segment a datagram
+        of its own from its port's socket, its ICRC for that port (emulator.engine.entropy_ports)."""
+        ports = conn.entropy
+        assert ports is not None
+        view = self.gso_view
+        spacing = 0
+        departed = 0
+        if self.latency:
+            spacing = int((burst.segment_bytes + IPV4_FRAME_OVERHEAD_BYTES) * conn.rank.ns_per_byte)
+            departed = time.time_ns()
+        total = 0
+        for i, one in enumerate(burst.split()):
+            sock, writer = ports.port(one.psn)
+            if self.latency:
+                used = writer.write(one, gso=False, departed_ns=departed + i * spacing)
+            else:
+                used = writer.write(one, gso=False)
+            self._sendmsg(sock, [view[:used]], conn.tos_cmsgs, conn.dest, conn.rank)
+            total += used
+        count = burst.count
+        self.counters["data_packets_sent"] += count
+        conn.rank.tx_bytes += total + IP_UDP_BYTES * count
+        self._count_class(conn.tos, count, total, sent=True)
+        return total
 
     def _send_burst_native(self, conn: SendConn, burst: Burst) -> int:
         """_send_burst on the native path: the same bytes, counters and error handling, the

@@ -47,6 +47,29 @@ class Burst:
         """UDP payload bytes of all segments together (the GSO buffer's length)."""
         return self.segment_bytes * (self.count - 1) + self.last_segment_bytes
 
+    def split(self) -> list[Burst]:
+        """One single-segment burst per segment (each leaves as a datagram of its own)."""
+        last = self.count - 1
+        out = []
+        for i in range(self.count):
+            n = self.last_payload_bytes if i == last else self.payload_bytes
+            out.append(
+                Burst(
+                    self.dest_qp,
+                    (self.psn + i) & PSN_MASK,
+                    1,
+                    self.last_segment_bytes if i == last else self.segment_bytes,
+                    n,
+                    n,
+                    self.opcodes[i : i + 1],
+                    [0] if i in self.ack_req_at else [],
+                    0,
+                    None if self.packets is None else [self.packets[i]],
+                    self.tag if self.tags is None else self.tags[i],
+                )
+            )
+        return out
+
     def to_packets(self) -> list[DataPacket]:
         """The segments as descriptors (message offsets are not on the wire: 0 here unless the
         burst carries its packets)."""

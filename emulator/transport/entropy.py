@@ -17,6 +17,14 @@ DYNAMIC_PORTS = 65536 - DYNAMIC_PORT_FIRST
 
 def entropy_sport(base_sport: int, psn: int, values: int) -> int:
     """The source port of the packet with this PSN, of a queue pair whose own port is
-    `base_sport` (value 0 is base_sport itself when it is in the dynamic range)."""
+    `base_sport` (value 0, the queue pair's home port, is base_sport itself when it is in the
+    dynamic range)."""
     k = psn % values
     return DYNAMIC_PORT_FIRST + (base_sport - DYNAMIC_PORT_FIRST + k) % DYNAMIC_PORTS
+
+
+def home_sport(sport: int, psn: int, values: int) -> int:
+    """The home port (value 0) of the queue pair whose packet with this PSN came from `sport`:
+    where its ACKs, SACKs and CNPs go back from, whatever port the packet itself carried."""
+    k = psn % values
+    return DYNAMIC_PORT_FIRST + (sport - DYNAMIC_PORT_FIRST - k) % DYNAMIC_PORTS

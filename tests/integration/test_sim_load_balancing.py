@@ -92,7 +92,8 @@ def test_a_sprayed_all_reduce_step_completes_with_fewer_resends_when_selective()
         for run in (gbn, sel):
             assert run.receiver_bytes() == [SIZE] * 4  # every byte, once, in every message
         conns = {
-            name: list(run.replay.connections.values()) for name, run in (("gbn", gbn), ("sel", sel))
+            name: list(run.replay.connections.values())
+            for name, run in (("gbn", gbn), ("sel", sel))
         }
         reordered = sum(c.receiver.reordered_packets for c in conns["sel"])
         assert reordered > 0  # spraying did reorder

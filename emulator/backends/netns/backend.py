@@ -59,13 +59,12 @@ def refuse_unmodelled_keys(scenario: Scenario) -> None:
 
 
 def refuse_engine_entropy(scenario: Scenario) -> None:
-    """The engine sends each queue pair from one UDP source port (one socket, one GSO buffer per
-    turn): per-packet entropy is the simulator's for now, refused here rather than ignored."""
-    if scenario.transport.entropy != "per_qp":
+    """Per-packet entropy leaves from the UDP sockets of each port (emulator.engine.
+    entropy_ports); an AF_XDP port sends each flow's frames from one header: refused there."""
+    if scenario.transport.entropy != "per_qp" and scenario.engine.send_path == "af_xdp":
         raise ScenarioError(
-            f"transport.entropy: {scenario.transport.entropy} asked, but the engine sends each "
-            "queue pair from one UDP source port; per-packet entropy runs in the simulator "
-            "(--backend sim or run.backend: sim)"
+            f"transport.entropy: {scenario.transport.entropy} needs engine.send_path udp_gso "
+            "(the AF_XDP path sends each queue pair from one UDP source port)"
         )
 
 
