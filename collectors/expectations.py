@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from collectors.balance import jain_fairness_index, max_to_mean_ratio
 from collectors.queue_pairs import QpRow
 from emulator.config import param
 
@@ -32,6 +33,8 @@ class Expectation:
         "cnps_match_ce",
         "fairness",
         "uplink_spread",
+        "link_balance",
+        "reordering",
         "pfc_frames_sent",
         "pfc_frames_received",
     ] = param(
@@ -39,7 +42,11 @@ class Expectation:
         "ECN-CE marks arrived; cnps_match_ce: every QP that got CE sent CNPs, none without, "
         "and its sender got them all; fairness: the senders' rates within `within_percent` "
         "of the fastest; uplink_spread: every leaf's uplinks carried within `within_percent` "
-        "of its busiest uplink (Clos); pfc_frames_sent: the run's PFC generators sent frames; "
+        "of its busiest uplink (Clos); link_balance: every sending leaf's uplink loads have a "
+        "max-to-mean ratio (MMR) at most `max_mmr` (the BMWG AI-fabric draft's spray and "
+        "flowlet criterion; Jain's index reported beside it); reordering: data packets that "
+        "arrived after a later one (RFC 4737) at most `within_percent` of those received; "
+        "pfc_frames_sent: the run's PFC generators sent frames; "
         "pfc_frames_received: `ranks` received PFC frames (NIC counters: needs a real DUT)"
     )
     holds: bool = param(True, doc="false: the check is expected to fail (e.g. CE not seen)")
@@ -47,7 +54,17 @@ class Expectation:
         None, doc="judge only this traffic pattern's QPs (default: every QP of the run)"
     )
     within_percent: float | None = param(
-        None, doc="fairness, uplink_spread: the bound", unit="%", min=0.0, max=100.0
+        None,
+        doc="fairness, uplink_spread, reordering: the bound",
+        unit="%",
+        min=0.0,
+        max=100.0,
+    )
+    max_mmr: float | None = param(
+        None,
+        doc="link_balance: the highest max-to-mean ratio of a leaf's uplink loads that passes",
+        source="draft-calabria-bmwg-ai-fabric-training-bench: link utilization balance (MMR)",
+        min=1.0,
     )
     ranks: tuple[int, ...] = param((), doc="pfc_frames_received: the ranks", min=0)
     needs_pfc: bool = param(
@@ -57,8 +74,12 @@ class Expectation:
     )
 
     def __post_init__(self) -> None:
-        if self.check in ("fairness", "uplink_spread") and self.within_percent is None:
+        if self.check in ("fairness", "uplink_spread", "reordering") and (
+            self.within_percent is None
+        ):
             raise ValueError(f"within_percent: {self.check} needs a bound")
+        if self.check == "link_balance" and self.max_mmr is None:
+            raise ValueError("max_mmr: link_balance needs a bound")
         if self.check == "pfc_frames_received" and not self.ranks:
             raise ValueError("ranks: pfc_frames_received needs the ranks that should get frames")
 
@@ -69,6 +90,8 @@ class Expectation:
             words.append(f"[{self.pattern}]")
         if self.within_percent is not None:
             words.append(f"within {self.within_percent:g}%")
+        if self.max_mmr is not None:
+            words.append(f"MMR at most {self.max_mmr:g}")
         if self.ranks:
             words.append(f"ranks {', '.join(map(str, self.ranks))}")
         return " ".join(words)
@@ -167,20 +190,26 @@ def _fairness(e: Expectation, ev: Evidence) -> Measured:
     return ok, f"slowest {low / high:.0%} of fastest (Gb/s: {listing})"
 
 
-def _uplink_spread(e: Expectation, ev: Evidence) -> Measured:
+def _sending_leaves(ev: Evidence) -> dict[str, Mapping[str, int]] | str:
+    """The leaves whose uplinks carried traffic (leaves whose hosts only received send little
+    more than ACKs up: not judged), or why there are none."""
     if ev.uplink_bytes is None:
         return "no leaf uplink counters (the fabric is not a Clos)"
-    assert e.within_percent is not None
     totals = {leaf: sum(ports.values()) for leaf, ports in ev.uplink_bytes.items()}
     busiest = max(totals.values(), default=0)
-    # leaves whose hosts only received send little more than ACKs up: not judged
     judged = {
         leaf: ports
         for leaf, ports in ev.uplink_bytes.items()
         if len(ports) >= 2 and busiest and totals[leaf] >= SENDING_LEAF_SHARE * busiest
     }
-    if not judged:
-        return "no leaf sent traffic over two or more uplinks"
+    return judged or "no leaf sent traffic over two or more uplinks"
+
+
+def _uplink_spread(e: Expectation, ev: Evidence) -> Measured:
+    judged = _sending_leaves(ev)
+    if isinstance(judged, str):
+        return judged
+    assert e.within_percent is not None
     shares = {leaf: min(p.values()) / max(p.values()) for leaf, p in sorted(judged.items())}
     ok = min(shares.values()) >= 1 - e.within_percent / 100.0
     parts = []
@@ -188,6 +217,36 @@ def _uplink_spread(e: Expectation, ev: Evidence) -> Measured:
         mib = ", ".join(f"{b / 2**20:.1f}" for _, b in sorted(judged[leaf].items()))
         parts.append(f"{leaf} {share:.0%} (MiB per uplink: {mib})")
     return ok, f"least-used uplink vs busiest: {'; '.join(parts)}"
+
+
+def _link_balance(e: Expectation, ev: Evidence) -> Measured:
+    judged = _sending_leaves(ev)
+    if isinstance(judged, str):
+        return judged
+    assert e.max_mmr is not None
+    parts, ok = [], True
+    for leaf, ports in sorted(judged.items()):
+        loads = [float(b) for _, b in sorted(ports.items())]
+        mmr, jfi = max_to_mean_ratio(loads), jain_fairness_index(loads)
+        ok = ok and mmr is not None and mmr <= e.max_mmr
+        parts.append(f"{leaf} MMR {mmr:.3f}, JFI {jfi:.3f}" if mmr and jfi else f"{leaf} idle")
+    return ok, f"uplink loads: {'; '.join(parts)}"
+
+
+def _reordering(e: Expectation, ev: Evidence) -> Measured:
+    rows = _qps(e, ev)
+    got = _sum(rows, "data_packets_received")
+    if not got:
+        return "no data packet was received"
+    assert e.within_percent is not None
+    late = _sum(rows, "reordered_packets")
+    worst = max((q.reorder_extent_max for q in rows), default=0)
+    mean = _sum(rows, "reorder_extent_sum") / late if late else 0.0
+    held = _sum(rows, "held_out_of_order")
+    return late <= got * e.within_percent / 100.0, (
+        f"{late} of {got} data packets arrived after a later one ({late / got:.2%}; extent mean "
+        f"{mean:.1f}, max {worst} packets); {held} held out of order"
+    )
 
 
 def _pfc_frames_sent(e: Expectation, ev: Evidence) -> Measured:
@@ -216,6 +275,8 @@ CHECKS: dict[str, Callable[[Expectation, Evidence], Measured]] = {
     "cnps_match_ce": _cnps_match_ce,
     "fairness": _fairness,
     "uplink_spread": _uplink_spread,
+    "link_balance": _link_balance,
+    "reordering": _reordering,
     "pfc_frames_sent": _pfc_frames_sent,
     "pfc_frames_received": _pfc_frames_received,
 }

@@ -103,6 +103,9 @@ class LiveMetrics:
         # one-way latency per traffic class, read at scrape time from the engine (its workers'
         # last reports); None until a run's engine is there
         self.latency_source: Callable[[], Mapping[int, LatencyHistogram]] | None = None
+        # the tester's per-rank counters (collectors.queue_pairs.rank_totals), set by the run
+        # once the engine hands its queue pairs' counters over, at the end
+        self.queue_pair_source: Callable[[], Mapping[str, Mapping[str, int]]] | None = None
 
     def advance(self, time_s: float) -> None:
         if time_s > self.target_time_s:

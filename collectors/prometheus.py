@@ -26,6 +26,13 @@ what this exporter emits (tests/unit/test_collectors_grafana.py checks it):
     emulator_switch_port_pfc_equivalent_pause_seconds_total{switch,port}  (target time the queue
         spent at or above the port's PFC XOFF threshold: a PFC fabric would have paused then)
     emulator_switch_port_pfc_equivalent_pauses_total{switch,port}
+    emulator_switch_tier_group_load_max_to_mean_ratio{tier_group}   (MMR and JFI of the group's
+    emulator_switch_tier_group_load_jain_fairness_ratio{tier_group}  links over their last sample
+        interval, collectors.balance; a group that carried nothing in it is left out)
+    emulator_{reordered_packets,held_out_of_order_packets,sacks_sent}_total{rank}  (receiver)
+    emulator_sacks_received_total{rank}  (sender; these four from the tester's per-QP counters,
+        once the run sets `queue_pair_source` on its LiveMetrics: a callable returning
+        collectors.queue_pairs.rank_totals; absent until then)
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from collectors.balance import last_interval_balance
 from collectors.live import CONGESTION_COUNTERS, LiveMetrics
 from emulator.errors import EnvironmentProblem
 from emulator.latency import BOUNDS_S
@@ -66,6 +74,20 @@ _PORT_COUNTERS = (
     ("switch_port_dropped_packets", "Packets dropped at a switch egress port"),
 )
 
+
+# Per-rank counter of the tester (collectors.queue_pairs.rank_totals) -> (metric name, help).
+_QUEUE_PAIR_METRICS = {
+    "reordered_packets": (
+        "reordered_packets",
+        "Data packets that arrived after one with a higher PSN (RFC 4737), by receiver",
+    ),
+    "held_out_of_order": (
+        "held_out_of_order_packets",
+        "Data packets the receiver kept ahead of a gap (selective reliability), by receiver",
+    ),
+    "sacks_sent": ("sacks_sent", "Selective acknowledgements sent, by receiver"),
+    "sacks_received": ("sacks_received", "Selective acknowledgements received, by sender"),
+}
 
 # Prometheus buckets of the latency histogram: every 5th of emulator.latency's (4 a decade)
 LATENCY_BUCKETS_S = tuple(float(b) for b in BOUNDS_S[4::5])
@@ -257,6 +279,7 @@ class LiveCollector(Collector):
             paused.add_metric(list(key), seconds)
             pauses.add_metric(list(key), count)
         yield from (paused, pauses)
+        yield from self._multipath_families()
         cpu = GaugeMetricFamily(
             p + "machine_cpu_busy_ratio",
             "Share of this machine's CPU time busy over the last sample interval (all cores)",
@@ -273,6 +296,42 @@ class LiveCollector(Collector):
         for server, ratio in sorted(dict(live.cpu_busy_by_server).items()):
             servers.add_metric([server], ratio)
         yield servers
+
+    def _multipath_families(self) -> Iterator[Metric]:
+        """Link-load balance per tier group (draft-calabria-bmwg-ai-fabric-training-bench: MMR;
+        Jain, Chiu and Hawe 1984: JFI) and the receivers' reordering per rank."""
+        p = PREFIX
+        mmr = GaugeMetricFamily(
+            p + "switch_tier_group_load_max_to_mean_ratio",
+            "Max-to-mean ratio of the bytes the tier group's equal-cost links carried over the "
+            "last sample interval (1: even; n: one of n links carried it all)",
+            labels=["tier_group"],
+        )
+        jfi = GaugeMetricFamily(
+            p + "switch_tier_group_load_jain_fairness_ratio",
+            "Jain's fairness index of the tier group's link loads over the last sample interval "
+            "(1: even; 1/n: one of n links carried it all)",
+            labels=["tier_group"],
+        )
+        for group, (group_mmr, group_jfi) in last_interval_balance(
+            self.live.port_utilization
+        ).items():
+            mmr.add_metric([group], group_mmr)
+            jfi.add_metric([group], group_jfi)
+        yield from (mmr, jfi)
+        families = {
+            name: CounterMetricFamily(p + metric, doc, labels=["rank"])
+            for name, (metric, doc) in _QUEUE_PAIR_METRICS.items()
+        }
+        # the tester's per-rank counters (collectors.queue_pairs.rank_totals): the engine hands
+        # its queue pairs' counters over at the end, so the run sets the source then
+        source = self.live.queue_pair_source
+        by_rank = source() if source is not None else {}
+        for rank, counts in sorted(by_rank.items(), key=lambda kv: int(kv[0])):
+            for name, family in families.items():
+                if name in counts:
+                    family.add_metric([str(rank)], counts[name])
+        yield from families.values()
 
 
 def make_registry(live: LiveMetrics) -> CollectorRegistry:

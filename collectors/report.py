@@ -7,6 +7,7 @@ milliseconds, both in the target timescale.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -17,9 +18,11 @@ from typing import Any
 import pyarrow.csv as pacsv
 
 from collectors.plots import COMPARE_PLOTS, render_run_plots
+from collectors.reordering import MultipathSetup, shows_multipath
 from collectors.results import (
     DIR_MODE,
     PLOTS,
+    SCENARIO_COPY,
     SUMMARY,
     make_private,
     read_json_object,
@@ -169,9 +172,47 @@ def summary_table(summary: Mapping[str, Any]) -> str:
     latency = latency_lines((summary.get("engine") or {}).get("latency_by_class") or {})
     if latency:
         lines += ["", *latency]
+    multipath = multipath_lines(summary)
+    if multipath:
+        lines += ["", *multipath]
     if summary.get("expectations"):
         lines += ["", *expectation_lines(summary["expectations"])]
     return "\n".join(lines)
+
+
+def multipath_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Load balancing and reordering in a few lines, for a run that spreads packets or saw any
+    reordered (collectors.reordering.shows_multipath): per tier group the MMR and JFI of its
+    link loads over the run (and the median MMR over the sampling intervals), then what the
+    receivers saw."""
+    if not shows_multipath(summary):
+        return []
+    r: Mapping[str, Any] = summary.get("reordering") or {}
+    modes = ", ".join(f"{t} {m}" for t, m in (r.get("load_balancing") or {}).items())
+    lines = [
+        f"load balancing and reordering: reliability {r.get('reliability') or '-'}, "
+        f"entropy {r.get('entropy') or '-'}, {modes or 'tiers unknown'}"
+    ]
+    for group, g in (summary.get("load_balance") or {}).items():
+        lines.append(
+            f"  {group}: {g.get('links')} links, MMR {_cell(g.get('mmr'), 1.0, '{:.3f}')}, "
+            f"JFI {_cell(g.get('jfi'), 1.0, '{:.3f}')} over the run; MMR p50 "
+            f"{_cell(g.get('mmr_p50_over_time'), 1.0, '{:.3f}')} over "
+            f"{g.get('intervals')} intervals"
+        )
+    share = r.get("reordered_share")
+    lines.append(
+        f"  reordered {_cell(r.get('reordered_packets'), 1.0, '{:.0f}')} of "
+        f"{_cell(r.get('data_packets_received'), 1.0, '{:.0f}')} data packets"
+        + (f" ({share:.2%})" if share is not None else "")
+        + f", extent mean {_cell(r.get('reorder_extent_mean'), 1.0, '{:.2f}')} max "
+        f"{_cell(r.get('reorder_extent_max'), 1.0, '{:.0f}')}; held "
+        f"{_cell(r.get('held_out_of_order'), 1.0, '{:.0f}')}, SACKs "
+        f"{_cell(r.get('sacks_sent'), 1.0, '{:.0f}')}, resent "
+        f"{_cell(r.get('retransmitted_packets'), 1.0, '{:.0f}')}, NAKs "
+        f"{_cell(r.get('naks_sent'), 1.0, '{:.0f}')}"
+    )
+    return lines
 
 
 def job_table(jobs: Mapping[str, Mapping[str, Any]]) -> str:
@@ -254,6 +295,11 @@ def rerender(folder: Path, write_csv: bool) -> dict[str, Any]:
     """Recompute summary.json and the plots of `folder` from its parquet files."""
     run = load_run(folder)
     meta = RunMeta.from_summary(run.summary)
+    scenario = folder / SCENARIO_COPY
+    if meta.multipath is None and scenario.is_file():  # a folder written before `reordering`
+        meta = dataclasses.replace(
+            meta, multipath=MultipathSetup.of_scenario_text(scenario.read_text())
+        )
     summary = build_summary(meta, run.tables, partial=bool(run.summary.get("partial", False)))
     render_run_plots(run.tables, folder / PLOTS, meta.scenario)
     if write_csv:

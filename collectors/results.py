@@ -1,7 +1,8 @@
 """The results folder of a run, written atomically with private permissions.
 
-Layout: summary.json, flows.parquet, collectives.parquet, nic.parquet, ports.parquet, cpu.parquet,
-queue_pairs.parquet (the tester's per-QP counters),
+Layout: summary.json, flows.parquet, collectives.parquet, nic.parquet, ports.parquet (with each
+port's `tier_group`, collectors.balance), cpu.parquet, queue_pairs.parquet (the tester's per-QP
+counters),
 scenario.yaml (a copy of the scenario as run) and plots/*.png (collectors.plots).
 
 Atomicity: everything is written into a hidden temporary folder beside the target
@@ -16,6 +17,7 @@ addresses.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -25,7 +27,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from collectors.balance import with_tier_groups
 from collectors.plots import render_run_plots
+from collectors.reordering import MultipathSetup
 from collectors.summary import RunMeta, build_summary
 from collectors.tables import RunTables, write_parquet
 from emulator.errors import InputError
@@ -133,6 +137,8 @@ class ResultsWriter:
         self.target = target
         self.scenario_text = scenario_text
         self.render_plots = render_plots
+        # the summary's `reordering` names the scenario's multipath setup (read once)
+        self.multipath = MultipathSetup.of_scenario_text(scenario_text)
         if target.exists():
             empty = target.is_dir() and not any(target.iterdir())
             if not empty and not (replace_existing and is_results_folder(target)):
@@ -144,6 +150,8 @@ class ResultsWriter:
 
     def write(self, meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, Any]:
         """Write the folder; return the summary written."""
+        if meta.multipath is None and self.multipath is not None:
+            meta = dataclasses.replace(meta, multipath=self.multipath)
         parent = self.target.parent
         parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", suffix=".tmp", dir=parent))
@@ -161,7 +169,10 @@ class ResultsWriter:
         self, folder: Path, meta: RunMeta, tables: RunTables, partial: bool
     ) -> dict[str, Any]:
         for name, table in tables.by_name().items():
-            write_parquet(table, folder / f"{name}.parquet")
+            # ports: labelled by tier group here, where the file is written (the samplers
+            # know ports by name only; the label follows from the name)
+            labelled = with_tier_groups(table) if name == "ports" else table
+            write_parquet(labelled, folder / f"{name}.parquet")
         if self.scenario_text is not None:
             write_private(folder / SCENARIO_COPY, self.scenario_text.encode())
         if self.render_plots:

@@ -2,10 +2,12 @@
 and per collective type the busbw and FCT statistics that the interference study compares.
 
 Computed from the Arrow tables (collectors.tables), so `emulate report` recomputes the same
-summary from the parquet files. Percentiles are nearest-rank (collectors.stats); busbw statistics
-cover complete instances, FCT statistics finished flows; `instances` counts the planned
-instances of a type (`instances_complete` those that finished); `cnps` counts CNPs sent by
-receivers for the type's flows. Byte rates are bytes per second, times seconds of the target timescale.
+summary from the parquet files (`load_balance`: collectors.balance; `reordering`:
+collectors.reordering, with the run's multipath setup carried in RunMeta). Percentiles are
+nearest-rank (collectors.stats); busbw statistics cover complete instances, FCT statistics
+finished flows; `instances` counts the planned instances of a type (`instances_complete` those
+that finished); `cnps` counts CNPs sent by receivers for the type's flows. Byte rates are
+bytes per second, times seconds of the target timescale.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import Any, Literal
 import pyarrow.compute as pc
 
 from collectors.attribution import attribution_summary
+from collectors.balance import load_balance_summary
 from collectors.live import RunInfo
+from collectors.reordering import MultipathSetup, reordering_summary
 from collectors.stats import coefficient_of_variation, mean, percentile_nearest_rank
 from collectors.tables import RunTables, column, rows
 
@@ -76,6 +80,9 @@ class RunMeta:
     fidelity: Fidelity = Fidelity()
     job_time_s: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # reliability, entropy and load balancing as the scenario set them (None: unknown); the
+    # results writer fills it from the scenario it keeps
+    multipath: MultipathSetup | None = None
 
     @classmethod
     def from_info(
@@ -102,6 +109,8 @@ class RunMeta:
             "partial",
             "percentile_method",
             "cv_method",
+            "load_balance",
+            "reordering",
         }
         known = {"scenario", "tdf", "marker", "fabric", "fidelity", "job_time_s"}
         return cls(
@@ -112,6 +121,7 @@ class RunMeta:
             fidelity=Fidelity.from_json(fid),
             job_time_s=summary.get("job_time_s"),
             extra={k: v for k, v in summary.items() if k not in computed | known},
+            multipath=MultipathSetup.of_summary(summary),
         )
 
 
@@ -336,6 +346,8 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
         "attribution": attribution_summary(
             tables.attribution, tables.marks, tables.flows, tables.attribution_measured
         ),
+        "load_balance": load_balance_summary(tables.ports),
+        "reordering": reordering_summary(tables.queue_pairs, meta.multipath),
     }
     for key, value in meta.extra.items():
         summary.setdefault(key, value)

@@ -1,7 +1,8 @@
 """The run's page: report.html of one results folder, from its summary.json and plots.
 
 The fidelity verdict, the headline numbers, the collective table, the jobs, who throttled whom,
-the reference comparison, the expectations, PFC, the warnings and every plot; built with the page
+the reference comparison, the expectations, PFC, load balancing and reordering
+(collectors.pages.multipath), the warnings and every plot; built with the page
 kit (collectors.pages.kit) and registered there as the "run" page. Written last by every run
 (emulator.run.execute, partial runs too) and again by `emulate report DIR`.
 """
@@ -28,6 +29,7 @@ from collectors.pages.kit import (
     verdict_box,
     write_page,
 )
+from collectors.pages.multipath import multipath_section
 from collectors.report import TYPE_COLUMNS
 from collectors.results import SUMMARY
 
@@ -339,6 +341,7 @@ def render_run_report(folder: Path) -> str:
             _reference(summary),
             _expectations(summary),
             _pfc(summary),
+            multipath_section(summary),
             section("Warnings", bullets(summary.get("warnings") or [])),
             plots_section(folder),
             files_section(folder),

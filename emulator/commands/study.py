@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-HELP = "Run a study (interference, sensitivity, jobs)."
+HELP = "Run a study (interference, sensitivity, jobs, load-balancing)."
 
 
 def _flag(role: str) -> str:
@@ -27,6 +27,7 @@ def _flag(role: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from emulator.commands import jobs_study, sensitivity
+    from emulator.studies.load_balancing import cli as lb_study
 
     studies = parser.add_subparsers(dest="study", metavar="STUDY", title="studies", required=True)
     interference = studies.add_parser(
@@ -40,6 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     jobs = studies.add_parser("jobs", help=jobs_study.HELP, description=jobs_study.HELP)
     jobs_study.add_arguments(jobs)
     jobs.set_defaults(_main=jobs_study.main)
+    balancing = studies.add_parser(
+        "load-balancing", help=lb_study.HELP, description=lb_study.DESCRIPTION
+    )
+    lb_study.add_arguments(balancing)
+    balancing.set_defaults(_main=lb_study.main)
 
 
 INTERFERENCE_HELP = "All-Reduce alone, All-to-All alone and both mixed, with repeats and CIs."

@@ -23,7 +23,7 @@ from collectors.live import RunInfo
 from collectors.pages.kit import write_or_warn
 from collectors.pages.run import write_run_report
 from collectors.prometheus import exporter_for, push
-from collectors.queue_pairs import QpRow
+from collectors.queue_pairs import QpRow, rank_totals
 from collectors.recorder import RunRecorder
 from collectors.reference import compare_runs, reference_lines
 from collectors.report import summary_table
@@ -124,6 +124,9 @@ def run_planned(
         session.pfc_received(),
         {host: p.name for p in planned.placements for host in p.hosts},
     )
+    # the final scrape and push carry the tester's counters (reordering, SACKs, ...) per rank
+    rows = tester.queue_pairs
+    recorder.live.queue_pair_source = lambda: rank_totals(rows)
     tables = dataclasses.replace(recorder.tables(), queue_pairs=to_table(tester.queue_pairs, QpRow))
     fabric_metadata = session.metadata()
     reasons, unknown = list(report.reasons), list(report.unknown)

@@ -150,3 +150,24 @@ def test_ecmp_case_on_the_emulated_clos(
     assert [v["status"] for v in verdicts] == [PASS, PASS, PASS], printed
     assert verdicts[2]["expectation"].startswith(spread)
     assert "3 passed, 0 failed, 0 not applicable" in printed
+
+
+@pytest.mark.parametrize("case", ["spray_1qp", "entropy_1qp", "flowlet_1qp", "ars_adaptive"])
+def test_multipath_case_on_the_emulated_clos(
+    case: str, fabric_env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The BMWG spray and flowlet procedures, MRC-style tester entropy and the SONiC ARS case
+    against the software switch (the emulated Clos's leaves balance, or hash the tester's
+    entropy): every expectation passes, and spread, MMR and reordering are reported."""
+    out = tmp_path / "out"
+    path = tmp_path / f"{case}.yaml"
+    path.write_text((CASES / f"{case}.yaml").read_text() + "metrics: {prometheus: {port: 0}}\n")
+    code = main(
+        ["run", str(path), "--out", str(out), "--no-progress", "--netns-prefix", fabric_env]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    verdicts = json.loads((out / "summary.json").read_text())["expectations"]
+    assert {v["status"] for v in verdicts} == {PASS}, printed
+    checks = [v["expectation"].split()[0] for v in verdicts]
+    assert "uplink_spread" in checks and "link_balance" in checks and "reordering" in checks

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collectors.live import RunInfo
 from collectors.prometheus import make_registry
 from collectors.recorder import RunRecorder
+from emulator.events import PortSample
 from emulator.latency import LatencyHistogram
 from tests.synthetic_run import synthetic_run
 
@@ -94,6 +95,18 @@ def emitted() -> set[str]:
     latency = LatencyHistogram()  # what a run's engine reports per class (one-way latency)
     latency.observe(2e-6)
     rec.live.latency_source = lambda: {26: latency}
+    # a Clos's leaf uplinks, sampled twice (the tier group's MMR and JFI need a load)
+    rec.on_events(
+        [
+            PortSample(t, "l0", f"l0-s{s}", sent, sent // 4096, 0, 0, 0)
+            for t, scale in ((1.0, 0), (2.0, 1))
+            for s, sent in ((0, 4_000_000 * scale), (1, 1_000_000 * scale))
+        ]
+    )
+    # the tester's per-rank counters, as the run hands them over at the end
+    rec.live.queue_pair_source = lambda: {
+        "0": {"reordered_packets": 3, "held_out_of_order": 2, "sacks_sent": 1, "sacks_received": 0}
+    }
     text = generate_latest(make_registry(rec.live)).decode()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
@@ -123,6 +136,9 @@ def test_every_panel_queries_only_emitted_metrics(emitted: set[str]) -> None:
         "emulator_ce_marked_packets_total",
         "emulator_switch_port_queue_bytes",
         "emulator_switch_port_ecn_marked_packets_total",
+        "emulator_switch_tier_group_load_max_to_mean_ratio",
+        "emulator_switch_tier_group_load_jain_fairness_ratio",
+        "emulator_reordered_packets_total",
     ):
         assert needed in queried
 

@@ -140,6 +140,7 @@ class _NativeSender(SendPath):
             dest=("10.0.0.2", 4791),
             rank=SimpleNamespace(tx_bytes=0, spec=SimpleNamespace(rank=3)),
             xdp=None,  # a socket's queue pair, not an AF_XDP port's
+            entropy=None,  # one source port (transport.entropy per_qp)
         )
         self._native_flows = {self.conn: flow}  # type: ignore[dict-item]
 

@@ -72,7 +72,14 @@ def _conn(sock: _Socket) -> Any:
     writer = SimpleNamespace(write=lambda burst, gso: burst.count * burst.segment_bytes)
     rank = SimpleNamespace(tx_bytes=0, spec=SimpleNamespace(rank=0))
     return SimpleNamespace(
-        writer=writer, sock=sock, tos=0, tos_cmsgs=(), dest=("10.0.0.2", 4791), rank=rank, xdp=None
+        writer=writer,
+        sock=sock,
+        tos=0,
+        tos_cmsgs=(),
+        dest=("10.0.0.2", 4791),
+        rank=rank,
+        xdp=None,
+        entropy=None,
     )
 
 

@@ -115,6 +115,57 @@ def test_uplink_spread_judges_sending_leaves_only() -> None:
     assert statuses(checks[:1], evidence(uplink_bytes=None)) == ["NOT APPLICABLE"]
 
 
+def test_link_balance_bounds_the_max_to_mean_ratio_of_each_sending_leaf() -> None:
+    # l0: 100 and 60 -> mean 80, MMR 1.25, JFI 160^2 / (2 x 13600) = 0.941; l1 only ACKs
+    ev = evidence()
+    checks = [
+        Expectation("link_balance", max_mmr=1.3),
+        Expectation("link_balance", max_mmr=1.2),
+    ]
+    assert statuses(checks, ev) == ["PASS", "FAIL"]
+    detail = judge(checks[:1], ev)[0].detail
+    assert "l0 MMR 1.250, JFI 0.941" in detail and "l1" not in detail
+    even = evidence(uplink_bytes={"l0": {"a": 50, "b": 50, "c": 50, "d": 50}})
+    assert statuses(checks[1:], even) == ["PASS"]
+    assert statuses(checks[:1], evidence(uplink_bytes=None)) == ["NOT APPLICABLE"]
+    with pytest.raises(ValueError, match="max_mmr"):
+        Expectation("link_balance")
+
+
+def test_reordering_reports_the_share_and_extent_and_bounds_it() -> None:
+    rows = [
+        qp(
+            1,
+            0,
+            data_packets_received=100,
+            reordered_packets=6,
+            reorder_extent_sum=18,
+            reorder_extent_max=5,
+            held_out_of_order=6,
+        ),
+        qp(
+            2,
+            0,
+            data_packets_received=100,
+            reordered_packets=4,
+            reorder_extent_sum=2,
+            reorder_extent_max=1,
+        ),
+    ]
+    ev = evidence(queue_pairs=rows)
+    checks = [
+        Expectation("reordering", within_percent=5),
+        Expectation("reordering", within_percent=4),
+        Expectation("reordering", within_percent=50, pattern="other"),
+    ]
+    assert statuses(checks, ev) == ["PASS", "FAIL", "PASS"]
+    detail = judge(checks[:1], ev)[0].detail
+    assert detail.startswith("10 of 200 data packets arrived after a later one (5.00%")
+    assert "extent mean 2.0, max 5 packets); 6 held out of order" in detail
+    none = evidence(queue_pairs=[qp(1, 0)])
+    assert statuses(checks[:1], none) == ["NOT APPLICABLE"]
+
+
 def test_pfc_checks_are_never_passed_without_pfc_counters() -> None:
     ev = evidence()
     checks = [

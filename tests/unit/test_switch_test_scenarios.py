@@ -24,6 +24,10 @@ def test_the_test_plan_cases_are_shipped() -> None:
         "ecmp_spread_1qp",
         "ecmp_spread_xqp",
         "pfc_generation",
+        "spray_1qp",
+        "entropy_1qp",
+        "flowlet_1qp",
+        "ars_adaptive",
     }
 
 
