@@ -8,10 +8,10 @@ from the first unacknowledged PSN again (go-back-N, as RC does, IBTA vol. 1 9.7.
 completes when the ACK covering its last packet arrives. With `reliability: selective` the
 requester keeps a scoreboard of what SACKs say the responder holds (emulator.transport.sack):
 a packet is lost once `reorder_allowance_packets` later ones are held (RFC 6675's IsLost), and
-only the lost packets are sent again; a timeout resends every packet not known to be held. Packets leave no faster than the
-congestion controller's rate: `poll_transmit` hands out one packet when its pacing time has
-come; the caller asks again at `next_transmit_s` (or takes a GSO batch with `poll_batch`, or a
-compact `Burst` with `poll_burst`).
+only the lost packets are sent again; a timeout resends every packet not known to be held.
+Packets leave no faster than the congestion controller's rate: `poll_transmit` hands out one
+packet when its pacing time has come; the caller asks again at `next_transmit_s` (or takes a
+GSO batch with `poll_batch`, or a compact `Burst` with `poll_burst`).
 
 State is per message, not per packet: a packet is known by its sequence number (PSN offset from
 the initial one, not wrapped), which says its message and place in it, so its opcode and size

@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--conditions",
         metavar="A,B,...",
         help=f"the conditions to run, comma separated ({listed}); default every one the backend "
-        f"runs (entropy-sel on the simulator only); {BASELINE}, the baseline, is always run. "
+        f"{BASELINE}, the baseline, is always run. "
         "Each sets the mode on every switch tier with a choice of next hops, ecmp on the others",
     )
     parser.add_argument(

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 Reliability = Literal["go_back_n", "selective"]
 Entropy = Literal["per_qp", "per_packet"]
 Mode = Literal["ecmp", "spray", "flowlet", "adaptive"]
-SIM = "sim"  # the only backend that does per-packet entropy (the engine refuses it)
 
 
 @dataclass(frozen=True)
@@ -46,10 +45,6 @@ class Condition:
         """Whether the condition may deliver a queue pair's packets out of order: its paths
         change within a flow (any mode but ECMP, or ECMP hashing a port that changes)."""
         return self.mode != "ecmp" or self.entropy == "per_packet"
-
-    @property
-    def sim_only(self) -> bool:
-        return self.entropy == "per_packet"
 
     @property
     def label(self) -> str:
@@ -82,17 +77,17 @@ CONDITIONS: dict[str, Condition] = {
             "ecmp",
             "selective",
             "per_packet",
-            about="hashing switches, a source port per packet (simulator only)",
+            about="hashing switches, a source port per packet",
         ),
     )
 }
 
 
-def parse_conditions(text: str | None, backend: str) -> tuple[Condition, ...]:
-    """--conditions a,b,c (None: every condition the backend runs), in the registry's order,
+def parse_conditions(text: str | None) -> tuple[Condition, ...]:
+    """--conditions a,b,c (None: every condition), in the registry's order,
     the baseline added when not given (every comparison is against it)."""
     if text is None:
-        return tuple(c for c in CONDITIONS.values() if backend == SIM or not c.sim_only)
+        return tuple(CONDITIONS.values())
     names = [item.strip() for item in text.split(",")]
     for name in names:
         if not name:
@@ -102,11 +97,6 @@ def parse_conditions(text: str | None, backend: str) -> tuple[Condition, ...]:
             raise InputError(f"--conditions {text}: unknown condition {name!r} (known: {known})")
         if names.count(name) > 1:
             raise InputError(f"--conditions {text}: {name} is given twice")
-        if CONDITIONS[name].sim_only and backend != SIM:
-            raise InputError(
-                f"--conditions {text}: {name} (transport.entropy per_packet) runs on the "
-                f"simulator only, and these runs take the {backend} backend (--backend sim)"
-            )
     return tuple(c for c in CONDITIONS.values() if c.name in names or c.name == BASELINE)
 
 

@@ -142,7 +142,7 @@ def plan_study(
     backend = backend_name(scenario, settings.backend)
     if settings.reference is not None and backend == "sim":
         raise InputError("--reference sim: the runs are simulated already (--backend sim)")
-    chosen = parse_conditions(conditions, backend)
+    chosen = parse_conditions(conditions)
     variants = {c.name: variant(scenario, c, scenario_path) for c in chosen}
     for name, scenario_of in variants.items():
         where = Path(f"{scenario_path} ({name})")
