@@ -82,7 +82,7 @@ def add_include_flagged(parser: argparse.ArgumentParser, what: str = "the checks
 
 def main(args: argparse.Namespace) -> int:
     from emulator.errors import InputError
-    from emulator.studies.launch import default_out_dir
+    from emulator.studies.launch import default_out_dir, refuse_with_reuse
     from emulator.studies.sensitivity import study as sensitivity
 
     if args.tdf is not None and not args.tdf >= 1.0:
@@ -93,18 +93,14 @@ def main(args: argparse.Namespace) -> int:
     # With --json stdout carries one document: each run's own table goes to stderr instead.
     stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     if args.reuse is not None:
-        given = [
-            name
-            for name, value in (
+        refuse_with_reuse(
+            (
                 ("SCENARIO", args.scenario),
                 ("--link-gbps", args.link_gbps),
                 ("--backend", args.backend),
                 ("--tdf", args.tdf),
             )
-            if value is not None
-        ]
-        if given:
-            raise InputError(f"--reuse takes finished runs: it excludes {', '.join(given)}")
+        )
         with stdout:
             result = sensitivity.reuse_study(
                 [Path(f) for f in args.reuse], out, include_flagged=args.include_flagged

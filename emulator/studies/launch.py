@@ -4,6 +4,7 @@ cannot run here) and the study's default folder.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,3 +33,13 @@ def check_backend(
     except EmulatorError as exc:
         raise type(exc)(f"{where}: runs on the {backend.name} backend: {exc}") from None
     return backend.name
+
+
+def refuse_with_reuse(options: Iterable[tuple[str, object]]) -> None:
+    """--reuse takes finished runs: the options that would start new ones, (name, value) with
+    None where not given, are refused in one line naming those given."""
+    from emulator.errors import InputError
+
+    given = [name for name, value in options if value is not None]
+    if given:
+        raise InputError(f"--reuse takes finished runs: it excludes {', '.join(given)}")

@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from emulator.errors import InputError
-    from emulator.studies.launch import default_out_dir
+    from emulator.studies.launch import default_out_dir, refuse_with_reuse
     from emulator.studies.load_balancing import study
 
     if args.tdf is not None and not args.tdf >= 1.0:
@@ -92,9 +92,8 @@ def main(args: argparse.Namespace) -> int:
     # With --json stdout carries one document: each run's own table goes to stderr instead.
     stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     if args.reuse is not None:
-        given = [
-            name
-            for name, value in (
+        refuse_with_reuse(
+            (
                 ("SCENARIO", args.scenario),
                 ("--conditions", args.conditions),
                 ("--repeats", args.repeats),
@@ -102,10 +101,7 @@ def main(args: argparse.Namespace) -> int:
                 ("--tdf", args.tdf),
                 ("--reference", args.reference),
             )
-            if value is not None
-        ]
-        if given:
-            raise InputError(f"--reuse takes finished runs: it excludes {', '.join(given)}")
+        )
         with stdout:
             result = study.reuse_study(
                 [Path(f) for f in args.reuse], out, include_flagged=args.include_flagged
