@@ -7,15 +7,19 @@ Modules import their heavy dependencies inside `main`, so `emulate --help` stays
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
 from emulator import __version__
 from emulator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EmulatorError
+from emulator.signals import forked_helper_died
 
 # Name -> module, in the order `emulate --help` lists them.
 COMMANDS: dict[str, str] = {
@@ -51,7 +55,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _terminate_like_ctrl_c() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C from the first line on: a run's handlers cover only its
+    replay, and a SIGTERM before them (generating the trace) or after (results written,
+    fabric gone) would otherwise end the process where it stands and leave the generated
+    trace's temporary folder behind."""
+    owner = os.getpid()
+
+    def handler(signum: int, frame: Any) -> None:
+        del frame
+        if not forked_helper_died(signum, owner):
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (a test calling main from a thread)
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    with _terminate_like_ctrl_c():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         # Building the parser imports every command; a Ctrl-C that early is an interrupt too.
         parser = build_parser()

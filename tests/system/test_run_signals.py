@@ -79,7 +79,9 @@ def _start(
         "--netns-prefix",
         prefix,
     ]
-    env = {**os.environ, "CHAKRA_EMULATOR_STATE_DIR": str(state)}
+    # a private TMPDIR: what the run writes there (its generated trace) must be gone after it
+    (state / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "CHAKRA_EMULATOR_STATE_DIR": str(state), "TMPDIR": str(state / "tmp")}
     return subprocess.Popen(
         cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -156,6 +158,8 @@ def test_signals_at_random_moments_leave_partial_results_and_a_clean_machine(
         assert _netns() == netns_before, f"{where}: namespaces left: {_netns() - netns_before}"
         assert _bpf_programs() <= bpf_before, f"{where}: BPF programs left"
         assert not (tmp_path / "state.json").exists(), f"{where}: state file left"
+        left = list((tmp_path / "tmp").iterdir())
+        assert not left, f"{where}: temporary files left: {left}"
         assert not _descendants(proc.pid), f"{where}: processes left"
     # most tries were really interrupted, not finished before the signal
     assert sum(code != 0 for _, code in outcomes) >= len(TRIES) - 2, outcomes
