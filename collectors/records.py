@@ -95,6 +95,8 @@ class FlowRecord:
     job: str = ""  # the scenario's job (several jobs on one fabric); "" for a traffic pattern
     # the engine's own delay in the flow, target seconds (emulator.events.FlowFinished)
     engine_delay_s: float | None = None
+    # data packets that arrived after one with a higher PSN (RFC 4737), at its receiver
+    reordered_packets: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,7 @@ class _FlowState:
     end_s: float | None = None
     counts: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
     engine_delay_s: float | None = None
+    reordered_packets: int | None = None
 
 
 @dataclass(slots=True)
@@ -208,6 +211,7 @@ class RecordBuilder:
         state.end_s = event.time_s
         state.counts = _counts(event)
         state.engine_delay_s = event.engine_delay_s
+        state.reordered_packets = event.reordered_packets
         if not first_time:
             return None
         collective_id = self.flows[event.flow_id].collective_id
@@ -251,6 +255,7 @@ class RecordBuilder:
             cnps_received=cnps_received,
             job=meta.job,
             engine_delay_s=state.engine_delay_s,
+            reordered_packets=state.reordered_packets,
         )
 
     def flow_records(self) -> list[FlowRecord]:

@@ -134,6 +134,13 @@ def summary_table(summary: Mapping[str, Any]) -> str:
             + (f" ({why})" if why else "")
             + (", sent and received through AF_XDP ports (engine.af_xdp)" if xdp else "")
         )
+    wait = (summary.get("engine") or {}).get("receive_wait") or {}
+    if wait.get("reads") and wait.get("target_p50_us") is not None:
+        # the engine's own delay before it reads what arrived (a NIC has none): fidelity.md
+        head.append(
+            f"reads waited in the sockets (target time): p50 {wait['target_p50_us']:.3g} us, "
+            f"p99 {wait['target_p99_us']:.3g} us, max {wait['target_max_us']:.3g} us"
+        )
     if fid.get("leaves_out"):
         head.append(f"the model leaves out: {len(fid['leaves_out'])} things (summary.json)")
     sim_pfc = summary.get("pfc") if simulated else None

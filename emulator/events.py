@@ -44,10 +44,13 @@ class FlowFinished:
     packets: data packets sent (first transmissions and retransmissions); ce_marks: CE-marked data
     packets the receiver got; cnps_sent: CNPs the receiver (notification point) sent for this flow's
     QP; cnps_received: CNPs the sender (reaction point) got. engine_delay_s: time the engine itself put into
-    the flow's FCT (target seconds): how far behind their schedules its sending and receiving
-    workers were when they read its last byte and its last ACK, plus the pacing credit its
+    the flow's FCT (target seconds): how long its last byte and its last ACK waited in their
+    sockets before the receiving and the sending worker read them (or how far behind their
+    schedules the workers were then, if longer), plus the pacing credit its
     queue pair or its NIC lost while it had a packet due (late ticks); None where no engine ran
-    (a simulation).
+    (a simulation). reordered_packets: its data packets that arrived after one with a higher
+    PSN (RFC 4737; emulator.transport.receiver), counted at the receiver between the previous
+    message's completion on its QP and this one's; None where not measured.
     """
 
     flow_id: int
@@ -58,6 +61,7 @@ class FlowFinished:
     cnps_sent: int = 0
     cnps_received: int = 0
     engine_delay_s: float | None = None
+    reordered_packets: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -463,7 +463,9 @@ class Coordinator:
         _, fid, t, packets, retx, cnps_received, _conn, _ordinal, sender_lag_s, lost_s = done
         # both workers' lag (wall) in target time, and the pacing credit lost (target already)
         delay_s = (sender_lag_s + rx[7]) / self.engine.tdf + lost_s
-        ev = FlowFinished(fid, t, packets, retx, rx[5], rx[6], cnps_received, delay_s)
+        ev = FlowFinished(
+            fid, t, packets, retx, rx[5], rx[6], cnps_received, delay_s, reordered_packets=rx[8]
+        )
         self.finished[fid] = ev
         self.received_bytes[fid] = rx[4]
         new.append(ev)
@@ -556,6 +558,30 @@ class Coordinator:
             }
         return out
 
+    def receive_wait(self) -> dict[str, float | int | None]:
+        """How long reads waited in the rank sockets (kernel stamp to the read), over every
+        worker: how many reads, the wall p50/p99/max (ms) and the target time they stand for
+        (us). A NIC answers a packet as it arrives; this is the part of every reply, message
+        completion and FCT that the engine, not the fabric, put there."""
+        h = merged(
+            [
+                LatencyHistogram.from_wire(w.stats["receive_wait"])
+                for w in self.workers
+                if "receive_wait" in w.stats
+            ]
+        )
+        tdf = self.engine.tdf
+        p50, p99 = h.percentile_s(50.0), h.percentile_s(99.0)
+        return {
+            "reads": h.count,
+            "wall_p50_ms": None if p50 is None else round(p50 * 1e3, 3),
+            "wall_p99_ms": None if p99 is None else round(p99 * 1e3, 3),
+            "wall_max_ms": round(h.max_s * 1e3, 3),
+            "target_p50_us": None if p50 is None else round(p50 / tdf * 1e6, 4),
+            "target_p99_us": None if p99 is None else round(p99 / tdf * 1e6, 4),
+            "target_max_us": round(h.max_s / tdf * 1e6, 4),
+        }
+
     def metadata(self) -> dict[str, Any]:
         """The run's metadata so far (also after a run that failed or was interrupted)."""
         return self._metadata(time.perf_counter() - self._created_wall)
@@ -569,6 +595,7 @@ class Coordinator:
             run_wall_s=max(time.perf_counter() - self._start_wall, 1e-9),
             dependency_latency=self.dependency_latency(),
             latency_by_class=self.latency_by_class(),
+            receive_wait=self.receive_wait(),
         )
 
 

@@ -57,6 +57,8 @@ class Counters:
         self.latency_classes: dict[int, LatencyHistogram] = {}
         # wall seconds from a completion elsewhere to the flows it released arriving here
         self.dep_latency: dict[str, LatencyHistogram] = {}
+        # wall seconds each read's data waited in its socket (kernel stamp to the read)
+        self.receive_wait = LatencyHistogram()
         self._nic_sent: dict[int, tuple[int, int]] = {}  # NIC counters as last reported
         self._cpu_at_start_s: float | None = None  # None: the run has not started
 
@@ -121,6 +123,7 @@ class Counters:
             "pacing": self._pacing(),
             "latency": {dscp: h.to_wire() for dscp, h in self.latency_classes.items()},
             "dep_latency": {label: h.to_wire() for label, h in self.dep_latency.items()},
+            "receive_wait": self.receive_wait.to_wire(),
             # each AF_XDP port's info and counters (engine.send_path af_xdp)
             **({"af_xdp": [nic.report() for nic in self.xdp_nics]} if self.xdp_nics else {}),
         }

@@ -87,7 +87,7 @@ class RecvConn:
     dest: tuple[str, int]
     icrc: IcrcContext
     cnps_sent: int = 0
-    snapshot: tuple[int, int] = (0, 0)
+    snapshot: tuple[int, int, int] = (0, 0, 0)  # CE, CNPs sent, reordered packets
     latency: LatencyHistogram | None = None  # one-way latency of its data packets
     xdp: XdpFlow | None = None  # its ACK flow on the rank's AF_XDP port (af_xdp)
 
@@ -171,8 +171,9 @@ class RankSockets:
                 buffer_bytes=p.socket_buffer_bytes,
             )
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.tos_data)
-            if p.one_way_latency:
-                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            # the kernel's receive stamp: each read's wait in the socket (receive_path.py),
+            # and with one_way_latency the packets' one-way latency
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             self.ranks[r.rank] = Rank(
                 r,
                 RoceEndpoint(events),

@@ -8,6 +8,13 @@ the run's ranks, so a receiver needs no plan. What the reads produce (replies, e
 the ACKs released) is handled before the callback returns. On the native path (emulator/native)
 each read, and what it is read as, is one C call, and the ACK reads in a row for one sender QP
 go to it in one call.
+
+How long a read's data waited in the socket (the kernel's receive stamp, SO_TIMESTAMPNS, to the
+read) is time no NIC spends: a NIC places a packet and answers it as it arrives, while a worker
+busy with other ranks reads it later. The wait of the read that completed a message (and of the
+ACK read that completed a flow) goes into the flow's engine delay (emulator.engine.reports),
+which the verdict judges; every read's wait goes into a histogram (summary engine.receive_wait).
+The stamp is of a GRO batch's first segment: the wait read is the batch's longest.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
@@ -23,11 +31,19 @@ from emulator.engine.clock import DilatedClock
 from emulator.engine.counters import CountClass
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn
 from emulator.engine.sockets import ANCILLARY_BYTES, read_ancillary, segments
+from emulator.latency import LatencyHistogram
 from emulator.native.reads import NativeRunReader
 from emulator.transport.burst_wire import DataRun, read_ack_run, read_data_run
 from emulator.transport.entropy import home_sport
 from emulator.transport.events import TransportEvent
-from emulator.transport.packets import RETH_OPCODES, ROCEV2_UDP_PORT, DataPacket, Opcode, Packet
+from emulator.transport.packets import (
+    RETH_OPCODES,
+    ROCEV2_UDP_PORT,
+    CnpPacket,
+    DataPacket,
+    Opcode,
+    Packet,
+)
 from emulator.transport.params import TransportParams
 from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.wire import (
@@ -74,6 +90,9 @@ class ReceivePath:
         send_replies: Callable[[list[Packet]], None],
         sport_socket: Callable[[Rank, int], socket.socket],
         after_reads: Callable[[float, Rank | None], None],
+        *,
+        receive_wait: LatencyHistogram,
+        latency: bool,
     ) -> None:
         self.transport = transport
         # per-packet entropy: a data packet's source port is one of its queue pair's; its
@@ -92,6 +111,13 @@ class ReceivePath:
         self._send_replies = send_replies
         self._sport_socket = sport_socket
         self._after_reads = after_reads
+        self._latency = latency  # the data carries departure stamps (engine.one_way_latency)
+        self._wait_histogram = receive_wait
+        # wall seconds the last read of a receive QP's data / a send QP's ACKs waited in its
+        # socket (the reports read them when the read completes a message or a flow)
+        self.data_wait_s: dict[int, float] = {}
+        self.ack_wait_s: dict[int, float] = {}
+        self._wait_s = 0.0  # the current read's
 
     def on_readable(self, rank: Rank) -> None:
         """The rank's socket is readable: up to READS_PER_WAKEUP reads, then what they produced."""
@@ -110,6 +136,7 @@ class ReceivePath:
                 break
             got = True
             tos, gso_size, rx_ns = read_ancillary(anc)
+            self._read_waited(rx_ns)
             self.one_read(rank, now, buf, nbytes, gso_size, tos, rx_ns, source)
         if got:
             self._after_reads(now, rank)
@@ -128,7 +155,8 @@ class ReceivePath:
         """One read (a GRO read of a socket, or a run of an AF_XDP port's: data[:nbytes] cut
         every gso_size bytes) to the queue pairs: counted, then ACKs to one sender or data for
         one known QP at once (the fast paths only for the QP's own peer; anything else goes
-        through the codec, which counts foreign sources as drops)."""
+        through the codec, which counts foreign sources as drops). An AF_XDP port's read is not
+        stamped by a kernel: its wait counts as 0 (the worker's lag stands for it)."""
         self._count_read(rank, nbytes, gso_size, tos)
         endpoint = rank.endpoint
         ce = (tos & 3) == ECN_CE
@@ -140,6 +168,7 @@ class ReceivePath:
                 and endpoint.sender_peers.get(acks[0]) == source
             ):
                 endpoint.senders[acks[0]].on_acks(now=now, psns=acks[1])
+                self.ack_wait_s[acks[0]] = self._wait_s
                 return
         else:
             run = read_data_run(data, nbytes, gso_size) if nbytes else None
@@ -148,6 +177,16 @@ class ReceivePath:
             ):
                 return
         self._read_packets(rank, data, now, nbytes, gso_size, tos, ce, rx_ns, source)
+
+    def _read_waited(self, rx_ns: int) -> None:
+        """The current read's data arrived at rx_ns (0: not stamped): how long it waited."""
+        if not rx_ns:
+            self._wait_s = 0.0
+            return
+        # a stamp from the future (a clock step) counts as no wait
+        wait_s = max(time.time_ns() - rx_ns, 0) * 1e-9
+        self._wait_s = wait_s
+        self._wait_histogram.observe(wait_s)
 
     def _count_read(self, rank: Rank, nbytes: int, gso_size: int, tos: int) -> None:
         """A read of data[:nbytes] cut every gso_size bytes, counted: the rank's bytes with
@@ -177,9 +216,11 @@ class ReceivePath:
                     break
                 raise OSError(-nbytes, os.strerror(-nbytes))
             got = True
+            self._read_waited(rx_ns)
             self._count_read(rank, nbytes, gso_size, tos)
             qp = reader.ack_qp
             if qp >= 0 and qp in senders and endpoint.sender_peers.get(qp) == source:
+                self.ack_wait_s[qp] = self._wait_s
                 if qp == acks_qp:
                     acks_psns += reader.ack_psns()
                 else:
@@ -234,7 +275,8 @@ class ReceivePath:
             last_payload_bytes=run.last_payload_bytes,
             ce=ce,
         )
-        if rx_ns:
+        self.data_wait_s[run.dest_qp] = self._wait_s
+        if rx_ns and self._latency:
             self._observe(run.dest_qp, tos, data, nbytes, run.psn, rx_ns)
         if replies:
             self._send_replies(replies)
@@ -273,8 +315,14 @@ class ReceivePath:
                     continue
                 self._open_receiver(rank, packet.dest_qp, source)
             replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
+            kind = type(packet)
+            if kind is DataPacket:
+                self.data_wait_s[packet.dest_qp] = self._wait_s
+            elif kind is not CnpPacket:  # an ACK, NAK or SACK for one of the senders
+                self.ack_wait_s[packet.dest_qp] = self._wait_s
             if (
                 rx_ns
+                and self._latency
                 and a == 0  # the segment the kernel's stamp is for (see Counters.observe)
                 and type(packet) is DataPacket
                 and packet.opcode not in RETH_OPCODES

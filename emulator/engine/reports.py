@@ -27,7 +27,10 @@ class EventReports:
     """Handling the core's events. Given the worker's report list (`out`, which the worker
     flushes), its named counters and drops, the queue pair tables, how late the worker is
     (TickState.lag_s) and what releases the flows waiting for a completion
-    (FlowStarts.deps_done). Owns the relay set and whether a relay asks for a flush now."""
+    (FlowStarts.deps_done). Owns the relay set and whether a relay asks for a flush now.
+
+    A completion's engine delay is the worker's lag or, when longer, how long the read that
+    completed it waited in its socket (ReceivePath.data_wait_s / ack_wait_s, by QP)."""
 
     def __init__(
         self,
@@ -43,6 +46,8 @@ class EventReports:
         *,
         relay: Iterable[int],
         rate_sample_s: float,
+        data_wait_s: dict[int, float] | None = None,
+        ack_wait_s: dict[int, float] | None = None,
     ) -> None:
         self.events = events
         self.out = out
@@ -51,6 +56,8 @@ class EventReports:
         self.send_conns = send_conns
         self.recv_conns = recv_conns
         self._lag_s = lag_s
+        self._data_wait_s = data_wait_s if data_wait_s is not None else {}
+        self._ack_wait_s = ack_wait_s if ack_wait_s is not None else {}
         self._deps_done = deps_done
         self._send_done = send_done  # a send queue pair's message completed (it may be idle)
         self.relay = set(relay)  # flow ids other workers wait for (the coordinator adds more)
@@ -113,7 +120,8 @@ class EventReports:
                 snap[2] - old[2],
                 conn.conn_id,
                 conn.ordinals.pop(ev.message_id, -1),
-                self._lag_s(),  # the last ACK was read this late (TickState.lag_s)
+                # the last ACK was read this late (TickState.lag_s, or its wait in the socket)
+                max(self._lag_s(), self._ack_wait_s.get(ev.qpn, 0.0)),
                 snap[3] - old[3],  # pacing credit its QP or NIC lost while it was due
             )
         )
@@ -125,7 +133,7 @@ class EventReports:
         rx = self.recv_conns[ev.qpn]
         # CE as the message completed (the read may hold the next message's marks already);
         # CNPs by their own events, handled in order before this one
-        snap = (ev.ce_packets, rx.cnps_sent)
+        snap = (ev.ce_packets, rx.cnps_sent, rx.qp.reordered_packets)
         old = rx.snapshot
         rx.snapshot = snap
         self.out.append(
@@ -137,7 +145,9 @@ class EventReports:
                 ev.size_bytes,
                 snap[0] - old[0],
                 snap[1] - old[1],
-                self._lag_s(),  # the last byte was read (and its ACK sent) this late
+                # the last byte was read (and its ACK sent) this late
+                max(self._lag_s(), self._data_wait_s.get(ev.qpn, 0.0)),
+                snap[2] - old[2],
             )
         )
 

@@ -24,6 +24,7 @@ def run_metadata(
     run_wall_s: float,
     dependency_latency: dict[str, Any],
     latency_by_class: dict[int, LatencyHistogram],
+    receive_wait: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Per worker its `infos` ("ready") and `stats` (its last report), in worker order;
     `wall_s` from the coordinator's creation, `run_wall_s` from the common start."""
@@ -83,6 +84,9 @@ def run_metadata(
         # from a flow's completion at its sender to the arrival of the flows it released
         # at their senders' worker, through this coordinator (wall and target time)
         "dependency_latency": dependency_latency,
+        # how long reads waited in the rank sockets before a worker read them (wall and
+        # target time; reads without a kernel stamp, AF_XDP's, are not counted)
+        "receive_wait": receive_wait or {},
         # one-way latency of data packets per traffic class (DSCP), target timescale
         "latency_by_class": {
             str(dscp): h.summary_us().to_json() for dscp, h in sorted(latency_by_class.items())

@@ -188,6 +188,8 @@ class Worker:
             self.send.send_replies,
             self.sockets.sport_socket,
             self._after_reads,
+            receive_wait=self.stats.receive_wait,
+            latency=p.one_way_latency,
         )
         self.xdp = XdpPacer(
             self.sockets.xdp_ports,
@@ -225,6 +227,8 @@ class Worker:
             self.active.completed,
             relay=spec.relay,
             rate_sample_s=p.rate_sample_s,
+            data_wait_s=self.receive.data_wait_s,
+            ack_wait_s=self.receive.ack_wait_s,
         )
         # what the tick and every read call
         self._pump = self.send.pump

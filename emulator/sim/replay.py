@@ -62,6 +62,7 @@ class FlowRecord:
     ce_marks: int
     cnps_sent: int
     cnps_received: int
+    reordered_packets: int = 0  # at the receiver, since its QP's previous message completed
 
 
 @dataclass(eq=False)
@@ -75,7 +76,7 @@ class Connection:
     next_ordinal: int = 0
     ordinals: dict[int, int] = field(default_factory=dict)  # flow id -> posting order
     snapshot: tuple[int, int, int] = (0, 0, 0)  # sender: packets, retransmitted, CNPs
-    rx_snapshot: tuple[int, int] = (0, 0)  # receiver: CE, CNPs sent
+    rx_snapshot: tuple[int, int, int] = (0, 0, 0)  # receiver: CE, CNPs sent, reordered
     cnps_received: int = 0
     cnps_sent: int = 0
     last_rate_sample_s: float = float("-inf")
@@ -132,7 +133,7 @@ class SimReplay:
         self.counters: Counter[str] = Counter()
         self.drops: Counter[str] = Counter()
         self._done_at: dict[tuple[int, int], tuple[int, float, tuple[int, int, int]]] = {}
-        self._rx_at: dict[tuple[int, int], tuple[int, int]] = {}
+        self._rx_at: dict[tuple[int, int], tuple[int, int, int]] = {}
         self._profile_params: dict[int, TransportParams] = {}
         self._events_scheduled = False
         self._line_rate = {
@@ -311,11 +312,11 @@ class SimReplay:
 
     def _on_received(self, ev: MessageReceived) -> None:
         conn = self.by_qpn[ev.qpn]
-        snap = (conn.receiver.ce_packets, conn.cnps_sent)
+        snap = (conn.receiver.ce_packets, conn.cnps_sent, conn.receiver.reordered_packets)
         old = conn.rx_snapshot
         conn.rx_snapshot = snap
         key = (conn.conn_id, ev.message_index)
-        self._rx_at[key] = (snap[0] - old[0], snap[1] - old[1])
+        self._rx_at[key] = (snap[0] - old[0], snap[1] - old[1], snap[2] - old[2])
         self._join(key)
 
     def _join(self, key: tuple[int, int]) -> None:
@@ -325,6 +326,6 @@ class SimReplay:
             return
         del self._done_at[key], self._rx_at[key]
         flow_id, time_s, (packets, retx, cnps_received) = done
-        record = FlowRecord(flow_id, time_s, packets, retx, rx[0], rx[1], cnps_received)
+        record = FlowRecord(flow_id, time_s, packets, retx, rx[0], rx[1], cnps_received, rx[2])
         self.finished[flow_id] = record
         self.outputs.flow_finished(record)

@@ -106,8 +106,9 @@ def dependency_reason(latency: dict[str, Any], fct_s: list[float]) -> str | None
     )
 
 
-# The engine's own delay in a flow (events.FlowFinished.engine_delay_s: how overdue the sending and
-# the receiving worker's schedules were when they read the flow's last byte and its last ACK, plus
+# The engine's own delay in a flow (events.FlowFinished.engine_delay_s: how long the flow's last
+# byte and its last ACK waited in their sockets before a worker read them, or how overdue the
+# worker's schedule was then if that was longer (emulator.engine.reports), plus
 # the pacing credit its queue pair or NIC lost while it had a packet due) is time the flow's FCT
 # carries that no fabric put there. Judged at the share of FCT the verdict's promise tolerates
 # (docs: each collective type's busbw and FCT percentiles within 5% of the same job's reference),
@@ -154,8 +155,9 @@ def engine_delay_reason(
     if not said:
         return None
     return (
-        "the engine's own delay in the flows (its workers behind schedule when they read the "
-        "last bytes and ACKs, pacing credit lost to late ticks) was over "
+        "the engine's own delay in the flows (the last bytes and ACKs waiting in the sockets "
+        "or the workers behind schedule when they read them, pacing credit lost to late ticks) "
+        "was over "
         f"{limit:.0%} of what they measured: "
         + "; ".join(said)
         + ": busbw and FCTs carry the machine's delays; raise the TDF"

@@ -82,6 +82,20 @@ def test_the_study_folder_holds_every_run_and_the_study(
     assert "load-balancing" in (out / "report.html").read_text()
 
 
+def test_each_flow_carries_its_reordered_packets(study: tuple[Path, dict[str, Any]]) -> None:
+    """flows.parquet's reordered_packets add up to the run's (summary.json reordering, from
+    the receive queue pairs): some under spraying, none with every QP on one path."""
+    import pyarrow.parquet as pq
+
+    out, _ = study
+    for condition in CONDITIONS:
+        run = out / "runs" / f"{condition}-seed3"
+        per_flow = pq.read_table(run / "flows.parquet").column("reordered_packets").to_pylist()
+        total = json.loads((run / "summary.json").read_text())["reordering"]["reordered_packets"]
+        assert None not in per_flow and sum(per_flow) == total
+        assert (total > 0) == (condition == "spray-sel"), (condition, total)
+
+
 def test_every_condition_has_its_numbers_with_intervals(
     study: tuple[Path, dict[str, Any]],
 ) -> None:

@@ -65,6 +65,11 @@ def test_a_back_to_back_flow_is_one_flowlet_on_the_hash_uplink() -> None:
     assert len(taken) > 1  # the source ports hash to different uplinks
 
 
+def test_a_qp_kept_on_one_path_has_no_reordered_flow() -> None:
+    run = one_qp(LoadBalancingSpec())
+    assert [r.reordered_packets for r in run.replay.finished.values()] == [0]
+
+
 def sprayed_cross_leaf(reliability: str, seed: int) -> Run:
     """The cross-leaf step of an All-Reduce: each of four hosts under l0 sends 1 MiB to its
     partner under l1 at line rate, every packet sprayed at random over the leaf's four uplinks
@@ -97,6 +102,10 @@ def test_a_sprayed_all_reduce_step_completes_with_fewer_resends_when_selective()
         }
         reordered = sum(c.receiver.reordered_packets for c in conns["sel"])
         assert reordered > 0  # spraying did reorder
+        # each flow's record carries its share (one message per QP here: all of it)
+        assert sorted(r.reordered_packets for r in sel.replay.finished.values()) == sorted(
+            c.receiver.reordered_packets for c in conns["sel"]
+        )
         resent = {k: sum(c.sender.packets_retransmitted for c in v) for k, v in conns.items()}
         # go-back-N answers reordering with NAKs and resends of the window; selective holds the
         # early packets and resends nothing that was only late

@@ -79,6 +79,27 @@ def test_a_nic_sample_may_carry_its_shapers_burst_above_the_rate() -> None:
     )
 
 
+def test_a_nic_is_judged_over_samples_in_a_row_not_its_noisiest_one() -> None:
+    """A sample's ends carry the counter reads' jitter: one sample at 107% next to one at 93%
+    is the rate read with noise (the two together are at it); a NIC at 107% sample after
+    sample runs fast."""
+    rate_bps, interval_s = 100e9, 10e-6
+    at_rate = rate_bps / 8 * interval_s
+
+    def nic(shares: list[float]) -> list[NicRow]:
+        return [
+            NicRow(k * interval_s, 5, "tx", 0, int(s * at_rate), interval_s, s)
+            for k, s in enumerate(shares, start=1)
+        ]
+
+    ports = [port(0.0, 0), port(1.0, 0)]
+    noisy = RunTables.from_rows(flows=[flow(0)], ports=ports, nic=nic([1.0, 1.07, 0.93, 1.0]))
+    assert assess_fidelity(noisy).verdict == "ok"
+    fast = RunTables.from_rows(flows=[flow(0)], ports=ports, nic=nic([1.0, 1.07, 1.07, 1.07]))
+    [reason] = assess_fidelity(fast).reasons
+    assert "107% of its emulated line rate (over up to 3 samples in a row)" in reason
+
+
 def qp(gaps: int) -> QpRow:
     return QpRow(0, 1, 0, 49152, 1, 26, 100, 409600, 4, 100, 1, 0, 104, 425984, gaps, 0,
                   100, 1, 0, 0, 0)  # fmt: skip

@@ -43,10 +43,14 @@ def test_flow_finished_needs_sender_and_receiver_reports_and_relays_completion()
     assert 1 not in c.finished  # the receiver's part is not in yet
     assert pipes[1].sent == [("deps_done", [1])] and pipes[0].sent == []
     stats = {"time_s": 0.5, "nic": {1: (100, 9000)}}
-    c._take(receiver, [("rx", conn, 0, 0.39, 4096, 5, 4, 0.001), ("rate", 1, 9, 0.2, 5e9)], stats)
+    c._take(
+        receiver, [("rx", conn, 0, 0.39, 4096, 5, 4, 0.001, 7), ("rate", 1, 9, 0.2, 5e9)], stats
+    )
     # the engine's delay in the flow: both workers' lag (wall) in target time, and the pacing
-    # credit lost while it was due (target)
-    assert c.finished[1] == FlowFinished(1, 0.4, 3, 1, 5, 4, 2, (0.003 + 0.001) / 1000.0 + 2e-6)
+    # credit lost while it was due (target); the receiver's reordered packets
+    assert c.finished[1] == FlowFinished(
+        1, 0.4, 3, 1, 5, 4, 2, (0.003 + 0.001) / 1000.0 + 2e-6, reordered_packets=7
+    )
     assert c.received_bytes[1] == 4096
     assert RateSample(0.2, 1, 9, 5e9) in c.events
     assert NicSample(0.5, 1, "rx", 9000) in c.events and NicSample(0.5, 0, "tx", 9000) in c.events
@@ -62,6 +66,6 @@ def test_reports_join_by_connection_and_message_order() -> None:
     sender.stats = receiver.stats = {}
     conn = c.connections[(1, 0, 0, 50001)]
     # the receiver's record of message 0 arrives before the sender's completion
-    c._take(sender, [("rx", conn, 0, 1.0, 4096, 0, 0, 0.0)], None)
+    c._take(sender, [("rx", conn, 0, 1.0, 4096, 0, 0, 0.0, 0)], None)
     c._take(receiver, [("done", 2, 1.1, 1, 0, 0, conn, 0, 0.0, 0.0)], None)
     assert c.finished[2].time_s == 1.1 and c.finished[2].ce_marks == 0

@@ -366,6 +366,7 @@ def _finished(r: FlowRecord) -> FlowFinished:
         r.ce_marks,
         r.cnps_sent,
         r.cnps_received,
+        reordered_packets=r.reordered_packets,
     )
 
 
