@@ -1,7 +1,9 @@
 """The `emulate` command line: a registry of subcommands, each a module in emulator.commands.
 
 A subcommand module provides HELP (one line), `add_arguments(parser)` and `main(args) -> int`.
-Modules import their heavy dependencies inside `main`, so `emulate --help` stays fast.
+Modules import their heavy dependencies inside `main`, so `emulate --help` stays fast; the C
+extensions among them a module names in EXTENSIONS are imported before `main` runs, with Ctrl-C
+and SIGTERM held until they are in (`_import_extensions`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 from emulator import __version__
 from emulator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EmulatorError
-from emulator.signals import forked_helper_died
+from emulator.signals import forked_helper_died, signals_deferred
 
 # Name -> module, in the order `emulate --help` lists them.
 COMMANDS: dict[str, str] = {
@@ -95,6 +97,7 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
+        _import_extensions(_load(args.command))
         code: int = args._main(args)
         return code
     except EmulatorError as exc:
@@ -110,6 +113,20 @@ def _main(argv: Sequence[str] | None) -> int:
         # Output piped into `head` and closed early: not an error worth a traceback.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         return 0
+
+
+def _import_extensions(module: ModuleType) -> None:
+    """Import the C extensions a command names (EXTENSIONS) with Ctrl-C and SIGTERM held until
+    they are in, then raised. Interrupted inside an extension's initialization (matplotlib's
+    ft2font, a pybind11 module), an import leaves the extension half made: "ImportError:
+    initialization failed", and the interpreter aborted at exit (SIGABRT, "PyThreadState_Get:
+    the function must be called with the GIL held") instead of exiting as interrupted."""
+    names = getattr(module, "EXTENSIONS", ())
+    if not names:
+        return
+    with signals_deferred():
+        for name in names:
+            importlib.import_module(name)
 
 
 def _one_line_unraisable(command: str) -> Callable[[Any], None]:

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 HELP = "Compare results folders side by side, with overlaid plots."
+# C extensions its work imports, imported before it with signals held (emulator.cli)
+EXTENSIONS = ("yaml", "numpy", "pyarrow.parquet", "matplotlib.backends.backend_agg")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

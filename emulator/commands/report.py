@@ -10,6 +10,8 @@ from pathlib import Path
 from emulator.errors import InputError
 
 HELP = "Re-render a results folder (summary, plots, report.html, table)."
+# C extensions its work imports, imported before it with signals held (emulator.cli)
+EXTENSIONS = ("yaml", "numpy", "pyarrow.parquet", "matplotlib.backends.backend_agg")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 from emulator.errors import EXIT_EXPECTATION_FAILED, EXIT_OK, InputError
 
 HELP = "Run a scenario: fabric up, replay, measure, results, teardown."
+# C extensions its work imports, imported before it with signals held (emulator.cli)
+EXTENSIONS = ("yaml", "numpy", "pyarrow.parquet", "matplotlib.backends.backend_agg")
 
 DEFAULT_QUICK_FABRIC = "clos"
 

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 HELP = "Run a study (interference, sensitivity, jobs, load-balancing)."
+# C extensions its work imports, imported before it with signals held (emulator.cli)
+EXTENSIONS = ("yaml", "numpy", "pyarrow.parquet", "matplotlib.backends.backend_agg")
 
 
 def _flag(role: str) -> str:

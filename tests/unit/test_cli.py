@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from emulator.cli import COMMANDS, main
@@ -95,3 +97,38 @@ def test_an_interrupt_while_the_commands_load_is_an_interrupt(
     monkeypatch.setattr(cli, "_load", slow_import)
     assert main(["validate", "x"]) == 130
     assert capsys.readouterr().err == "emulate: interrupted\n"
+
+
+def test_a_ctrl_c_while_a_commands_extensions_load_waits_until_they_are_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C inside a C extension's initialization left it half made and the interpreter
+    aborting at exit (matplotlib's ft2font: SIGABRT instead of 130). A command's EXTENSIONS are
+    imported with the signal held: the module that was loading when it came is whole, then
+    the command is interrupted (130) without running."""
+    import sys
+    import types
+
+    import emulator.cli as cli
+
+    (tmp_path / "slow_extension.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nLOADED = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ran: list[object] = []
+    command = types.ModuleType("fake_command")
+    command.EXTENSIONS = ("slow_extension",)  # type: ignore[attr-defined]
+    command.HELP = "fake"  # type: ignore[attr-defined]
+    command.add_arguments = lambda parser: None  # type: ignore[attr-defined]
+
+    def command_main(args: object) -> int:
+        ran.append(args)
+        return 0
+
+    command.main = command_main  # type: ignore[attr-defined]
+    monkeypatch.setitem(cli.COMMANDS, "fake", "fake_command")
+    monkeypatch.setitem(sys.modules, "fake_command", command)
+    monkeypatch.delitem(sys.modules, "slow_extension", raising=False)
+    assert main(["fake"]) == 130
+    assert sys.modules["slow_extension"].LOADED is True and ran == []
+    assert capsys.readouterr().err == "emulate fake: interrupted\n"
