@@ -461,7 +461,8 @@ class Coordinator:
             return
         del self._done[key], self._rx[key]
         _, fid, t, packets, retx, cnps_received, _conn, _ordinal, sender_lag_s, lost_s = done
-        # both workers' lag (wall) in target time, and the pacing credit lost (target already)
+        # both ends' delay (wall: the read's wait in its socket or the worker's lag) in target
+        # time, and the pacing credit lost (target already)
         delay_s = (sender_lag_s + rx[7]) / self.engine.tdf + lost_s
         ev = FlowFinished(
             fid, t, packets, retx, rx[5], rx[6], cnps_received, delay_s, reordered_packets=rx[8]
