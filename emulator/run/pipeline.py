@@ -28,7 +28,7 @@ from emulator.planning.workload import PlannedWorkload, plan_workload, trace_pre
 from emulator.run.execute import SimReference, run_planned
 from emulator.run.options import RunOptions, RunResult, backend_options
 from emulator.scenario.model import Scenario
-from emulator.timescale.probe import PROBE_WALL_S
+from emulator.timescale.probe import PROBE_DELAY_LIMIT, PROBE_WALL_S
 from emulator.timescale.tdf import TdfChoice
 from emulator.timescale.verdict import engine_delay_reason, engine_delay_shares, flow_delays
 from fabrics.spec import ClosSpec
@@ -258,6 +258,8 @@ def probe_replay(
                 raise  # a failure, not the probe's deadline
             # the deadline stopped the probe: its partial summary has the workers' numbers
             summary = json.loads((writer.target / "summary.json").read_text())
-        delayed = engine_delay_reason(engine_delay_shares(flow_delays(read_tables(writer.target))))
+        delayed = engine_delay_reason(
+            engine_delay_shares(flow_delays(read_tables(writer.target))), PROBE_DELAY_LIMIT
+        )
     engine = summary.get("engine")
     return {**(engine if isinstance(engine, dict) else {}), "engine_delay_reason": delayed}
