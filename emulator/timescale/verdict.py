@@ -158,7 +158,7 @@ def engine_delay_reason(
         "the engine's own delay in the flows (the last bytes and ACKs waiting in the sockets "
         "or the workers behind schedule when they read them, pacing credit lost to late ticks) "
         "was over "
-        f"{limit:.0%} of what they measured: "
+        f"{limit * 100:g}% of what they measured: "
         + "; ".join(said)
         + ": busbw and FCTs carry the machine's delays; raise the TDF"
     )
