@@ -548,15 +548,7 @@ class Coordinator:
         tdf = self.engine.tdf
         for label, hs in sorted(by_label.items()):
             h = merged(hs)
-            p50, p99 = h.percentile_s(50.0), h.percentile_s(99.0)
-            out[label] = {
-                "count": h.count,
-                "wall_p50_ms": None if p50 is None else round(p50 * 1e3, 3),
-                "wall_p99_ms": None if p99 is None else round(p99 * 1e3, 3),
-                "wall_max_ms": round(h.max_s * 1e3, 3),
-                "target_p50_us": None if p50 is None else round(p50 / tdf * 1e6, 4),
-                "target_p99_us": None if p99 is None else round(p99 / tdf * 1e6, 4),
-            }
+            out[label] = {"count": h.count, **_wall_and_target(h, tdf)}
         return out
 
     def receive_wait(self) -> dict[str, float | int | None]:
@@ -572,14 +564,9 @@ class Coordinator:
             ]
         )
         tdf = self.engine.tdf
-        p50, p99 = h.percentile_s(50.0), h.percentile_s(99.0)
         return {
             "reads": h.count,
-            "wall_p50_ms": None if p50 is None else round(p50 * 1e3, 3),
-            "wall_p99_ms": None if p99 is None else round(p99 * 1e3, 3),
-            "wall_max_ms": round(h.max_s * 1e3, 3),
-            "target_p50_us": None if p50 is None else round(p50 / tdf * 1e6, 4),
-            "target_p99_us": None if p99 is None else round(p99 / tdf * 1e6, 4),
+            **_wall_and_target(h, tdf),
             "target_max_us": round(h.max_s / tdf * 1e6, 4),
         }
 
@@ -598,6 +585,19 @@ class Coordinator:
             latency_by_class=self.latency_by_class(),
             receive_wait=self.receive_wait(),
         )
+
+
+def _wall_and_target(h: LatencyHistogram, tdf: float) -> dict[str, float | None]:
+    """A histogram of wall seconds as the metadata gives it: the wall p50/p99/max (ms) and the
+    target time the percentiles stand for (us)."""
+    p50, p99 = h.percentile_s(50.0), h.percentile_s(99.0)
+    return {
+        "wall_p50_ms": None if p50 is None else round(p50 * 1e3, 3),
+        "wall_p99_ms": None if p99 is None else round(p99 * 1e3, 3),
+        "wall_max_ms": round(h.max_s * 1e3, 3),
+        "target_p50_us": None if p50 is None else round(p50 / tdf * 1e6, 4),
+        "target_p99_us": None if p99 is None else round(p99 / tdf * 1e6, 4),
+    }
 
 
 def run_plan(
