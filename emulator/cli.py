@@ -1,9 +1,9 @@
 """The `emulate` command line: a registry of subcommands, each a module in emulator.commands.
 
 A subcommand module provides HELP (one line), `add_arguments(parser)` and `main(args) -> int`.
-Modules import their heavy dependencies inside `main`, so `emulate --help` stays fast; the C
-extensions among them a module names in EXTENSIONS are imported before `main` runs, with Ctrl-C
-and SIGTERM held until they are in (`_import_extensions`).
+Modules import their heavy dependencies inside `main`, so `emulate --help` stays fast; the ones a
+module names in IMPORTS (its C extensions and the project's modules its work needs) are imported
+before `main` runs, with Ctrl-C and SIGTERM held until they are in (`_import_first`).
 """
 
 from __future__ import annotations
@@ -97,31 +97,54 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        _import_extensions(_load(args.command))
+        _import_first(_load(args.command))
         code: int = args._main(args)
         return code
     except EmulatorError as exc:
         print(f"emulate {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"emulate {args.command}: interrupted", file=sys.stderr)
-        # A Ctrl-C can land inside a library's constructor (pyroute2 builds asyncio loops);
-        # the half-built object then complains when collected. Say it in one line, not a trace.
-        sys.unraisablehook = _one_line_unraisable(args.command)
-        return EXIT_INTERRUPTED
+        return _interrupted(args.command)
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error worth a traceback.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         return 0
+    except Exception as exc:
+        # Python wraps an exception raised in some hooks: a Ctrl-C during an import that
+        # defines a dataclass surfaces as "RuntimeError: Error calling __set_name__", caused
+        # by the KeyboardInterrupt. Still an interrupt, not a crash.
+        if _caused_by_interrupt(exc):
+            return _interrupted(args.command)
+        raise
 
 
-def _import_extensions(module: ModuleType) -> None:
-    """Import the C extensions a command names (EXTENSIONS) with Ctrl-C and SIGTERM held until
-    they are in, then raised. Interrupted inside an extension's initialization (matplotlib's
+def _interrupted(command: str) -> int:
+    print(f"emulate {command}: interrupted", file=sys.stderr)
+    # A Ctrl-C can land inside a library's constructor (pyroute2 builds asyncio loops);
+    # the half-built object then complains when collected. Say it in one line, not a trace.
+    sys.unraisablehook = _one_line_unraisable(command)
+    return EXIT_INTERRUPTED
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
+def _import_first(module: ModuleType) -> None:
+    """Import the modules a command names (IMPORTS) with Ctrl-C and SIGTERM held until they
+    are in, then raised. Interrupted inside an extension's initialization (matplotlib's
     ft2font, a pybind11 module), an import leaves the extension half made: "ImportError:
     initialization failed", and the interpreter aborted at exit (SIGABRT, "PyThreadState_Get:
-    the function must be called with the GIL held") instead of exiting as interrupted."""
-    names = getattr(module, "EXTENSIONS", ())
+    the function must be called with the GIL held") instead of exiting as interrupted; inside
+    a dataclass's definition it surfaces as a RuntimeError."""
+    names = getattr(module, "IMPORTS", ())
     if not names:
         return
     with signals_deferred():

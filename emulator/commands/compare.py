@@ -16,8 +16,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 HELP = "Compare results folders side by side, with overlaid plots."
-# C extensions its work imports, imported before it with signals held (emulator.cli)
-EXTENSIONS = ("yaml", "numpy", "pyarrow.parquet", "matplotlib.backends.backend_agg")
+# What its work imports (C extensions, then the project), imported first with signals held
+# (emulator.cli)
+IMPORTS = (
+    "yaml",
+    "numpy",
+    "pyarrow.parquet",
+    "matplotlib.backends.backend_agg",
+    "collectors.reference",
+    "collectors.report",
+    "collectors.summary",
+    "collectors.tables",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,8 +10,16 @@ from pathlib import Path
 from emulator.errors import InputError
 
 HELP = "Re-render a results folder (summary, plots, report.html, table)."
-# C extensions its work imports, imported before it with signals held (emulator.cli)
-EXTENSIONS = ("yaml", "numpy", "pyarrow.parquet", "matplotlib.backends.backend_agg")
+# What its work imports (C extensions, then the project), imported first with signals held
+# (emulator.cli)
+IMPORTS = (
+    "yaml",
+    "numpy",
+    "pyarrow.parquet",
+    "matplotlib.backends.backend_agg",
+    "collectors.pages.run",
+    "collectors.report",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,8 +10,17 @@ from typing import Any
 from emulator.errors import EXIT_EXPECTATION_FAILED, EXIT_OK, InputError
 
 HELP = "Run a scenario: fabric up, replay, measure, results, teardown."
-# C extensions its work imports, imported before it with signals held (emulator.cli)
-EXTENSIONS = ("yaml", "numpy", "pyarrow.parquet", "matplotlib.backends.backend_agg")
+# What its work imports (C extensions, then the project), imported first with signals held
+# (emulator.cli)
+IMPORTS = (
+    "yaml",
+    "numpy",
+    "pyarrow.parquet",
+    "matplotlib.backends.backend_agg",
+    "emulator.scenario",
+    "emulator.run",
+    "emulator.studies.seeds.series",
+)
 
 DEFAULT_QUICK_FABRIC = "clos"
 

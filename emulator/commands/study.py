@@ -19,8 +19,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 HELP = "Run a study (interference, sensitivity, jobs, load-balancing)."
-# C extensions its work imports, imported before it with signals held (emulator.cli)
-EXTENSIONS = ("yaml", "numpy", "pyarrow.parquet", "matplotlib.backends.backend_agg")
+# What its work imports (C extensions, then the project), imported first with signals held
+# (emulator.cli)
+IMPORTS = (
+    "yaml",
+    "numpy",
+    "pyarrow.parquet",
+    "matplotlib.backends.backend_agg",
+    "emulator.run",
+    "emulator.studies.launch",
+    "emulator.studies.jobs.study",
+    "emulator.studies.sensitivity.study",
+    "emulator.studies.interference.study",
+)
 
 
 def _flag(role: str) -> str:

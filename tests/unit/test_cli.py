@@ -103,7 +103,7 @@ def test_a_ctrl_c_while_a_commands_extensions_load_waits_until_they_are_in(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Ctrl-C inside a C extension's initialization left it half made and the interpreter
-    aborting at exit (matplotlib's ft2font: SIGABRT instead of 130). A command's EXTENSIONS are
+    aborting at exit (matplotlib's ft2font: SIGABRT instead of 130). A command's IMPORTS are
     imported with the signal held: the module that was loading when it came is whole, then
     the command is interrupted (130) without running."""
     import sys
@@ -117,7 +117,7 @@ def test_a_ctrl_c_while_a_commands_extensions_load_waits_until_they_are_in(
     monkeypatch.syspath_prepend(str(tmp_path))
     ran: list[object] = []
     command = types.ModuleType("fake_command")
-    command.EXTENSIONS = ("slow_extension",)  # type: ignore[attr-defined]
+    command.IMPORTS = ("slow_extension",)  # type: ignore[attr-defined]
     command.HELP = "fake"  # type: ignore[attr-defined]
     command.add_arguments = lambda parser: None  # type: ignore[attr-defined]
 
@@ -132,3 +132,48 @@ def test_a_ctrl_c_while_a_commands_extensions_load_waits_until_they_are_in(
     assert main(["fake"]) == 130
     assert sys.modules["slow_extension"].LOADED is True and ran == []
     assert capsys.readouterr().err == "emulate fake: interrupted\n"
+
+
+def test_a_ctrl_c_wrapped_by_python_is_still_an_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """CI caught a Ctrl-C landing while a module defined a dataclass: Python reported it as
+    "RuntimeError: Error calling __set_name__ ..." caused by the KeyboardInterrupt, and the
+    run exited 1 with a traceback. An exception caused by an interrupt is an interrupt (130);
+    any other exception still propagates."""
+    import sys
+    import types
+
+    import emulator.cli as cli
+
+    def wrapped(args: object) -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__ on 'Field' instance") from exc
+
+    def plain(args: object) -> int:
+        raise RuntimeError("a real bug")
+
+    for name, body in (("wrapped", wrapped), ("plain", plain)):
+        command = types.ModuleType(f"fake_{name}")
+        command.HELP = name  # type: ignore[attr-defined]
+        command.add_arguments = lambda parser: None  # type: ignore[attr-defined]
+        command.main = body  # type: ignore[attr-defined]
+        monkeypatch.setitem(cli.COMMANDS, name, f"fake_{name}")
+        monkeypatch.setitem(sys.modules, f"fake_{name}", command)
+    assert main(["wrapped"]) == 130
+    assert capsys.readouterr().err == "emulate wrapped: interrupted\n"
+    with pytest.raises(RuntimeError, match="a real bug"):
+        main(["plain"])
+
+
+def test_every_command_imports_first_what_exists() -> None:
+    """A command's IMPORTS are real module names (a typo would fail every run at its start)."""
+    import importlib
+
+    import emulator.cli as cli
+
+    for name in cli.COMMANDS:
+        for module in getattr(cli._load(name), "IMPORTS", ()):
+            importlib.import_module(module)
