@@ -55,6 +55,11 @@ install_venv() {
     log "installing the project and its Python dependencies into $VENV"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q -e '.[dev]'
+    # snappi, the Open Traffic Generator model (emulator/otg/), pins protobuf~=6.33 and
+    # grpcio~=1.80 exactly; the project's Chakra code is generated for protobuf 7, on which
+    # snappi's code runs too (tests/unit/test_otg_config.py). So it goes in without its pins;
+    # what else it imports is in pyproject.toml.
+    "$VENV/bin/python" -m pip install -q --no-deps 'snappi==1.62.0'
     touch "$stamp"
   fi
 }

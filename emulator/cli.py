@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "study": "emulator.commands.study",
     "fabric": "emulator.commands.fabric",
     "clean": "emulator.commands.clean",
+    "otg": "emulator.commands.otg",
 }
 
 

@@ -89,6 +89,7 @@ class FlowStarts:
                     dest_qp=qpn,
                     params=params,
                     line_rate_bps=rate_bps,
+                    verb=self.profiles[f.profile].verb if f.profile else "send",
                     events=self.events,
                 )
                 address = FlowAddress(rank.spec.address, dst, f.udp_sport, dscp=self.transport.dscp)

@@ -72,7 +72,6 @@ from emulator.transport.burst_wire import BurstBuffer
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import BTH_BYTES, ICRC_BYTES
 from emulator.transport.sender import GSO_MAX_BUFFER_BYTES, IPV4_FRAME_OVERHEAD_BYTES
-from emulator.transport.wire import ECN_NOT_ECT
 
 PR_SET_PDEATHSIG = 1  # include/uapi/linux/prctl.h
 
@@ -115,8 +114,8 @@ class Worker:
         self.clock = self.ticks.clock
         # sockets default to the data class; a QP in another class (qp_dscp) says so per send
         tos_data = t.dscp << 2 | t.data_ecn_bits
-        tos_ack = t.ack_dscp_value << 2 | ECN_NOT_ECT
-        tos_cnp = t.cnp_dscp << 2 | ECN_NOT_ECT
+        tos_ack = t.ack_dscp_value << 2 | t.ack_ecn_bits
+        tos_cnp = t.cnp_dscp << 2 | t.cnp_ecn_bits
         max_packet_wire_bytes = (
             BTH_BYTES + t.path_mtu_bytes + ICRC_BYTES + IPV4_FRAME_OVERHEAD_BYTES
         )

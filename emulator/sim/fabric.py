@@ -27,6 +27,7 @@ from emulator.transport.events import TransportEvent
 from emulator.transport.marking import EcnMarker
 from emulator.transport.packets import ROCEV2_UDP_PORT
 from emulator.transport.params import EcnMarkingParams
+from emulator.transport.wire import ECN_ECT0, ECN_NOT_ECT
 from fabrics.queues import egress_ports
 from fabrics.spec import PFC_A_SHIFT, LoadBalancingSpec, TierSpec
 from fabrics.topology import Cable, Route, Topology, flow_key, routes_without
@@ -42,6 +43,8 @@ class SimFabricParams:
     data_dscp: int = 26
     ack_dscp: int = 26  # transport.ack_dscp: ACKs and NAKs keep their data's class by default
     cnp_dscp: int = 48
+    # ECN fields data, ACKs and NAKs, CNPs leave with (transport.data_ecn, ack_ecn, cnp_ecn)
+    ecn_bits: tuple[int, int, int] = (ECN_ECT0, ECN_NOT_ECT, ECN_NOT_ECT)
     # sim.draw_seed: salts the ports' draws and the switches' balancing draws (spray, flowlet,
     # adaptive ties), never the flows' hashed paths
     draw_seed: int = 0
@@ -234,6 +237,7 @@ def build_fabric(
             dscp=params.data_dscp,
             ack_dscp=params.ack_dscp,
             cnp_dscp=params.cnp_dscp,
+            ecn_bits=params.ecn_bits,
             priority_dscps=frozenset(topology.priority_dscps),
         )
         hosts.append(host)

@@ -70,6 +70,7 @@ class Host:
         dscp: int = 26,
         ack_dscp: int = 26,
         cnp_dscp: int = 48,
+        ecn_bits: tuple[int, int, int] = (ECN_ECT0, ECN_NOT_ECT, ECN_NOT_ECT),
         priority_dscps: frozenset[int] = frozenset({48}),
     ) -> None:
         from emulator.transport.endpoint import RoceEndpoint
@@ -79,6 +80,7 @@ class Host:
         self.address = address
         self.wire_bytes = wire_bytes
         self._dscp = (dscp, ack_dscp, cnp_dscp)  # data, ACK and NAK, CNP
+        self._ecn = ecn_bits  # the same three kinds (transport.data_ecn, ack_ecn, cnp_ecn)
         # which of them the ports serve in strict priority (fabric.priority_dscps)
         self._priority = tuple(d in priority_dscps for d in self._dscp)
         self.events: list[TransportEvent] = events if events is not None else []
@@ -205,8 +207,8 @@ class Host:
         if tag is None:
             tag = route_tag
         size = packet.udp_payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
-        ecn = ECN_ECT0 if data else ECN_NOT_ECT
         kind = 0 if data else 2 if type(packet) is CnpPacket else 1
+        ecn = self._ecn[kind]
         body: Packet | bytes = packet
         if self.wire_bytes:
             self._ip_id = (self._ip_id + 1) & 0xFFFF

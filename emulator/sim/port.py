@@ -27,7 +27,11 @@ from typing import Any, Protocol
 from emulator.sim.engine import Simulator
 from emulator.transport.marking import EcnMarker
 from emulator.transport.packets import Packet
-from emulator.transport.wire import ECN_CE, ECN_ECT0
+from emulator.transport.wire import ECN_CE, ECN_ECT0, ECN_ECT1
+
+# ECN-capable codepoints (RFC 3168 section 5: a congested router marks either; the eBPF marker
+# does the same, fabrics/ecn/phantom_marker.c); a not-ECT packet passes unmarked
+ECT = (ECN_ECT0, ECN_ECT1)
 
 # A PFC frame is a minimum-size MAC control frame: 64 bytes, plus preamble and inter-frame gap
 # (IEEE 802.3 clause 31 and 802.1Qbb): 84 bytes of link time.
@@ -245,7 +249,7 @@ class Port:
             if (
                 self.mark_on_arrival
                 and marker is not None
-                and frame.ecn == ECN_ECT0
+                and frame.ecn in ECT
                 and marker.should_mark(self.queued_bytes)
             ):
                 self._mark(frame)
@@ -338,7 +342,7 @@ class Port:
                 # mark then reaches the receiver without waiting behind the queue it reports.
                 marked = (
                     marker is not None
-                    and frame.ecn == ECN_ECT0
+                    and frame.ecn in ECT
                     and marker.should_mark(self.queued_bytes)
                 )
                 if marked:

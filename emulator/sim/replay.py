@@ -49,6 +49,8 @@ class ProfileLike(Protocol):
     def congestion_control(self) -> str | None: ...
     @property
     def path_mtu_bytes(self) -> int | None: ...
+    @property
+    def verb(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +208,12 @@ class SimReplay:
         qpn = conn_id + 1
         params, rate_bps, dscp = self._profile(flow, self._line_rate[flow.src])
         sender = SendQueuePair(
-            qpn=qpn, dest_qp=qpn, params=params, line_rate_bps=rate_bps, events=self.events
+            qpn=qpn,
+            dest_qp=qpn,
+            params=params,
+            line_rate_bps=rate_bps,
+            verb=self.profiles[flow.profile].verb if flow.profile else "send",
+            events=self.events,
         )
         receiver = ReceiveQueuePair(
             qpn=qpn, remote_qp=qpn, params=self.transport, events=self.events

@@ -65,6 +65,7 @@ def pattern_profiles(pattern: TrafficPattern, line_rate_bps: float) -> list[QpPr
             max_rate_bps=cap,
             congestion_control=cc,
             path_mtu_bytes=pattern.path_mtu_bytes,
+            verb=pattern.verb,
         )
         for q in range(pattern.qps)
     ]
@@ -125,7 +126,9 @@ class TrafficSchedule:
                         src,
                         dst,
                         q,
-                        low + digest % (high - low + 1),
+                        pattern.qp_udp_sport[q]
+                        if pattern.qp_udp_sport
+                        else low + digest % (high - low + 1),
                         first_profile + q,
                         share,
                         end_s,

@@ -39,6 +39,16 @@ class TrafficPattern:
         min=0,
         max=63,
     )
+    qp_udp_sport: tuple[int, ...] = param(
+        (),
+        doc="UDP source port of QP 0, 1, ... of each pair (one per QP; a tester's fixed ports, "
+        "as OTG's udp_source_port); default: consecutive ports from a hash of the pair",
+        min=1,
+        max=65535,
+    )
+    verb: Literal["send", "write"] = param(
+        "send", doc="RDMA verb of the messages: SEND or RDMA WRITE (IBTA vol. 1 9.4)"
+    )
     message_bytes: int = param(
         1 << 20, doc="bytes per message (a message is one flow in the results)", unit="B", min=1
     )
@@ -95,6 +105,10 @@ class TrafficPattern:
     def __post_init__(self) -> None:
         if (self.bytes_per_pair is None) == (self.duration_us is None):
             raise ValueError("bytes_per_pair: give exactly one of bytes_per_pair and duration_us")
+        if self.qp_udp_sport and len(self.qp_udp_sport) != self.qps:
+            raise ValueError(
+                f"qp_udp_sport: gives {len(self.qp_udp_sport)} ports for {self.qps} QPs per pair"
+            )
         if self.rate_mode == "constant" and self.congestion_control not in (None, "none"):
             raise ValueError(
                 "congestion_control: a constant-rate pattern ignores CNPs; use rate_mode stateful"

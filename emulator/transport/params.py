@@ -186,6 +186,15 @@ class TransportParams:
         min=0,
         max=63,
     )
+    ack_ecn: Literal["not_ect", "ect0", "ect1", "ce"] = param(
+        "not_ect",
+        doc="ECN field ACKs and NAKs leave with (a tester sets it: OTG's ack/nak ecn_value); "
+        "an ECN-capable one may be marked on the way, which changes nothing",
+    )
+    cnp_ecn: Literal["not_ect", "ect0", "ect1", "ce"] = param(
+        "not_ect",
+        doc="ECN field CNPs leave with (OTG's cnp ecn_value; a ConnectX-4 Lx sends ect0, ToS 0xc2)",
+    )
     dcqcn: DcqcnParams = param(
         doc="DCQCN parameters (used when congestion_control is dcqcn)",
         default_factory=DcqcnParams,
@@ -202,6 +211,14 @@ class TransportParams:
     @property
     def data_ecn_bits(self) -> int:
         return DATA_ECN_BITS[self.data_ecn]
+
+    @property
+    def ack_ecn_bits(self) -> int:
+        return DATA_ECN_BITS[self.ack_ecn]
+
+    @property
+    def cnp_ecn_bits(self) -> int:
+        return DATA_ECN_BITS[self.cnp_ecn]
 
     def __post_init__(self) -> None:
         for value in self.qp_dscp:

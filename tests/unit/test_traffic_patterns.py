@@ -136,6 +136,7 @@ def test_dscp_of_repeats_the_last_and_defaults_to_none() -> None:
             "ranks: an all_to_all pattern needs at least two different ranks",
         ),
         ({"kind": "all_to_all"}, "ranks: an all_to_all pattern needs at least two"),
+        ({"qps": 2, "qp_udp_sport": (50_000,)}, "qp_udp_sport: gives 1 ports for 2 QPs per pair"),
     ],
 )
 def test_bad_patterns_are_refused(kw: dict[str, Any], message: str) -> None:
@@ -599,6 +600,23 @@ def test_each_qp_has_its_own_source_port_in_the_range() -> None:
     }
     narrow = drive(TrafficSchedule([p], line_rate_bps=LINE, sport_range=(61_000, 61_000)), fixed(1))
     assert {f.udp_sport for _, f in narrow.posted} == {61_000}
+
+
+def test_fixed_source_ports_and_verb_are_each_qps() -> None:
+    """A tester's fixed ports (OTG's udp_source_port) replace the hashed ones, QP by QP, for every
+    pair; the verb reaches the QP profiles (the transport's opcodes: SEND or RDMA WRITE)."""
+    p = pattern(
+        qps=2, pairs=((0, 1), (2, 1)), qp_udp_sport=(49_152, 49_152), verb="write", message_bytes=10
+    )
+    run = drive(TrafficSchedule([p], line_rate_bps=LINE), fixed(1 * US))
+    assert {(f.src, f.qp, f.udp_sport) for _, f in run.posted} == {
+        (0, 0, 49_152),
+        (0, 1, 49_152),
+        (2, 0, 49_152),
+        (2, 1, 49_152),
+    }
+    assert [prof.verb for prof in pattern_profiles(p, LINE)] == ["write", "write"]
+    assert pattern_profiles(pattern(), LINE)[0].verb == "send"
 
 
 def test_instances_and_results() -> None:

@@ -77,6 +77,7 @@ def sim_params(scenario: Any) -> SimFabricParams:
         data_dscp=transport.dscp,
         ack_dscp=transport.ack_dscp_value,
         cnp_dscp=transport.cnp_dscp,
+        ecn_bits=(transport.data_ecn_bits, transport.ack_ecn_bits, transport.cnp_ecn_bits),
         draw_seed=scenario.sim.draw_seed,
     )
 

@@ -1,0 +1,174 @@
+"""The scenario a traffic start runs: the server's base scenario (its fabric, run and metrics
+sections) with the configuration's traffic patterns and transport settings written in.
+
+Each stateful RoCEv2 flow is one `pairs` traffic pattern of one QP (emulator/traffic/spec.py):
+its port's rank to its peer's, its DSCP and UDP source port, its verb and message size, posting
+messages for the server's traffic duration (target time). A port's target line rate below 100%
+is split evenly over its flows as a cap each; at 100% they share the port as they come.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from emulator.errors import InputError
+from emulator.otg.config import OtgError, OtgPlan
+
+OTG_SCENARIO_NAME = "otg"
+# sections of the base that describe a workload: the configuration's flows replace them
+WORKLOAD_KEYS = ("workload", "workloads", "traffic", "expect")
+
+
+@dataclass(frozen=True)
+class TrafficOptions:
+    """How the server runs stateful flows (OTG gives them no duration: a tester sends until
+    told to stop; here a start runs this long in target time)."""
+
+    duration_us: float = 1000.0
+    messages_in_flight: int = 1
+
+
+@dataclass(frozen=True)
+class Base:
+    """The server's base scenario: its document, and its fabric's ranks and line rate."""
+
+    path: Path
+    document: dict[str, Any]
+    ranks: int
+    line_rate_bps: float
+
+
+def read_base(path: Path) -> Base:
+    """The base scenario, refused now (the loader's one-line error naming the file) if its
+    sections would be; its workload is left out (the configuration's flows replace it)."""
+    from emulator.scenario import load_scenario
+
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: {' '.join(str(exc).split())}") from None
+    if not isinstance(document, dict):
+        raise InputError(f"{path}: expected a mapping (a scenario)")
+    check = {k: v for k, v in document.items() if k not in WORKLOAD_KEYS}
+    check["traffic"] = [{"name": "base", "kind": "pairs", "pairs": [[0, 1]], "bytes_per_pair": 1}]
+    with tempfile.TemporaryDirectory() as folder:
+        copy_path = Path(folder) / path.name
+        copy_path.write_text(yaml.safe_dump(check, sort_keys=False))
+        try:
+            scenario = load_scenario(copy_path)
+        except InputError as exc:
+            raise InputError(str(exc).replace(str(copy_path), str(path))) from None
+    return Base(path, document, scenario.fabric.ranks, scenario.fabric.rank_rate_bps)
+
+
+def scenario_document(
+    base: Mapping[str, Any],
+    plan: OtgPlan,
+    options: TrafficOptions,
+    *,
+    flow_names: Sequence[str] = (),
+    line_rate_bps: float | None = None,
+) -> dict[str, Any]:
+    """The scenario document for the plan's flows (or those named); `line_rate_bps` converts the
+    DCQCN settings given in percent of line rate (None: left out, for a first pass)."""
+    doc = copy.deepcopy(dict(base))
+    for key in WORKLOAD_KEYS:
+        doc.pop(key, None)
+    doc["name"] = OTG_SCENARIO_NAME
+    doc["description"] = "traffic from an Open Traffic Generator configuration (emulate otg serve)"
+    flows = [f for f in plan.flows if not flow_names or f.name in flow_names]
+    patterns = []
+    for flow in flows:
+        rate = float(flow.port_rate_percent)
+        if rate < 100.0:
+            rate /= flow.port_flows
+        patterns.append(
+            {
+                "name": flow.name,
+                "kind": "pairs",
+                "pairs": [[plan.port(flow.qp.port).rank, plan.port(flow.qp.peer_port).rank]],
+                "qps": 1,
+                "qp_dscp": [flow.qp.dscp],
+                "qp_udp_sport": [flow.qp.udp_sport],
+                "verb": flow.verb,
+                "message_bytes": flow.message_bytes,
+                "path_mtu_bytes": flow.qp.ib_mtu,
+                "duration_us": options.duration_us,
+                "rate_percent": rate,
+                "rate_mode": "stateful",
+                "congestion_control": "dcqcn" if flow.dcqcn else "none",
+                "messages_in_flight": options.messages_in_flight,
+            }
+        )
+    doc["traffic"] = patterns
+    transport = dict(doc.get("transport") or {})
+    transport.update(plan.transport)
+    dcqcn = dict(transport.get("dcqcn") or {})
+    dcqcn.update(plan.dcqcn)
+    if line_rate_bps is not None:
+        for key, percent in plan.dcqcn_percent.items():
+            dcqcn[key] = percent / 100.0 * line_rate_bps / 1e6
+    if dcqcn:
+        transport["dcqcn"] = dcqcn
+    doc["transport"] = transport
+    fabric = dict(doc.get("fabric") or {})
+    if fabric.get("kind", "clos") == "clos":
+        if plan.link_gbps is not None:
+            fabric["host_link_gbps"] = plan.link_gbps
+        if plan.pfc:
+            fabric["pfc"] = True
+        # CNPs are served in strict priority here, as the run requires of their class
+        cnp = transport.get("cnp_dscp")
+        if cnp is not None:
+            classes = list(fabric.get("priority_dscps", [48]))
+            if cnp not in classes:
+                fabric["priority_dscps"] = [*classes, cnp]
+    doc["fabric"] = fabric
+    return doc
+
+
+def write_scenario(
+    base: Mapping[str, Any],
+    plan: OtgPlan,
+    options: TrafficOptions,
+    folder: Path,
+    *,
+    flow_names: Sequence[str] = (),
+) -> Path:
+    """Write the scenario into `folder` and load it back, so anything the run would refuse is
+    refused now, as an OTG validation error."""
+    from emulator.scenario import load_scenario
+
+    folder.mkdir(parents=True, exist_ok=True)
+    first = scenario_document(base, plan, options, flow_names=flow_names)
+    rate = _line_rate(first, folder)
+    doc = scenario_document(base, plan, options, flow_names=flow_names, line_rate_bps=rate)
+    path = folder / "scenario.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    try:
+        load_scenario(path)
+    except InputError as exc:
+        raise OtgError([f"the scenario this configuration makes: {exc}"]) from None
+    return path
+
+
+def _line_rate(doc: Mapping[str, Any], folder: Path) -> float:
+    from emulator.scenario import load_scenario
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=folder, delete=False) as f:
+        yaml.safe_dump(dict(doc), f, sort_keys=False)
+    path = Path(f.name)
+    try:
+        rate: float = load_scenario(path).fabric.rank_rate_bps
+        return rate
+    except InputError as exc:
+        raise OtgError([f"the scenario this configuration makes: {exc}"]) from None
+    finally:
+        path.unlink()
