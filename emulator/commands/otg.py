@@ -12,7 +12,7 @@ from pathlib import Path
 
 from emulator.errors import EXIT_OK, InputError
 
-HELP = "Serve the Open Traffic Generator API (snappi) over runs on a scenario's fabric."
+HELP = "Serve the Open Traffic Generator API (snappi) on a fabric."
 # What its work imports (C extensions, then the project), imported first with signals held
 # (emulator.cli)
 IMPORTS = (
