@@ -152,6 +152,7 @@ class _Reader:
 
     def __init__(self) -> None:
         self.errors: list[str] = []
+        self.warnings: list[str] = []
 
     def refuse(self, path: str, why: str) -> None:
         self.errors.append(f"{path}: {why}")
@@ -212,6 +213,7 @@ def plan(document: Mapping[str, Any], ranks: int) -> OtgPlan:
         link_gbps=link_gbps,
         pfc=pfc,
         addresses={port: address for port, address, _ in addresses.values()},
+        warnings=tuple(r.warnings),
     )
 
 
@@ -358,8 +360,17 @@ def _qps(
                 r.refuse(f"{ipath}.ipv4_name", f"{iface.get('ipv4_name')!r} is no device's IPv4")
                 continue
             mtu = int(iface.get("ib_mtu", 1024))
-            if mtu not in IB_MTUS:  # said; its QPs are still read, for their own problems
-                r.refuse(f"{ipath}.ib_mtu", f"{mtu} is not an IB path MTU {list(IB_MTUS)}")
+            if mtu < IB_MTUS[0]:  # said; its QPs are still read, for their own problems
+                r.refuse(f"{ipath}.ib_mtu", f"{mtu} is below the smallest IB path MTU (256)")
+            elif mtu not in IB_MTUS:
+                # OTG allows custom sizes (sonic-mgmt's RoCEv2 tests ask 5000); RoCE payloads
+                # are IB path MTUs (IBTA vol. 1 9.7), so the largest one not above it
+                fitted = max(m for m in IB_MTUS if m <= mtu)
+                r.warnings.append(
+                    f"{ipath}.ib_mtu: {mtu} is not an IB path MTU {list(IB_MTUS)}: its QPs "
+                    f"carry {fitted} bytes per packet"
+                )
+                mtu = fitted
             port, src_ip, _ = own
             for k, peer in enumerate(iface.get("peers", [])):
                 ppath = f"{ipath}.peers[{k}]"

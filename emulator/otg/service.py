@@ -94,7 +94,7 @@ class OtgService:
     def _warnings(self, made: OtgPlan) -> list[str]:
         """Settings that are valid but cripple the traffic: snappi's DCQCN defaults give a QP
         0.002% of line rate after its first CNP."""
-        out = []
+        out = list(made.warnings)
         link_bps = (made.link_gbps or self.options.link_gbps) * 1e9
         percent = made.dcqcn_percent.get("rate_to_set_on_first_cnp_mbps")
         if percent is not None and 0 < percent < 1:

@@ -61,7 +61,7 @@ def test_write_verb_and_errors(tmp_path: Path) -> None:
         assert row.message_complete_rx > 0 and row.message_fail == 0
         # an unimplemented verb, a bad MTU and plain flows: one error naming each object
         bad = qp_fairness_config(api, senders=1, qps_per_port=1, verb="send_with_immediate")
-        bad.devices[1].rocev2.ipv4_interfaces[0].ib_mtu = 1500
+        bad.devices[1].rocev2.ipv4_interfaces[0].ib_mtu = 200
         plain = bad.flows.flow(name="plain")[-1]
         plain.tx_rx.port.tx_name = "Port 0"
         with pytest.raises(Exception) as info:
@@ -70,10 +70,22 @@ def test_write_verb_and_errors(tmp_path: Path) -> None:
         assert isinstance(error, snappi.Error) and error.kind == "validation"
         text = " ".join(error.errors)
         assert "flows: plain (stateless) flows are not implemented yet" in text
-        assert "devices[1].rocev2.ipv4_interfaces[0].ib_mtu: 1500 is not an IB path MTU" in text
+        assert (
+            "devices[1].rocev2.ipv4_interfaces[0].ib_mtu: 200 is below the smallest IB path MTU"
+            in text
+        )
         assert (
             "stateful_flows.rocev2[0].tx_ports[0].transmit_type.target_line_rate.flows[0]"
             ".rocev2_verb.choice: send_with_immediate is not implemented" in text
         )
         # the previous configuration still holds after a refused one
         assert api.get_config().devices[1].rocev2.ipv4_interfaces[0].ib_mtu == 4096
+        # a custom IB MTU (sonic-mgmt's RoCEv2 tests ask 5000) runs at the largest IB path MTU
+        # below it, and set_config says so
+        custom = qp_fairness_config(api, senders=1, qps_per_port=1, message_kb=64)
+        custom.devices[1].rocev2.ipv4_interfaces[0].ib_mtu = 5000
+        warnings = api.set_config(custom).warnings
+        assert (
+            "devices[1].rocev2.ipv4_interfaces[0].ib_mtu: 5000 is not an IB path MTU "
+            "[256, 512, 1024, 2048, 4096]: its QPs carry 4096 bytes per packet" in warnings
+        )
