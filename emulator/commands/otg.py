@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--backend", help="override the scenario's run.backend (sim, netns, dut)")
     serve.add_argument("--tdf", type=float, help="override the scenario's time dilation factor")
     serve.add_argument(
+        "--netns-prefix", help="name prefix of the runs' fabric namespaces (emulate run's; emu-)"
+    )
+    serve.add_argument(
         "--work-dir",
         metavar="DIR",
         help="keep each start's scenario and results in DIR/runs/NNN (default: a temporary "
@@ -129,6 +132,7 @@ def main(args: argparse.Namespace) -> int:
                 traffic=TrafficOptions(args.duration_us, args.messages_in_flight),
                 backend=args.backend,
                 tdf=args.tdf,
+                netns_prefix=args.netns_prefix,
             )
         )
         stack.callback(service.close)

@@ -15,102 +15,23 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-IB_MTUS = (256, 512, 1024, 2048, 4096)  # IBTA vol. 1 9.7 (path MTU values); OTG allows others
-UNIT_BYTES = {"bytes": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30}
-ECN = {"non_ect": "not_ect", "ect_0": "ect0", "ect_1": "ect1", "ce": "ce"}
-VERBS = {"send": "send", "write": "write"}  # OTG verb -> the transport's
-# layer1 speed names -> Gb/s
-SPEEDS = {
-    f"speed_{n}_{unit}": float(n) / (1000.0 if unit == "mbps" else 1.0)
-    for n, unit in (
-        (10, "mbps"),
-        (100, "mbps"),
-        (1000, "mbps"),
-        (10, "gbps"),
-        (25, "gbps"),
-        (40, "gbps"),
-        (50, "gbps"),
-        (100, "gbps"),
-        (200, "gbps"),
-        (400, "gbps"),
-        (800, "gbps"),
-    )
-}
-SPEEDS["speed_1_gbps"] = 1.0
-
-
-class OtgError(Exception):
-    """An OTG Error body: HTTP status, kind (validation | internal) and one line per problem."""
-
-    def __init__(self, errors: Sequence[str], *, kind: str = "validation", code: int = 400):
-        super().__init__("; ".join(errors))
-        self.errors = list(errors)
-        self.kind = kind
-        self.code = code
-
-    def body(self) -> dict[str, Any]:
-        return {"code": self.code, "kind": self.kind, "errors": self.errors}
-
-
-@dataclass(frozen=True)
-class Port:
-    name: str
-    rank: int
-    location: str
-
-
-@dataclass(frozen=True)
-class Qp:
-    """A RoCEv2 QP of a device's IPv4 interface toward one peer."""
-
-    name: str
-    port: str  # the tester port it sends from
-    peer: str  # the peer's name
-    peer_port: str  # the tester port of the peer's address
-    src_ipv4: str
-    dst_ipv4: str
-    source_qp_number: int
-    dscp: int
-    ecn: str  # the transport's spelling (not_ect, ect0, ect1, ce)
-    udp_sport: int
-    ib_mtu: int
-
-
-@dataclass(frozen=True)
-class RocFlow:
-    """A stateful RoCEv2 flow: one QP posting messages at its port's target line rate."""
-
-    name: str
-    qp: Qp
-    message_bytes: int
-    verb: str
-    port_rate_percent: int  # the tx port's target line rate
-    port_flows: int  # flows sharing that rate
-    dcqcn: bool
-
-
-@dataclass(frozen=True)
-class OtgPlan:
-    """What a configuration asks of a run, in this project's terms."""
-
-    ports: tuple[Port, ...]
-    qps: tuple[Qp, ...]
-    flows: tuple[RocFlow, ...]
-    transport: dict[str, Any] = field(default_factory=dict)  # the transport section's keys
-    dcqcn: dict[str, Any] = field(default_factory=dict)  # transport.dcqcn's keys, from OTG's
-    # percentages of line rate in the DCQCN settings (converted once the line rate is known)
-    dcqcn_percent: dict[str, float] = field(default_factory=dict)
-    link_gbps: float | None = None  # layer1 speed of every port
-    pfc: bool | None = None  # layer1 flow_control ieee_802_1qbb: True
-    addresses: dict[str, str] = field(default_factory=dict)  # port -> its device's IPv4
-    warnings: tuple[str, ...] = ()  # what the configuration asks that a user may not expect
-
-    def port(self, name: str) -> Port:
-        return next(p for p in self.ports if p.name == name)
+from emulator.otg.model import (
+    ECN,
+    IB_MTUS,
+    SPEEDS,
+    UNIT_BYTES,
+    VERBS,
+    OtgError,
+    OtgPlan,
+    Port,
+    Qp,
+    Reader,
+    RocFlow,
+)
+from emulator.otg.port_options import PortSettings, per_port, transport_section
 
 
 def parse(body: bytes | str) -> dict[str, Any]:
@@ -134,54 +55,9 @@ def parse(body: bytes | str) -> dict[str, Any]:
     return document
 
 
-def _defaults(class_name: str) -> dict[str, Any]:
-    import snappi.snappi as model
-
-    cls = getattr(model, class_name, None)
-    return dict(getattr(cls, "_DEFAULTS", {}) or {})
-
-
-def _same(value: Any, default: Any) -> bool:
-    if isinstance(value, bool) or isinstance(default, bool):
-        return bool(value) == bool(default)
-    return str(value) == str(default)
-
-
-class _Reader:
-    """Walks the document and collects every problem (all of them, not the first)."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self.warnings: list[str] = []
-
-    def refuse(self, path: str, why: str) -> None:
-        self.errors.append(f"{path}: {why}")
-
-    def rest(
-        self,
-        obj: Mapping[str, Any],
-        path: str,
-        class_name: str,
-        used: Iterable[str],
-        no_effect: Iterable[str] = (),
-    ) -> None:
-        """Refuse every key of `obj` not used nor documented as without effect, unless it holds
-        the model's default (or is an empty list or object)."""
-        defaults = _defaults(class_name)
-        skip = set(used) | set(no_effect)
-        for key, value in obj.items():
-            if key in skip:
-                continue
-            if value in ([], {}, None):
-                continue
-            if key in defaults and _same(value, defaults[key]):
-                continue
-            self.refuse(f"{path}.{key}", "not implemented by this tester (docs/otg.md)")
-
-
 def plan(document: Mapping[str, Any], ranks: int) -> OtgPlan:
     """Map a parsed configuration onto a fabric of `ranks` ranks (OtgError lists every problem)."""
-    r = _Reader()
+    r = Reader()
     r.rest(
         document,
         "config",
@@ -198,9 +74,9 @@ def plan(document: Mapping[str, Any], ranks: int) -> OtgPlan:
     link_gbps, pfc = _layer1(r, document.get("layer1", []), ports)
     addresses = _devices(r, document.get("devices", []), ports)
     qps = _qps(r, document.get("devices", []), addresses)
-    settings = _per_port(r, document.get("options", {}), ports)
+    settings = per_port(r, document.get("options", {}), ports)
     flows = _flows(r, document.get("stateful_flows", {}), ports, qps, settings)
-    transport, dcqcn, percent = _transport(r, qps, settings)
+    transport, dcqcn, percent = transport_section(r, qps, settings)
     if r.errors:
         raise OtgError(r.errors)
     return OtgPlan(
@@ -217,7 +93,7 @@ def plan(document: Mapping[str, Any], ranks: int) -> OtgPlan:
     )
 
 
-def _ports(r: _Reader, items: Sequence[Mapping[str, Any]], ranks: int) -> tuple[Port, ...]:
+def _ports(r: Reader, items: Sequence[Mapping[str, Any]], ranks: int) -> tuple[Port, ...]:
     """Ports are ranks in the order listed, or the rank a location `rank:N` names."""
     out: list[Port] = []
     taken: dict[int, str] = {}
@@ -247,7 +123,7 @@ def _ports(r: _Reader, items: Sequence[Mapping[str, Any]], ranks: int) -> tuple[
 
 
 def _layer1(
-    r: _Reader, items: Sequence[Mapping[str, Any]], ports: Sequence[Port]
+    r: Reader, items: Sequence[Mapping[str, Any]], ports: Sequence[Port]
 ) -> tuple[float | None, bool | None]:
     speeds: set[float] = set()
     pfc: bool | None = None
@@ -290,7 +166,7 @@ def _layer1(
 
 
 def _devices(
-    r: _Reader, items: Sequence[Mapping[str, Any]], ports: Sequence[Port]
+    r: Reader, items: Sequence[Mapping[str, Any]], ports: Sequence[Port]
 ) -> dict[str, tuple[str, str, str]]:
     """IPv4 interface name -> (its port, its address, its device's name)."""
     names = {p.name for p in ports}
@@ -340,7 +216,7 @@ def _devices(
 
 
 def _qps(
-    r: _Reader,
+    r: Reader,
     devices: Sequence[Mapping[str, Any]],
     addresses: Mapping[str, tuple[str, str, str]],
 ) -> dict[str, Qp]:
@@ -401,7 +277,7 @@ def _qps(
 
 
 def _qp(
-    r: _Reader,
+    r: Reader,
     qp: Mapping[str, Any],
     path: str,
     port: str,
@@ -445,175 +321,8 @@ def _qp(
     )
 
 
-@dataclass(frozen=True)
-class PortSettings:
-    """A port's RoCEv2 options (options.per_port_options[].protocols[].rocev2) in our terms."""
-
-    path: str  # where they were given, for errors
-    transport: dict[str, Any]
-    dcqcn: dict[str, Any]
-    dcqcn_percent: dict[str, float]
-    enable_dcqcn: bool
-
-
-# OTG Rocev2.DCQCN -> transport.dcqcn (emulator/transport/dcqcn_params.py, NVIDIA's names), by
-# the OTG model's own descriptions (models device/rocev2: "Unit is microseconds", "percentage of
-# rate"): (our key, factor) for plain values; percentages of line rate are converted to Mb/s once
-# the line rate is known (OtgPlan.dcqcn_percent)
-DCQCN_VALUES: dict[str, tuple[str, type, float]] = {
-    # alpha keeps g/1024 of itself per period (NVIDIA dce_tcp_g)
-    "alpha_g": ("dce_tcp_g", int, 1.0),
-    "initial_alpha": ("initial_alpha_value", int, 1.0),
-    "alpha_update_period": ("dce_tcp_rtt_us", float, 1.0),
-    "rate_reduction_time_period": ("rate_reduce_monitor_period_us", float, 1.0),
-    "rate_increment_time": ("rpg_time_reset_us", float, 1.0),
-    # NVIDIA's rpg_byte_reset counts 64-byte units; OTG's default 32767 is NVIDIA's default
-    "rate_increment_byte_counter": ("rpg_byte_reset_bytes", int, 64.0),
-    "rate_increment_threshold": ("rpg_threshold", int, 1.0),
-}
-DCQCN_PERCENT: dict[str, str] = {
-    "initial_rate_after_first_cnp": "rate_to_set_on_first_cnp_mbps",
-    "minimum_rate_limmit": "rpg_min_rate_mbps",
-    "additive_increment_rate": "rpg_ai_rate_mbps",
-    "hyper_increment_rate": "rpg_hai_rate_mbps",
-}
-
-
-def _per_port(
-    r: _Reader, options: Mapping[str, Any], ports: Sequence[Port]
-) -> dict[str, PortSettings]:
-    r.rest(
-        options,
-        "options",
-        "ConfigOptions",
-        ("per_port_options",),
-        # which ports a session may take over, and starting protocols at set_config: no effect
-        # here (the ports are this tester's; QPs come up with the traffic)
-        ("port_options", "protocol_options"),
-    )
-    names = {p.name for p in ports}
-    out: dict[str, PortSettings] = {}
-    for i, per_port in enumerate(options.get("per_port_options", [])):
-        path = f"options.per_port_options[{i}]"
-        r.rest(per_port, path, "PerPortOptions", ("port_name", "protocols"))
-        port = per_port.get("port_name", "")
-        if port not in names:
-            r.refuse(f"{path}.port_name", f"{port!r} is not a port")
-            continue
-        for j, protocol in enumerate(per_port.get("protocols", [])):
-            ppath = f"{path}.protocols[{j}]"
-            if protocol.get("choice") != "rocev2":
-                r.refuse(f"{ppath}.choice", f"{protocol.get('choice')}: only rocev2")
-                continue
-            if port in out:
-                r.refuse(ppath, f"a second rocev2 entry for port {port!r}")
-                continue
-            out[port] = _rocev2_settings(r, protocol.get("rocev2", {}), f"{ppath}.rocev2")
-    return out
-
-
-def _rocev2_settings(r: _Reader, settings: Mapping[str, Any], path: str) -> PortSettings:
-    r.rest(settings, path, "Rocev2PerPortSettings", ("cnp", "connection_type", "dcqcn_settings"))
-    transport: dict[str, Any] = {}
-    cnp = settings.get("cnp", {})
-    if cnp:
-        r.rest(
-            cnp, f"{path}.cnp", "Rocev2CNP", ("choice", "ip_dscp", "ecn_value", "cnp_delay_timer")
-        )
-        transport["cnp_dscp"] = int(cnp.get("ip_dscp", {}).get("value", 48))
-        transport["cnp_ecn"] = ECN[cnp.get("ecn_value", "ect_1")]
-    delay_us = float(cnp.get("cnp_delay_timer", 55)) if cnp else None
-    connection = settings.get("connection_type", {})
-    if connection:
-        cpath = f"{path}.connection_type"
-        if connection.get("choice", "reliable_connection") != "reliable_connection":
-            r.refuse(f"{cpath}.choice", "only reliable_connection (RC)")
-        rc = connection.get("reliable_connection", {})
-        rpath = f"{cpath}.reliable_connection"
-        r.rest(
-            rc,
-            rpath,
-            "Rocev2AckAndNak",
-            ("ack", "nak", "enable_retransmission_timeout", "retransmission_timeout_value"),
-            # the transport retries until the run ends; a message that never completes counts
-            # in message_fail (docs/otg.md)
-            ("retransmission_retry_count",),
-        )
-        ack, nak = rc.get("ack", {}), rc.get("nak", {})
-        for name, part in (("ack", ack), ("nak", nak)):
-            if part:
-                r.rest(
-                    part,
-                    f"{rpath}.{name}",
-                    f"Rocev2{name.upper()}",
-                    ("choice", "ip_dscp", "ecn_value"),
-                )
-        if ack:
-            transport["ack_dscp"] = int(ack.get("ip_dscp", {}).get("value", 0))
-            transport["ack_ecn"] = ECN[ack.get("ecn_value", "ect_1")]
-        if nak and ack:
-            # the transport sends ACKs and NAKs in one class (transport.ack_dscp, ack_ecn)
-            for key, ours in (("ip_dscp", "ack_dscp"), ("ecn_value", "ack_ecn")):
-                value = (
-                    nak.get(key, {}).get("value", 0)
-                    if key == "ip_dscp"
-                    else ECN[nak.get(key, "ect_1")]
-                )
-                if value != transport[ours]:
-                    r.refuse(
-                        f"{rpath}.nak.{key}",
-                        f"{value} differs from ack.{key} {transport[ours]}: ACKs and NAKs "
-                        "travel in one class here",
-                    )
-        if not rc.get("enable_retransmission_timeout", True):
-            r.refuse(
-                f"{rpath}.enable_retransmission_timeout",
-                "false: the transport always retransmits after its timeout",
-            )
-        timeout_ms = rc.get("retransmission_timeout_value")
-        if timeout_ms is not None:
-            if int(timeout_ms) <= 0:
-                r.refuse(f"{rpath}.retransmission_timeout_value", f"{timeout_ms} ms: must be > 0")
-            else:
-                transport["retransmit_timeout_s"] = int(timeout_ms) / 1000.0
-    dcqcn: dict[str, Any] = {}
-    percent: dict[str, float] = {}
-    enable = True
-    given = settings.get("dcqcn_settings", {})
-    if given:
-        dpath = f"{path}.dcqcn_settings"
-        r.rest(
-            given,
-            dpath,
-            "Rocev2DCQCN",
-            (
-                "enable_dcqcn",
-                "maximum_rate_decrement_at_time",
-                "clamp_target_rate",
-                *DCQCN_VALUES,
-                *DCQCN_PERCENT,
-            ),
-        )
-        enable = bool(given.get("enable_dcqcn", True))
-        for key, (ours, kind, factor) in DCQCN_VALUES.items():
-            if key in given:  # 64-bit integers arrive as strings (the OTG JSON mapping)
-                dcqcn[ours] = kind(float(given[key]) * factor)
-        for key, ours in DCQCN_PERCENT.items():
-            if key in given:
-                percent[ours] = float(given[key])
-        if "maximum_rate_decrement_at_time" in given:
-            # "the maximum that line rate can be decreased" per reduction, in percent: one
-            # decrease keeps at least the rest (NVIDIA's rpg_min_dec_fac, our reading of it)
-            dcqcn["rpg_min_dec_fac"] = 100 - int(given["maximum_rate_decrement_at_time"])
-        if "clamp_target_rate" in given:
-            dcqcn["clamp_tgt_rate"] = bool(given["clamp_target_rate"])
-    if delay_us is not None:
-        dcqcn["min_time_between_cnps_us"] = delay_us
-    return PortSettings(path, transport, dcqcn, percent, enable)
-
-
 def _flows(
-    r: _Reader,
+    r: Reader,
     stateful: Mapping[str, Any],
     ports: Sequence[Port],
     qps: Mapping[str, Qp],
@@ -670,7 +379,7 @@ def _flows(
 
 
 def _flow(
-    r: _Reader,
+    r: Reader,
     flow: Mapping[str, Any],
     path: str,
     port: str,
@@ -724,40 +433,3 @@ def _flow(
         port_flows=port_flows,
         dcqcn=settings.enable_dcqcn if settings is not None else True,
     )
-
-
-def _transport(
-    r: _Reader, qps: Mapping[str, Qp], settings: Mapping[str, PortSettings]
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, float]]:
-    """One transport section for the whole tester: the ports' RoCEv2 options must agree (ports
-    without any take the others'), and so must the QPs' ECN field."""
-    transport: dict[str, Any] = {}
-    dcqcn: dict[str, Any] = {}
-    percent: dict[str, float] = {}
-    first: dict[str, str] = {}  # key -> the path that gave it
-    for port_settings in settings.values():
-        for section, values in (
-            ("", port_settings.transport),
-            ("dcqcn.", port_settings.dcqcn),
-            ("dcqcn%", port_settings.dcqcn_percent),
-        ):
-            target = transport if section == "" else dcqcn if section == "dcqcn." else percent
-            for key, value in values.items():
-                if key in target and target[key] != value:
-                    r.refuse(
-                        port_settings.path,
-                        f"its {section.rstrip('.%')}{'.' if section else ''}{key} {value} differs "
-                        f"from {target[key]} at {first[key]}: the transport's settings are one "
-                        "set for every port",
-                    )
-                    continue
-                target[key] = value
-                first.setdefault(key, port_settings.path)
-    ecns = {qp.ecn for qp in qps.values()}
-    if len(ecns) > 1:
-        r.refuse("devices", f"QPs with different ecn {sorted(ecns)}: data ECN is one setting here")
-    elif ecns:
-        transport["data_ecn"] = next(iter(ecns))
-    if qps:
-        transport["path_mtu_bytes"] = max(qp.ib_mtu for qp in qps.values())
-    return transport, dcqcn, percent

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emulator.otg.config import OtgPlan
+from emulator.otg.model import OtgPlan
 
 NS = 1e9
 

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from emulator.errors import InputError
-from emulator.otg.config import OtgError, OtgPlan
+from emulator.otg.model import OtgError, OtgPlan
 
 OTG_SCENARIO_NAME = "otg"
 # sections of the base that describe a workload: the configuration's flows replace them

@@ -23,7 +23,7 @@ from typing import Any
 
 from emulator import __version__
 from emulator.errors import InputError
-from emulator.otg.config import OtgError
+from emulator.otg.model import OtgError
 from emulator.otg.service import OtgService
 
 MAX_BODY_BYTES = 16 << 20

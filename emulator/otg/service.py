@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from emulator.otg import metrics
-from emulator.otg.config import OtgError, OtgPlan, parse, plan
+from emulator.otg.config import parse, plan
+from emulator.otg.model import OtgError, OtgPlan
 from emulator.otg.scenario import TrafficOptions, write_scenario
 
 STOP_GRACE_S = 60.0  # an interrupted run writes its partial results and releases its fabric
@@ -43,6 +44,7 @@ class ServiceOptions:
     traffic: TrafficOptions = field(default_factory=TrafficOptions)
     backend: str | None = None  # `emulate run --backend`
     tdf: float | None = None  # `emulate run --tdf`
+    netns_prefix: str | None = None  # `emulate run --netns-prefix`
 
 
 class OtgService:
@@ -178,6 +180,8 @@ class OtgService:
                 command += ["--backend", self.options.backend]
             if self.options.tdf:
                 command += ["--tdf", f"{self.options.tdf:g}"]
+            if self.options.netns_prefix:
+                command += ["--netns-prefix", self.options.netns_prefix]
             log = open(folder / "run.log", "wb")  # noqa: SIM115 (closed when the run ends)
             self._child = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

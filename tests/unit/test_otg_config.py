@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from emulator.errors import InputError
-from emulator.otg.config import OtgError, parse, plan
+from emulator.otg.config import parse, plan
+from emulator.otg.model import OtgError
 from emulator.otg.scenario import TrafficOptions, read_base, scenario_document
 from emulator.otg.service import OtgService, ServiceOptions
 from tests.otg_scripts import ROOT, qp_fairness_config
