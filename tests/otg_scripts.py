@@ -167,6 +167,29 @@ def qp_fairness_config(
     return config
 
 
+def add_pfc_storm(
+    config: Any, *, port: str = "Port 0", priorities: Sequence[int] = (3,), gbps: int = 100
+) -> Any:
+    """A PFC pause flow as sonic-mgmt's PFC tests build one (tests/snappi_tests/pfc/files/
+    helper.py): from the receiving port, every listed priority paused for 0xffff quanta, two
+    frames per pause time at the port's speed, for as long as the traffic runs."""
+    flow = config.flows.flow(name="PFC storm")[-1]
+    flow.tx_rx.port.tx_name = port
+    flow.tx_rx.port.rx_name = "Port 1"
+    pause = flow.packet.pfcpause()[-1]
+    pause.src.value = "00:00:fa:ce:fa:ce"
+    pause.dst.value = "01:80:C2:00:00:01"
+    pause.class_enable_vector.value = sum(1 << p for p in priorities)
+    for p in range(8):
+        getattr(pause, f"pause_class_{p}").value = 0xFFFF if p in priorities else 0
+    pause_s = 65535 * 64 * 8.0 / (gbps * 1e9)
+    flow.rate.pps = int(2 / pause_s)
+    flow.size.fixed = 64
+    flow.duration.choice = flow.duration.CONTINUOUS
+    flow.metrics.enable = True
+    return flow
+
+
 def start_stop(api: Any, what: str, state: str) -> Any:
     cs = api.control_state()
     if what == "protocols":

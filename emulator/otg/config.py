@@ -31,6 +31,7 @@ from emulator.otg.model import (
     Reader,
     RocFlow,
 )
+from emulator.otg.pause import pause_flows
 from emulator.otg.port_options import PortSettings, per_port, transport_section
 
 
@@ -55,8 +56,9 @@ def parse(body: bytes | str) -> dict[str, Any]:
     return document
 
 
-def plan(document: Mapping[str, Any], ranks: int) -> OtgPlan:
-    """Map a parsed configuration onto a fabric of `ranks` ranks (OtgError lists every problem)."""
+def plan(document: Mapping[str, Any], ranks: int, line_rate_bps: float) -> OtgPlan:
+    """Map a parsed configuration onto a fabric of `ranks` ranks whose hosts send at
+    `line_rate_bps` (OtgError lists every problem)."""
     r = Reader()
     r.rest(
         document,
@@ -64,18 +66,17 @@ def plan(document: Mapping[str, Any], ranks: int) -> OtgPlan:
         "Config",
         ("ports", "devices", "stateful_flows", "options", "layer1", "flows"),
     )
-    for key in ("flows",):
-        if document.get(key):
-            r.refuse(
-                key,
-                "plain (stateless) flows are not implemented yet: use stateful_flows.rocev2",
-            )
     ports = _ports(r, document.get("ports", []), ranks)
     link_gbps, pfc = _layer1(r, document.get("layer1", []), ports)
     addresses = _devices(r, document.get("devices", []), ports)
     qps = _qps(r, document.get("devices", []), addresses)
     settings = per_port(r, document.get("options", {}), ports)
     flows = _flows(r, document.get("stateful_flows", {}), ports, qps, settings)
+    rate = link_gbps * 1e9 if link_gbps is not None else line_rate_bps
+    pauses = pause_flows(r, document.get("flows", []), ports, rate)
+    names = [f.name for f in flows] + [f.name for f in pauses]
+    for name in {n for n in names if names.count(n) > 1}:
+        r.refuse("flows", f"{name!r} names a stateful flow and a flow (names are unique)")
     transport, dcqcn, percent = transport_section(r, qps, settings)
     if r.errors:
         raise OtgError(r.errors)
@@ -83,6 +84,7 @@ def plan(document: Mapping[str, Any], ranks: int) -> OtgPlan:
         ports=ports,
         qps=tuple(qps.values()),
         flows=flows,
+        pause_flows=pauses,
         transport=transport,
         dcqcn=dcqcn,
         dcqcn_percent=percent,

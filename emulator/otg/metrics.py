@@ -27,6 +27,7 @@ class RunTables:
     queue_pairs: list[dict[str, Any]] = field(default_factory=list)
     flows: list[dict[str, Any]] = field(default_factory=list)
     nic: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def read(cls, out_dir: Path | None) -> RunTables:
@@ -38,7 +39,11 @@ class RunTables:
             path = out_dir / f"{name}.parquet"
             return pq.read_table(path).to_pylist() if path.is_file() else []
 
-        return cls(rows("queue_pairs"), rows("flows"), rows("nic"))
+        import json
+
+        summary = out_dir / "summary.json"
+        document = json.loads(summary.read_text()) if summary.is_file() else {}
+        return cls(rows("queue_pairs"), rows("flows"), rows("nic"), document)
 
 
 def _messages(tables: RunTables) -> dict[tuple[int, int, int, int], list[dict[str, Any]]]:
@@ -219,6 +224,40 @@ def ports(
                 round(frames[port.rank][direction] / seconds, 3) if live else 0.0
             )
             metric[f"bytes_{direction}_rate"] = round(nbytes[key] / seconds, 3) if live else 0.0
+        out.append(_only(metric, columns, keep=("name",)))
+    return out
+
+
+def pause_flows(
+    plan: OtgPlan,
+    tables: RunTables,
+    *,
+    transmitting: bool,
+    flow_names: Sequence[str] = (),
+    columns: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """flow metrics of the PFC pause flows: the frames their rank's generator sent (summary.json
+    ranks.N.pfc_frames_sent). No tester port receives them (the switch consumes them)."""
+    ranks = tables.summary.get("ranks", {})
+    seconds = float(tables.summary.get("job_time_s") or 0.0)
+    out = []
+    for flow in plan.pause_flows:
+        if flow_names and flow.name not in flow_names:
+            continue
+        sent = int((ranks.get(str(plan.port(flow.port).rank)) or {}).get("pfc_frames_sent") or 0)
+        live = transmitting and seconds > 0
+        metric: dict[str, Any] = {
+            "name": flow.name,
+            "port_tx": flow.port,
+            "port_rx": flow.rx_port or "",
+            "transmit": "started" if transmitting else "stopped",
+            "frames_tx": sent,
+            "frames_rx": 0,
+            "bytes_tx": sent * 64,
+            "bytes_rx": 0,
+            "frames_tx_rate": round(sent / seconds, 3) if live else 0.0,
+            "frames_rx_rate": 0.0,
+        }
         out.append(_only(metric, columns, keep=("name",)))
     return out
 

@@ -83,12 +83,26 @@ class RocFlow:
 
 
 @dataclass(frozen=True)
+class PauseFlow:
+    """A flow of PFC pause frames from one port (the scenario's run.pfc_frames)."""
+
+    name: str
+    port: str
+    rx_port: str | None
+    pause_quanta: dict[str, int]  # priority -> quanta of 512 bit times
+    frames_per_s: float  # target time
+    start_us: float
+    stop_us: float | None
+
+
+@dataclass(frozen=True)
 class OtgPlan:
     """What a configuration asks of a run, in this project's terms."""
 
     ports: tuple[Port, ...]
     qps: tuple[Qp, ...]
     flows: tuple[RocFlow, ...]
+    pause_flows: tuple[PauseFlow, ...] = ()
     transport: dict[str, Any] = field(default_factory=dict)  # the transport section's keys
     dcqcn: dict[str, Any] = field(default_factory=dict)  # transport.dcqcn's keys, from OTG's
     # percentages of line rate in the DCQCN settings (converted once the line rate is known)

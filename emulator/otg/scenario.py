@@ -114,6 +114,20 @@ def scenario_document(
             }
         )
     doc["traffic"] = patterns
+    pauses = [f for f in plan.pause_flows if not flow_names or f.name in flow_names]
+    if pauses:
+        run = dict(doc.get("run") or {})
+        run["pfc_frames"] = [
+            {
+                "rank": plan.port(f.port).rank,
+                "pause_quanta": dict(f.pause_quanta),
+                "frames_per_s": f.frames_per_s,
+                "start_us": f.start_us,
+                **({"stop_us": f.stop_us} if f.stop_us is not None else {}),
+            }
+            for f in pauses
+        ]
+        doc["run"] = run
     transport = dict(doc.get("transport") or {})
     transport.update(plan.transport)
     dcqcn = dict(transport.get("dcqcn") or {})

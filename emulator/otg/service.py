@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emulator.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 from emulator.otg import metrics
 from emulator.otg.config import parse, plan
 from emulator.otg.model import OtgError, OtgPlan
 from emulator.otg.scenario import TrafficOptions, write_scenario
 
 STOP_GRACE_S = 60.0  # an interrupted run writes its partial results and releases its fabric
-EXIT_INTERRUPTED = 130
 
 
 def _error(message: str) -> OtgError:
@@ -64,7 +64,7 @@ class OtgService:
     # -- configuration -------------------------------------------------------------------------
     def set_config(self, body: bytes) -> dict[str, Any]:
         document = parse(body)
-        made = plan(document, self.options.ranks)
+        made = plan(document, self.options.ranks, self.options.link_gbps * 1e9)
         self._check_addresses(made)
         warnings = self._warnings(made)
         with self._lock:
@@ -204,9 +204,14 @@ class OtgService:
         if code not in (0, 1) and not (stopped and code == EXIT_INTERRUPTED):
             with self._lock:
                 self._transmitting = False
-            tail = (folder / "run.log").read_text(errors="replace").strip().splitlines()[-3:]
+            lines = (folder / "run.log").read_text(errors="replace").strip().splitlines()
+            if code == EXIT_BAD_INPUT:
+                # what the run refused (a backend that cannot do what the configuration asks):
+                # its own one line, as a validation error
+                said = [line for line in lines if ": error: " in line] or lines[-1:]
+                raise OtgError([f"the run refused it: {said[-1]}"])
             raise OtgError(
-                [f"the run ended with exit code {code}: " + " | ".join(tail)],
+                [f"the run ended with exit code {code}: " + " | ".join(lines[-3:])],
                 kind="internal",
                 code=500,
             )
@@ -270,13 +275,22 @@ class OtgService:
             )
             return {"choice": "port_metrics", "port_metrics": rows}
         if choice == "flow":
-            names = raw.get("flow", {}).get("flow_names", [])
-            if names:
+            request = raw.get("flow", {})
+            names = request.get("flow_names", [])
+            unknown = [n for n in names if n not in {f.name for f in made.pause_flows}]
+            if unknown:
                 raise _error(
-                    f"metrics_request.flow.flow_names: {names}: no plain flows are configured "
-                    "(stateful RoCEv2 flows report under rocev2_flow)"
+                    f"metrics_request.flow.flow_names: {unknown} are not flows (stateful RoCEv2 "
+                    "flows report under rocev2_flow)"
                 )
-            return {"choice": "flow_metrics", "flow_metrics": []}
+            rows = metrics.pause_flows(
+                made,
+                tables,
+                transmitting=on,
+                flow_names=names,
+                columns=request.get("metric_names", []),
+            )
+            return {"choice": "flow_metrics", "flow_metrics": rows}
         raise _error(f"metrics_request.choice: {choice} is not implemented")
 
     def get_states(self, body: bytes) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.otg_scripts import (
     ROOT,
+    add_pfc_storm,
     api_for,
     fairness_failures,
     per_qp,
@@ -69,7 +70,10 @@ def test_write_verb_and_errors(tmp_path: Path) -> None:
         error = info.value.args[0]
         assert isinstance(error, snappi.Error) and error.kind == "validation"
         text = " ".join(error.errors)
-        assert "flows: plain (stateless) flows are not implemented yet" in text
+        assert (
+            "flows[0].packet: []: plain flows other than PFC pause frames ([pfcpause]) are not "
+            "implemented yet" in text
+        )
         assert (
             "devices[1].rocev2.ipv4_interfaces[0].ib_mtu: 200 is below the smallest IB path MTU"
             in text
@@ -89,3 +93,22 @@ def test_write_verb_and_errors(tmp_path: Path) -> None:
             "devices[1].rocev2.ipv4_interfaces[0].ib_mtu: 5000 is not an IB path MTU "
             "[256, 512, 1024, 2048, 4096]: its QPs carry 4096 bytes per packet" in warnings
         )
+
+
+def test_a_pfc_storm_is_refused_by_the_simulator_in_one_line(tmp_path: Path) -> None:
+    """The simulator does not generate PFC frames from a rank: the configuration is valid, and
+    the start comes back as a validation error carrying the run's own reason."""
+    import snappi
+
+    with serve(BASE, "--duration-us", "200", tmp_path=tmp_path) as server:
+        api = api_for(server.url)
+        config = qp_fairness_config(api, senders=1, qps_per_port=1, message_kb=64)
+        add_pfc_storm(config)
+        api.set_config(config)
+        with pytest.raises(Exception) as info:
+            start_stop(api, "traffic", "start")
+        error = info.value.args[0]
+        assert isinstance(error, snappi.Error) and error.kind == "validation"
+        (line,) = error.errors
+        assert line.startswith("the run refused it: ") and "run.pfc_frames" in line
+        assert "\n" not in line

@@ -14,11 +14,14 @@ import pytest
 
 from tests.otg_scripts import (
     ROOT,
+    add_pfc_storm,
     api_for,
     fairness_failures,
+    per_qp,
     qp_fairness_config,
     run_qp_fairness,
     serve,
+    start_stop,
 )
 
 pytestmark = pytest.mark.system
@@ -67,4 +70,41 @@ def test_qp_fairness_script_passes_on_the_emulated_fabric(fabric_env: str, tmp_p
     # the run was the engine's on real packets, and its verdict held
     summary = json.loads((work / "runs" / "001" / "results" / "summary.json").read_text())
     assert summary["backend"] == "netns" and summary["fidelity"]["verdict"] == "ok"
+    assert not namespaces(fabric_env)
+
+
+def test_pfc_and_ecn_script_on_the_emulated_fabric(fabric_env: str, tmp_path: Path) -> None:
+    """A PFC storm from the receiving port beside DCQCN traffic, as sonic-mgmt's PFC tests
+    build it: the rank sends its pause frames (counted in the pause flow's metrics; the Linux
+    fabric does not pause for them, docs/switch-tests.md), the switches mark, the QPs back off."""
+    env = {"CHAKRA_EMULATOR_STATE_DIR": os.environ["CHAKRA_EMULATOR_STATE_DIR"]}
+    with serve(
+        BASE,
+        "--backend",
+        "netns",
+        "--tdf",
+        TDF,
+        "--duration-us",
+        "1000",
+        "--netns-prefix",
+        fabric_env,
+        tmp_path=tmp_path,
+        env=env,
+    ) as server:
+        api = api_for(server.url)
+        config = qp_fairness_config(api)
+        add_pfc_storm(config, priorities=(3,))
+        api.set_config(config)
+        start_stop(api, "traffic", "start")
+        request = api.metrics_request()
+        request.flow.flow_names = ["PFC storm"]
+        (storm,) = api.get_metrics(request).flow_metrics
+        assert storm.port_tx == "Port 0" and storm.transmit == "started"
+        # two frames per pause time (0xffff quanta at 100 Gb/s: 43 us) for 1 ms of target time
+        assert 20 <= storm.frames_tx <= 60, storm.frames_tx
+        rows = per_qp(api)
+        assert all(r.ecn_ce_rx > 0 and r.cnp_rx > 0 and r.message_fail == 0 for r in rows)
+        start_stop(api, "traffic", "stop")
+        (storm,) = api.get_metrics(request).flow_metrics
+        assert storm.transmit == "stopped" and storm.frames_tx_rate == 0
     assert not namespaces(fabric_env)

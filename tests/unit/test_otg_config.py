@@ -14,7 +14,7 @@ from emulator.otg.config import parse, plan
 from emulator.otg.model import OtgError
 from emulator.otg.scenario import TrafficOptions, read_base, scenario_document
 from emulator.otg.service import OtgService, ServiceOptions
-from tests.otg_scripts import ROOT, qp_fairness_config
+from tests.otg_scripts import ROOT, add_pfc_storm, qp_fairness_config
 
 BASE = ROOT / "scenarios" / "otg" / "clos_sim.yaml"
 
@@ -31,7 +31,7 @@ def document(config: Any) -> dict[str, Any]:
 
 def errors_of(config: Any, ranks: int = 8) -> list[str]:
     with pytest.raises(OtgError) as info:
-        plan(document(config), ranks)
+        plan(document(config), ranks, 100e9)
     assert info.value.kind == "validation" and info.value.code == 400
     return info.value.errors
 
@@ -47,7 +47,7 @@ def test_snappi_runs_on_this_projects_protobuf() -> None:
 
 
 def test_the_qp_fairness_configuration_maps_onto_ranks_patterns_and_the_transport() -> None:
-    made = plan(document(qp_fairness_config(api(), rate_percent=40)), 8)
+    made = plan(document(qp_fairness_config(api(), rate_percent=40)), 8, 100e9)
     assert [(p.name, p.rank) for p in made.ports] == [("Port 0", 0), ("Port 1", 1), ("Port 2", 2)]
     assert [f.name for f in made.flows] == ["QP1_0", "QP1_1", "QP2_0", "QP2_1"]
     qp = made.flows[3].qp
@@ -93,7 +93,7 @@ def test_the_qp_fairness_configuration_maps_onto_ranks_patterns_and_the_transpor
 
 def test_the_scenario_has_one_pattern_per_flow_and_the_rates_converted() -> None:
     base = read_base(BASE)
-    made = plan(document(qp_fairness_config(api(), rate_percent=40)), base.ranks)
+    made = plan(document(qp_fairness_config(api(), rate_percent=40)), base.ranks, 100e9)
     doc = scenario_document(
         base.document, made, TrafficOptions(duration_us=250.0), line_rate_bps=100e9
     )
@@ -119,7 +119,7 @@ def test_the_scenario_has_one_pattern_per_flow_and_the_rates_converted() -> None
     assert dcqcn["rpg_ai_rate_mbps"] == pytest.approx(5.0)  # 0.005% of 100 Gb/s
     assert dcqcn["rpg_hai_rate_mbps"] == pytest.approx(50.0)
     assert dcqcn["rate_to_set_on_first_cnp_mbps"] == 0.0  # 0: keep line rate
-    full = plan(document(qp_fairness_config(api(), rate_percent=100)), base.ranks)
+    full = plan(document(qp_fairness_config(api(), rate_percent=100)), base.ranks, 100e9)
     doc = scenario_document(base.document, full, TrafficOptions(), flow_names=["QP2_1"])
     assert [p["name"] for p in doc["traffic"]] == ["QP2_1"]
     assert doc["traffic"][0]["rate_percent"] == 100.0  # at line rate the QPs share the port
@@ -128,7 +128,7 @@ def test_the_scenario_has_one_pattern_per_flow_and_the_rates_converted() -> None
 def test_ports_take_the_rank_a_location_names() -> None:
     config = qp_fairness_config(api())
     config.ports[0].location = "rank:5"
-    made = plan(document(config), 8)
+    made = plan(document(config), 8, 100e9)
     assert [p.rank for p in made.ports] == [5, 1, 2]
     config.ports[2].location = "rank:5"
     assert "ports[2].location: rank 5 is port 'Port 0''s already" in errors_of(config)
@@ -262,3 +262,55 @@ def test_a_bad_base_scenario_is_one_line_naming_its_file(tmp_path: Path) -> None
         read_base(path)
     assert str(info.value).startswith(f"{path}:1:") and "hosts_per_leaf" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_pfc_pause_flow_is_the_runs_pfc_frames() -> None:
+    config = qp_fairness_config(api(), senders=1, qps_per_port=1)
+    storm = add_pfc_storm(config, priorities=(3, 4))
+    made = plan(document(config), 8, 100e9)
+    (pause,) = made.pause_flows
+    assert (pause.name, pause.port, pause.rx_port) == ("PFC storm", "Port 0", "Port 1")
+    assert pause.pause_quanta == {"3": 0xFFFF, "4": 0xFFFF}
+    assert pause.frames_per_s == int(2 / (65535 * 64 * 8 / 100e9))
+    assert (pause.start_us, pause.stop_us) == (0.0, None)
+    base = read_base(BASE)
+    doc = scenario_document(base.document, made, TrafficOptions())
+    assert doc["run"]["pfc_frames"] == [
+        {
+            "rank": 0,
+            "pause_quanta": {"3": 0xFFFF, "4": 0xFFFF},
+            "frames_per_s": pause.frames_per_s,
+            "start_us": 0.0,
+        }
+    ]
+    # a rate in percent of line rate counts frames on the wire (64 bytes + preamble and gap);
+    # fixed_seconds after a delay: from the delay, for that long (target time)
+    storm.rate.percentage = 1.0
+    storm.duration.fixed_seconds.seconds = 0.0005
+    storm.duration.fixed_seconds.delay.nanoseconds = 100_000
+    (pause,) = plan(document(config), 8, 100e9).pause_flows
+    assert pause.frames_per_s == pytest.approx(0.01 * 100e9 / (84 * 8))
+    assert (pause.start_us, pause.stop_us) == pytest.approx((100.0, 600.0))
+    storm.duration.fixed_packets.packets = 10
+    storm.rate.pps = 1000
+    (pause,) = plan(document(config), 8, 100e9).pause_flows
+    assert (pause.start_us, pause.stop_us) == pytest.approx((0.0, 10_000.0))
+
+
+def test_pause_flows_are_refused_for_what_a_pfc_frame_cannot_be() -> None:
+    config = qp_fairness_config(api(), senders=1, qps_per_port=1)
+    storm = add_pfc_storm(config)
+    storm.size.fixed = 128
+    storm.packet[0].dst.value = "01:80:c2:00:00:02"
+    storm.packet[0].class_enable_vector.value = 0
+    other = config.flows.flow(name="data")[-1]
+    other.tx_rx.port.tx_name = "Port 1"
+    other.packet.ethernet()
+    other.packet.ipv4()
+    assert errors_of(config) == [
+        "flows[0].packet[0].pfcpause.dst: 01:80:c2:00:00:02: PFC frames go to 01:80:c2:00:00:01",
+        "flows[0].packet[0].pfcpause.class_enable_vector: 0: enables no priority",
+        "flows[0].size: a PFC frame is 64 bytes (fixed)",
+        "flows[1].packet: ['ethernet', 'ipv4']: plain flows other than PFC pause frames "
+        "([pfcpause]) are not implemented yet (stateful_flows.rocev2 carry data)",
+    ]
