@@ -148,14 +148,24 @@ class ResultsWriter:
                     + (" or allow replacing it" if is_results_folder(target) else "")
                 )
 
-    def write(self, meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, Any]:
-        """Write the folder; return the summary written."""
+    def write(
+        self,
+        meta: RunMeta,
+        tables: RunTables,
+        partial: bool,
+        files: Mapping[str, bytes] | None = None,
+    ) -> dict[str, Any]:
+        """Write the folder (with `files`: relative path -> bytes, as packet captures); return
+        the summary written."""
         if meta.multipath is None and self.multipath is not None:
             meta = dataclasses.replace(meta, multipath=self.multipath)
         parent = self.target.parent
         parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.target.name}.", suffix=".tmp", dir=parent))
         try:
+            for name, data in (files or {}).items():
+                (tmp / name).parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+                write_private(tmp / name, data)
             summary = self._fill(tmp, meta, tables, partial)
             make_private(tmp)
             sync_tree(tmp)

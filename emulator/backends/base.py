@@ -130,6 +130,8 @@ class SessionReport:
     # a backend in parts (a cluster's servers): what each held and its own reasons, for a
     # verdict per part beside the run's (collectors.fidelity)
     parts: dict[str, PartScope] = field(default_factory=dict)
+    # metrics.capture: each captured rank's packets, a pcap file in target time (collectors.capture)
+    captures: dict[int, bytes] = field(default_factory=dict)
 
 
 class Session(ABC):

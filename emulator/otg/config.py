@@ -24,6 +24,7 @@ from emulator.otg.model import (
     SPEEDS,
     UNIT_BYTES,
     VERBS,
+    CapturePlan,
     OtgError,
     OtgPlan,
     Port,
@@ -64,7 +65,7 @@ def plan(document: Mapping[str, Any], ranks: int, line_rate_bps: float) -> OtgPl
         document,
         "config",
         "Config",
-        ("ports", "devices", "stateful_flows", "options", "layer1", "flows"),
+        ("ports", "devices", "stateful_flows", "options", "layer1", "flows", "captures"),
     )
     ports = _ports(r, document.get("ports", []), ranks)
     link_gbps, pfc = _layer1(r, document.get("layer1", []), ports)
@@ -74,6 +75,7 @@ def plan(document: Mapping[str, Any], ranks: int, line_rate_bps: float) -> OtgPl
     flows = _flows(r, document.get("stateful_flows", {}), ports, qps, settings)
     rate = link_gbps * 1e9 if link_gbps is not None else line_rate_bps
     pauses = pause_flows(r, document.get("flows", []), ports, rate)
+    capture = _captures(r, document.get("captures", []), ports)
     names = [f.name for f in flows] + [f.name for f in pauses]
     for name in {n for n in names if names.count(n) > 1}:
         r.refuse("flows", f"{name!r} names a stateful flow and a flow (names are unique)")
@@ -85,6 +87,7 @@ def plan(document: Mapping[str, Any], ranks: int, line_rate_bps: float) -> OtgPl
         qps=tuple(qps.values()),
         flows=flows,
         pause_flows=pauses,
+        capture=capture,
         transport=transport,
         dcqcn=dcqcn,
         dcqcn_percent=percent,
@@ -435,3 +438,40 @@ def _flow(
         port_flows=port_flows,
         dcqcn=settings.enable_dcqcn if settings is not None else True,
     )
+
+
+MAX_SNAP_BYTES = 65535
+
+
+def _captures(
+    r: Reader, items: Sequence[Mapping[str, Any]], ports: Sequence[Port]
+) -> CapturePlan | None:
+    """captures[]: one capture of the listed ports' packets per run (pcap, the largest
+    packet_size of them; none given: whole packets)."""
+    names = {p.name for p in ports}
+    captured: list[str] = []
+    snap = 0
+    for i, capture in enumerate(items):
+        path = f"captures[{i}]"
+        # overwrite: each run's capture replaces the last one's anyway
+        r.rest(
+            capture,
+            path,
+            "Capture",
+            ("name", "port_names", "format", "packet_size"),
+            ("overwrite",),
+        )
+        if capture.get("format", "pcap") != "pcap":
+            r.refuse(f"{path}.format", f"{capture.get('format')}: only pcap")
+        for j, port in enumerate(capture.get("port_names", [])):
+            if port not in names:
+                r.refuse(f"{path}.port_names[{j}]", f"{port!r} is not a port")
+            elif port not in captured:
+                captured.append(port)
+        size = capture.get("packet_size")
+        snap = max(snap, int(size) if size else MAX_SNAP_BYTES)
+    if not captured:
+        return None
+    if snap < 64:
+        r.refuse("captures", f"packet_size {snap}: at least 64 bytes (the headers)")
+    return CapturePlan(tuple(captured), min(snap, MAX_SNAP_BYTES))

@@ -180,6 +180,7 @@ def ports(
     *,
     transmitting: bool,
     link_gbps: float,
+    capturing: set[str] | frozenset[str] = frozenset(),
     port_names: Sequence[str] = (),
     columns: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
@@ -208,7 +209,7 @@ def ports(
             "name": port.name,
             "location": port.location,
             "link": "up",
-            "capture": "stopped",
+            "capture": "started" if port.name in capturing else "stopped",
             "transmit": "started" if transmitting else "stopped",
             "speed": int(link_gbps * 1000),  # Mb/s
         }

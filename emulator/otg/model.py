@@ -96,6 +96,14 @@ class PauseFlow:
 
 
 @dataclass(frozen=True)
+class CapturePlan:
+    """captures[]: the ports whose packets a run keeps (once capture is started on them)."""
+
+    ports: tuple[str, ...]
+    snap_bytes: int
+
+
+@dataclass(frozen=True)
 class OtgPlan:
     """What a configuration asks of a run, in this project's terms."""
 
@@ -103,6 +111,7 @@ class OtgPlan:
     qps: tuple[Qp, ...]
     flows: tuple[RocFlow, ...]
     pause_flows: tuple[PauseFlow, ...] = ()
+    capture: CapturePlan | None = None
     transport: dict[str, Any] = field(default_factory=dict)  # the transport section's keys
     dcqcn: dict[str, Any] = field(default_factory=dict)  # transport.dcqcn's keys, from OTG's
     # percentages of line rate in the DCQCN settings (converted once the line rate is known)

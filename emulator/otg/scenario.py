@@ -33,6 +33,7 @@ class TrafficOptions:
 
     duration_us: float = 1000.0
     messages_in_flight: int = 1
+    capture_packets: int = 10_000  # most packets a capture keeps per port
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ def scenario_document(
     *,
     flow_names: Sequence[str] = (),
     line_rate_bps: float | None = None,
+    capture_ports: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The scenario document for the plan's flows (or those named); `line_rate_bps` converts the
     DCQCN settings given in percent of line rate (None: left out, for a first pass)."""
@@ -151,6 +153,14 @@ def scenario_document(
             if cnp not in classes:
                 fabric["priority_dscps"] = [*classes, cnp]
     doc["fabric"] = fabric
+    if capture_ports and plan.capture is not None:
+        metrics = dict(doc.get("metrics") or {})
+        metrics["capture"] = {
+            "ranks": sorted(plan.port(name).rank for name in capture_ports),
+            "packets": options.capture_packets,
+            "snap_bytes": plan.capture.snap_bytes,
+        }
+        doc["metrics"] = metrics
     return doc
 
 
@@ -161,6 +171,7 @@ def write_scenario(
     folder: Path,
     *,
     flow_names: Sequence[str] = (),
+    capture_ports: Sequence[str] = (),
 ) -> Path:
     """Write the scenario into `folder` and load it back, so anything the run would refuse is
     refused now, as an OTG validation error."""
@@ -169,7 +180,9 @@ def write_scenario(
     folder.mkdir(parents=True, exist_ok=True)
     first = scenario_document(base, plan, options, flow_names=flow_names)
     rate = _line_rate(first, folder)
-    doc = scenario_document(base, plan, options, flow_names=flow_names, line_rate_bps=rate)
+    doc = scenario_document(
+        base, plan, options, flow_names=flow_names, line_rate_bps=rate, capture_ports=capture_ports
+    )
     path = folder / "scenario.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:

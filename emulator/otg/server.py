@@ -33,7 +33,6 @@ NOT_IMPLEMENTED = {
     ("PATCH", "/config/append"): "appending to a configuration (set it again)",
     ("PATCH", "/config/delete"): "deleting from a configuration (set it again)",
     ("POST", "/control/action"): "control actions",
-    ("POST", "/monitor/capture"): "captures",
 }
 
 
@@ -168,7 +167,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:
         self._handle("PATCH")
 
-    def _routes(self) -> dict[tuple[str, str], Callable[[bytes], dict[str, Any]]]:
+    def _routes(self) -> dict[tuple[str, str], Callable[[bytes], dict[str, Any] | bytes]]:
         service = self.server.service
         return {
             ("POST", "/config"): service.set_config,
@@ -177,6 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
             ("POST", "/monitor/metrics"): service.get_metrics,
             ("POST", "/monitor/states"): service.get_states,
             ("GET", "/capabilities/version"): lambda _body: _version(),
+            ("POST", "/monitor/capture"): service.get_capture,
         }
 
     def _handle(self, method: str) -> None:
@@ -214,10 +214,13 @@ class _Handler(BaseHTTPRequestHandler):
             raise OtgError([f"request: {length} bytes, more than {MAX_BODY_BYTES}"], code=413)
         return self.rfile.read(length) if length else b"{}"
 
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
+    def _reply(self, status: int, body: dict[str, Any] | bytes) -> None:
+        binary = isinstance(body, bytes)
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header(
+            "Content-Type", "application/octet-stream" if binary else "application/json"
+        )
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)

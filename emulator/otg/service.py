@@ -60,6 +60,7 @@ class OtgService:
         self._last_run: Path | None = None
         self._stopping = False
         self._tables = metrics.RunTables()
+        self._capturing: set[str] = set()  # ports whose capture is started
 
     # -- configuration -------------------------------------------------------------------------
     def set_config(self, body: bytes) -> dict[str, Any]:
@@ -73,6 +74,7 @@ class OtgService:
             self._document, self._plan = document, made
             self._protocols_up = self._transmitting = False
             self._last_run, self._tables = None, metrics.RunTables()
+            self._capturing = set()
         return {"warnings": warnings}
 
     def _check_addresses(self, made: OtgPlan) -> None:
@@ -147,7 +149,30 @@ class OtgService:
                 f"control_state.traffic.flow_transmit.state: {action} is not implemented "
                 "(start and stop)"
             )
-        raise _error(f"control_state.choice: {choice} is not implemented (protocol, traffic)")
+        if choice == "port" and raw.get("port", {}).get("choice") == "capture":
+            return self._capture_state(raw["port"].get("capture", {}))
+        raise _error(
+            f"control_state.choice: {choice} is not implemented (protocol, traffic, port capture)"
+        )
+
+    def _capture_state(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """Start or stop capturing on ports (all configured ones when none is named): a
+        started capture records the next traffic start's packets."""
+        with self._lock:
+            made = self._require_config()
+            configured = made.capture.ports if made.capture is not None else ()
+            names = list(request.get("port_names", [])) or list(configured)
+            missing = [n for n in names if n not in configured]
+            if missing:
+                raise _error(
+                    f"control_state.port.capture.port_names: {missing} have no capture in the "
+                    "configuration (captures[].port_names)"
+                )
+            if request.get("state") == "start":
+                self._capturing.update(names)
+            else:
+                self._capturing.difference_update(names)
+        return {"warnings": []}
 
     def _require_config(self) -> OtgPlan:
         if self._plan is None:
@@ -171,7 +196,12 @@ class OtgService:
             self._runs += 1
             folder = self.options.work_dir / "runs" / f"{self._runs:03d}"
             scenario = write_scenario(
-                self.options.base, made, self.options.traffic, folder, flow_names=names
+                self.options.base,
+                made,
+                self.options.traffic,
+                folder,
+                flow_names=names,
+                capture_ports=sorted(self._capturing),
             )
             out_dir = folder / "results"
             command = [sys.executable, "-m", "emulator.cli", "run", str(scenario)]
@@ -269,6 +299,7 @@ class OtgService:
                 made,
                 tables,
                 transmitting=on,
+                capturing=self._capturing_now(),
                 link_gbps=made.link_gbps or self.options.link_gbps,
                 port_names=names,
                 columns=request.get("column_names", []),
@@ -292,6 +323,33 @@ class OtgService:
             )
             return {"choice": "flow_metrics", "flow_metrics": rows}
         raise _error(f"metrics_request.choice: {choice} is not implemented")
+
+    def _capturing_now(self) -> set[str]:
+        with self._lock:
+            return set(self._capturing)
+
+    def get_capture(self, body: bytes) -> bytes:
+        """POST /monitor/capture: the last run's packets at a port, a pcap file (target time)."""
+        import snappi
+
+        try:
+            raw = json.loads(body)
+            snappi.CaptureRequest().deserialize(raw)
+        except Exception as exc:
+            raise _error(f"capture_request: {' '.join(str(exc).split())}") from None
+        port = raw.get("port_name", "")
+        with self._lock:
+            made = self._require_config()
+            last = self._last_run
+        if port not in {p.name for p in made.ports}:
+            raise _error(f"capture_request.port_name: {port!r} is not a port")
+        path = None if last is None else last / "capture" / f"rank-{made.port(port).rank}.pcap"
+        if path is None or not path.is_file():
+            raise _error(
+                f"capture_request.port_name: no capture of {port!r}: configure captures[] for it, "
+                "start its capture (control_state port.capture), then start traffic"
+            )
+        return path.read_bytes()
 
     def get_states(self, body: bytes) -> dict[str, Any]:
         import snappi

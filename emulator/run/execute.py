@@ -14,10 +14,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from collectors.capture import read_pcap
 from collectors.fidelity import assess_fidelity
 from collectors.live import RunInfo
 from collectors.pages.kit import write_or_warn
@@ -56,6 +58,19 @@ class SimReference:
     folder: Path
     tables: RunTables
     draws: tuple[RunTables, ...] = ()
+
+
+def capture_summary(captures: Mapping[int, bytes], spec: Any) -> dict[str, Any]:
+    """summary.json `capture`: per captured rank its file and packets (what was kept)."""
+    ranks = {}
+    for rank in spec.ranks:
+        data = captures.get(rank)
+        ranks[str(rank)] = (
+            {"file": f"capture/rank-{rank}.pcap", "packets": len(read_pcap(data)[2])}
+            if data is not None
+            else {"file": None, "packets": 0}
+        )
+    return {"snap_bytes": spec.snap_bytes, "most_packets": spec.packets, "ranks": ranks}
 
 
 def run_planned(
@@ -222,8 +237,11 @@ def run_planned(
     )
     if verdicts:
         extra["expectations"] = [v.to_json() for v in verdicts]
+    files = {f"capture/rank-{rank}.pcap": data for rank, data in sorted(report.captures.items())}
+    if scenario.metrics.capture is not None:
+        extra["capture"] = capture_summary(report.captures, scenario.metrics.capture)
     summary = writer.write(
-        RunMeta.from_info(info, fidelity, replay.job_time_s, extra), tables, partial
+        RunMeta.from_info(info, fidelity, replay.job_time_s, extra), tables, partial, files
     )
     # report.html after the folder is in place (it shows summary.json and the plots); a page
     # that cannot be written is a warning, the run's results stand without it (write_or_warn)

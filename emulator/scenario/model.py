@@ -40,6 +40,29 @@ class PrometheusSpec:
 
 
 @dataclass(frozen=True)
+class CaptureSpec:
+    """Packet capture at ranks' interfaces, into the results' capture/rank-N.pcap."""
+
+    ranks: tuple[int, ...] = param(doc="the ranks whose interface is captured", min=0)
+    packets: int = param(
+        10_000, doc="most packets kept per rank (the first ones)", min=1, max=10_000_000
+    )
+    snap_bytes: int = param(
+        128,
+        doc="bytes kept of each packet (128 holds the Ethernet, IPv4, UDP and RoCE headers)",
+        unit="B",
+        min=64,
+        max=65535,
+    )
+
+    def __post_init__(self) -> None:
+        if not self.ranks:
+            raise ValueError("ranks: name at least one rank to capture")
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError("ranks: a rank is listed twice")
+
+
+@dataclass(frozen=True)
 class MetricsSpec:
     """What is measured during a run and where results go."""
 
@@ -53,6 +76,12 @@ class MetricsSpec:
     prometheus: PrometheusSpec = field(default_factory=PrometheusSpec)
     fidelity: FidelityLimits = field(default_factory=FidelityLimits)
     results_dir: str = param("results", doc="parent folder of results/<scenario>-<timestamp>/")
+    capture: CaptureSpec | None = param(
+        None,
+        doc="capture the packets of some ranks' interfaces (pcap, timestamps in target time): "
+        "the emulated fabric and a switch under test with dumpcap in the rank's namespace, the "
+        "simulator at its hosts (docs/results.md)",
+    )
     one_way_latency: Literal["auto", "on", "off"] = param(
         "auto",
         doc="one-way latency of data packets (a send stamp in each packet's payload, the "

@@ -45,6 +45,8 @@ class SimFabricParams:
     cnp_dscp: int = 48
     # ECN fields data, ACKs and NAKs, CNPs leave with (transport.data_ecn, ack_ecn, cnp_ecn)
     ecn_bits: tuple[int, int, int] = (ECN_ECT0, ECN_NOT_ECT, ECN_NOT_ECT)
+    # every packet as real IPv4/RoCEv2 bytes (a packet capture needs them; slower)
+    wire_bytes: bool = False
     # sim.draw_seed: salts the ports' draws and the switches' balancing draws (spray, flowlet,
     # adaptive ties), never the flows' hashed paths
     draw_seed: int = 0
@@ -238,6 +240,7 @@ def build_fabric(
             ack_dscp=params.ack_dscp,
             cnp_dscp=params.cnp_dscp,
             ecn_bits=params.ecn_bits,
+            wire_bytes=params.wire_bytes,
             priority_dscps=frozenset(topology.priority_dscps),
         )
         hosts.append(host)

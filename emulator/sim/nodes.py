@@ -81,6 +81,11 @@ class Host:
         self.wire_bytes = wire_bytes
         self._dscp = (dscp, ack_dscp, cnp_dscp)  # data, ACK and NAK, CNP
         self._ecn = ecn_bits  # the same three kinds (transport.data_ecn, ack_ecn, cnp_ecn)
+        # metrics.capture (with wire_bytes): (time, first snap bytes, length) of each packet
+        # handed to the NIC or arriving, up to capture_limit
+        self.capture: list[tuple[float, bytes, int]] | None = None
+        self.capture_limit = 0
+        self.capture_snap = 0
         # which of them the ports serve in strict priority (fabric.priority_dscps)
         self._priority = tuple(d in priority_dscps for d in self._dscp)
         self.events: list[TransportEvent] = events if events is not None else []
@@ -214,6 +219,8 @@ class Host:
             self._ip_id = (self._ip_id + 1) & 0xFFFF
             address = FlowAddress(self.address, dst_addr, sport, dscp=self._dscp[kind], ecn=ecn)
             body = ipv4_packet(packet, address, ip_id=self._ip_id)
+            if self.capture is not None:
+                self._captured(body)
         priority = self._priority[kind]
         return Frame(
             self.name,
@@ -228,6 +235,11 @@ class Host:
             priority=priority,
             flow=flow,
         )
+
+    def _captured(self, packet: bytes) -> None:
+        capture = self.capture
+        if capture is not None and len(capture) < self.capture_limit:
+            capture.append((self.sim.now, packet[: self.capture_snap], len(packet)))
 
     def _transmit_data(self, qp: SendQueuePair, packet: DataPacket) -> None:
         assert self.nic is not None
@@ -250,6 +262,8 @@ class Host:
         endpoint = self.endpoint
         body = frame.packet
         if isinstance(body, bytes):
+            if self.capture is not None:
+                self._captured(body)
             try:
                 datagram = parse_ipv4_packet(body)
             except MalformedPacket:

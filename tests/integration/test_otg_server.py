@@ -69,9 +69,9 @@ def test_errors_are_otg_error_bodies(tmp_path: Path) -> None:
             404,
             {"code": 404, "kind": "validation", "errors": ["POST /nowhere: no such endpoint"]},
         )
-        status, body = call(server, "POST", "/monitor/capture", b"{}")
+        status, body = call(server, "POST", "/control/action", b"{}")
         assert status == 501 and body["errors"] == [
-            "POST /monitor/capture: captures is not implemented"
+            "POST /control/action: control actions is not implemented"
         ]
         status, body = call(server, "POST", "/monitor/metrics", b'{"choice": "port"}')
         assert status == 400 and body["errors"] == ["no configuration: POST /config first"]

@@ -112,3 +112,44 @@ def test_a_pfc_storm_is_refused_by_the_simulator_in_one_line(tmp_path: Path) -> 
         (line,) = error.errors
         assert line.startswith("the run refused it: ") and "run.pfc_frames" in line
         assert "\n" not in line
+
+
+def test_a_capture_through_snappi_holds_the_ports_rocev2_packets(tmp_path: Path) -> None:
+    """captures[] on the receiving port, its capture started, traffic started: get_capture
+    returns a pcap of the RoCEv2 packets that crossed it (raw IPv4, target time), as scapy
+    reads them: the QPs' WRITE data with their DSCP and ECN field, and the ACKs going back."""
+    import snappi
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import IP, UDP
+    from scapy.utils import rdpcap
+
+    import emulator.transport.scapy_layers  # noqa: F401 (binds BTH to UDP 4791)
+
+    with serve(BASE, "--duration-us", "100", tmp_path=tmp_path) as server:
+        api = api_for(server.url)
+        config = qp_fairness_config(api, senders=1, qps_per_port=1, message_kb=16, verb="write")
+        capture = config.captures.add(name="rx", port_names=["Port 0"])
+        capture.packet_size = 128
+        api.set_config(config)
+        request = api.capture_request()
+        request.port_name = "Port 0"
+        with pytest.raises(Exception) as info:  # nothing captured yet
+            api.get_capture(request)
+        assert isinstance(info.value.args[0], snappi.Error)
+        cs = api.control_state()
+        cs.choice = cs.PORT
+        cs.port.choice = cs.port.CAPTURE
+        cs.port.capture.port_names = ["Port 0"]
+        cs.port.capture.state = cs.port.capture.START
+        api.set_control_state(cs)
+        start_stop(api, "traffic", "start")
+        pcap = tmp_path / "port0.pcap"
+        pcap.write_bytes(api.get_capture(request).read())
+    packets = rdpcap(str(pcap))
+    data = [p for p in packets if p[UDP].dport == 4791 and p[BTH].opcode in (6, 7, 8, 10)]
+    acks = [p for p in packets if p[BTH].opcode == 0x11]
+    assert data and acks
+    assert {p[IP].tos for p in data} == {26 << 2 | 0b10}  # DSCP 26, ECT(0): the QP's settings
+    assert data[0][BTH].opcode in (6, 10)  # RDMA WRITE first or only: the flow's verb
+    times = [float(p.time) for p in packets]
+    assert times == sorted(times) and 0 < times[-1] < 200e-6  # target time, inside the run

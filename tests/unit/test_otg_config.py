@@ -314,3 +314,27 @@ def test_pause_flows_are_refused_for_what_a_pfc_frame_cannot_be() -> None:
         "flows[1].packet: ['ethernet', 'ipv4']: plain flows other than PFC pause frames "
         "([pfcpause]) are not implemented yet (stateful_flows.rocev2 carry data)",
     ]
+
+
+def test_captures_name_ports_and_the_largest_packet_size() -> None:
+    config = qp_fairness_config(api(), senders=2, qps_per_port=1)
+    first = config.captures.add(name="a", port_names=["Port 0", "Port 1"])
+    first.packet_size = 96
+    config.captures.add(name="b", port_names=["Port 1"]).packet_size = 200
+    capture = plan(document(config), 8, 100e9).capture
+    assert capture is not None
+    assert (capture.ports, capture.snap_bytes) == (("Port 0", "Port 1"), 200)
+    base = read_base(BASE)
+    doc = scenario_document(
+        base.document,
+        plan(document(config), 8, 100e9),
+        TrafficOptions(capture_packets=500),
+        capture_ports=["Port 1"],
+    )
+    assert doc["metrics"]["capture"] == {"ranks": [1], "packets": 500, "snap_bytes": 200}
+    config.captures[1].format = "pcapng"
+    config.captures[1].port_names = ["Port 7"]
+    assert errors_of(config) == [
+        "captures[1].format: pcapng: only pcap",
+        "captures[1].port_names[0]: 'Port 7' is not a port",
+    ]

@@ -491,6 +491,11 @@ class ClusterBackend(Backend):
             refuse_dilation(scenario, options)
         if scenario.run.pfc_frames:
             raise ScenarioError("run.pfc_frames: not supported over a cluster yet")
+        if scenario.metrics.capture is not None:
+            raise ScenarioError(
+                "metrics.capture: not supported over a cluster yet (the ranks' interfaces are "
+                "on other servers)"
+            )
         check_security(cluster_of(scenario, options).address)
 
     def timescale(self, request: TimescaleRequest) -> TdfChoice:

@@ -13,13 +13,19 @@ started, whatever happens. What differs between fabrics is a method a subclass o
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from collectors.capture import to_target_time
 from collectors.nic import NetlinkCounters, NicSampler
 from collectors.queue_pairs import qp_rows
 from emulator.backends.base import BackendContext, ReplayJob, Session, SessionReport
+from emulator.backends.engine.capture import RankCapture
 from emulator.backends.engine.pfc_generator import PfcGenerator
 from emulator.backends.engine.pfc_generator import interval_s as pfc_interval_s
 from emulator.backends.engine.pfc_readings import PfcReadings
@@ -147,8 +153,12 @@ class EngineSession(Session):
             class_names=None if classes is None else lambda: class_names(classes),
         )
 
+        captures = self._start_captures()
+        origin: list[float] = []  # the replay's start on the wall clock dumpcap stamps with
+
         def started(start_wall_s: float) -> None:
             """The replay's start: sampling, link events and PFC frames count from here."""
+            origin.append(time.time() - (time.perf_counter() - start_wall_s))
             context.interrupts.check()
             sampler.set_start(start_wall_s)
             if self.links is not None:
@@ -191,6 +201,8 @@ class EngineSession(Session):
                 self.links.stop()
             for generator in self.pfc:
                 generator.stop()
+            for capture in captures:
+                capture.stop()
             sampler.stop()
             job.progress.done(job.state(sampler.throughput_bps))
         metadata = outcome.metadata if outcome is not None else coordinator.metadata()
@@ -225,6 +237,11 @@ class EngineSession(Session):
             errors = [e for g in self.pfc for e in g.errors]
             if errors:
                 extra["pfc_frame_errors"] = errors[:5]
+        captured: dict[int, bytes] = {}
+        for capture in captures:
+            data = capture.read()
+            if data is not None and origin:
+                captured[capture.rank] = to_target_time(data, wall_origin_s=origin[0], tdf=tdf)
         counters = coordinator.queue_pairs()
         return SessionReport(
             metadata=metadata,
@@ -238,7 +255,34 @@ class EngineSession(Session):
             pfc_sent=pfc_sent,
             extra=extra,
             error=error,
+            captures=captured,
         )
+
+    def _start_captures(self) -> list[RankCapture]:
+        """metrics.capture: one dumpcap per captured rank, stopped by the context's stack
+        whatever happens (and by the run when the replay ends)."""
+        spec = self.context.scenario.metrics.capture
+        if spec is None:
+            return []
+        world = self.context.planned.world_size
+        for rank in spec.ranks:
+            if rank >= world:
+                raise ScenarioError(f"metrics.capture.ranks: {rank} is not a rank (0..{world - 1})")
+        folder = Path(tempfile.mkdtemp(prefix="emulate-capture-"))
+        self.context.stack.callback(shutil.rmtree, folder, ignore_errors=True)
+        out = []
+        for rank in spec.ranks:
+            capture = RankCapture(
+                rank,
+                self.live.rank_netns(rank),
+                self._pfc_ifname(rank),
+                folder,
+                packets=spec.packets,
+                snap_bytes=spec.snap_bytes,
+            )
+            self.context.stack.callback(capture.stop)
+            out.append(capture)
+        return out
 
     def _not_applicable(self) -> tuple[str, ...]:
         return ()

@@ -19,6 +19,7 @@ import resource
 import time
 from typing import Any
 
+from collectors.capture import LINKTYPE_IPV4, Packet, write_pcap
 from collectors.queue_pairs import qp_rows
 from emulator.backends.base import (
     Backend,
@@ -78,6 +79,7 @@ def sim_params(scenario: Any) -> SimFabricParams:
         ack_dscp=transport.ack_dscp_value,
         cnp_dscp=transport.cnp_dscp,
         ecn_bits=(transport.data_ecn_bits, transport.ack_ecn_bits, transport.cnp_ecn_bits),
+        wire_bytes=scenario.metrics.capture is not None,
         draw_seed=scenario.sim.draw_seed,
     )
 
@@ -131,6 +133,19 @@ class SimSession(Session):
                 "run.pfc_frames: the simulator does not generate PFC frames from a rank (its "
                 "switches pause by themselves: fabric.pfc); run them toward a switch under test"
             )
+        capture = scenario.metrics.capture
+        self._captured_hosts: dict[int, Any] = {}
+        if capture is not None:
+            for rank in capture.ranks:
+                if rank >= len(self.fabric.hosts):
+                    raise ScenarioError(
+                        f"metrics.capture.ranks: {rank} is not a rank "
+                        f"(0..{len(self.fabric.hosts) - 1})"
+                    )
+                host = self.fabric.hosts[rank]
+                host.capture, host.capture_limit = [], capture.packets
+                host.capture_snap = capture.snap_bytes
+                self._captured_hosts[rank] = host
         self.replay: SimReplay | None = None
         self.wall_s = 0.0
         # the far end's ingress account of each port (headroom drops are counted there)
@@ -241,7 +256,17 @@ class SimSession(Session):
             lossless=True,
             extra={"time": "simulated", "pfc": self._pfc_summary()},
             error=error,
+            captures=self._captures(),
         )
+
+    def _captures(self) -> dict[int, bytes]:
+        """Each captured host's packets, stamped in simulated time (raw IPv4: no link header)."""
+        snap = self.context.scenario.metrics.capture
+        out = {}
+        for rank, host in self._captured_hosts.items():
+            packets = [Packet(t, data, n) for t, data, n in host.capture or []]
+            out[rank] = write_pcap(packets, link=LINKTYPE_IPV4, snap=snap.snap_bytes if snap else 0)
+        return out
 
     def impairments(self, flows: list[dict[str, Any]], job_end_s: float | None) -> dict[str, Any]:
         out: dict[str, Any] = {}
