@@ -27,6 +27,7 @@ from emulator.otg.model import OtgError
 from emulator.otg.service import OtgService
 
 MAX_BODY_BYTES = 16 << 20
+CONNECTION_TIMEOUT_S = 30.0
 # the OTG endpoints this server does not implement (answered with an OTG error, not a 404)
 NOT_IMPLEMENTED = {
     ("PATCH", "/config"): "updating a configuration (set it again)",
@@ -140,7 +141,17 @@ class OtgHttpServer(ThreadingHTTPServer):
             if options.client_ca is not None:
                 context.verify_mode = ssl.CERT_REQUIRED
                 context.load_verify_locations(options.client_ca)
-            self.socket = context.wrap_socket(self.socket, server_side=True)
+            # the handshake in the connection's own thread (_Handler.setup), with its timeout:
+            # a client that connects and says nothing must not hold the accepting loop
+            self.socket = context.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that failed (a TLS handshake, a client gone): one line, no traceback."""
+        del request
+        exc = sys.exc_info()[1]
+        print(f"otg: {client_address[0]}: dropped: {type(exc).__name__}: {exc}", file=sys.stderr)
 
     @property
     def url(self) -> str:
@@ -154,6 +165,16 @@ class _Handler(BaseHTTPRequestHandler):
     server: OtgHttpServer
     server_version = "emulate-otg"
     protocol_version = "HTTP/1.1"
+    timeout = CONNECTION_TIMEOUT_S  # a silent or slow client is dropped, not waited for
+
+    def setup(self) -> None:
+        super().setup()
+        if isinstance(self.request, ssl.SSLSocket):
+            try:
+                self.request.do_handshake()
+            except (ssl.SSLError, OSError):
+                self.close_connection = True
+                raise
 
     def log_message(self, format: str, *args: Any) -> None:
         print(f"otg: {self.address_string()} {format % args}", file=sys.stderr)

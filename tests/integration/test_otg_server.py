@@ -101,7 +101,10 @@ def test_a_token_is_required_when_set(tmp_path: Path) -> None:
 
 
 def test_snappi_over_https_with_the_generated_certificate(tmp_path: Path) -> None:
-    with running(tmp_path) as server:
+    import socket
+
+    with running(tmp_path) as server, socket.create_connection(server.server_address[:2]):
+        # a client that connected and says nothing (no TLS handshake) holds no one up
         assert server.url.startswith("https://127.0.0.1:")
         key = tmp_path / "tls" / "server.key"
         assert key.stat().st_mode & 0o077 == 0  # the key is its owner's alone

@@ -94,8 +94,18 @@ def test_pfc_and_ecn_script_on_the_emulated_fabric(fabric_env: str, tmp_path: Pa
         api = api_for(server.url)
         config = qp_fairness_config(api)
         add_pfc_storm(config, priorities=(3,))
+        config.captures.add(name="rx", port_names=["Port 0"]).packet_size = 128
         api.set_config(config)
+        cs = api.control_state()
+        cs.choice = cs.PORT
+        cs.port.choice = cs.port.CAPTURE
+        cs.port.capture.state = cs.port.capture.START
+        api.set_control_state(cs)
         start_stop(api, "traffic", "start")
+        capture = api.capture_request()
+        capture.port_name = "Port 0"
+        pcap = tmp_path / "port0.pcap"
+        pcap.write_bytes(api.get_capture(capture).read())
         request = api.metrics_request()
         request.flow.flow_names = ["PFC storm"]
         (storm,) = api.get_metrics(request).flow_metrics
@@ -111,3 +121,75 @@ def test_pfc_and_ecn_script_on_the_emulated_fabric(fabric_env: str, tmp_path: Pa
         (storm,) = api.get_metrics(request).flow_metrics
         assert storm.transmit == "stopped" and storm.frames_tx_rate == 0
     assert not namespaces(fabric_env)
+    # the capture at the receiving rank's interface: the data with ECN marks, its ACKs and CNPs,
+    # and the PFC frames it sent, as Ethernet frames in target time
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import IP
+    from scapy.layers.l2 import Ether
+    from scapy.utils import rdpcap
+
+    packets = rdpcap(str(pcap))
+    pfc = [p for p in packets if p[Ether].type == 0x8808]
+    roce = [p for p in packets if BTH in p]
+    assert pfc and roce
+    assert any(p[IP].tos & 3 == 3 for p in roce)  # CE-marked data arrived
+    assert any(p[BTH].opcode == 0x81 for p in roce)  # CNPs left
+    assert 0 <= float(packets[0].time) < float(packets[-1].time) < 10e-3
+
+
+def test_the_script_drives_tester_ports_toward_a_switch_under_test(
+    fabric_env: str, tmp_path: Path
+) -> None:
+    """OTG ports as a tester's NIC ports cabled to a switch (the software DUT: a router
+    namespace with the eBPF marker, 100 Mb/s ports, no PFC): the devices' addresses must be the
+    ports' own, the DUT fabric's allowlist and rate cap hold, the switch marks and DCQCN backs
+    off; the PFC storm's frames leave the receiving port."""
+    import yaml
+
+    from tests.system.software_dut import DUT_RATE_BPS, PORTS, port_address, software_dut
+
+    env = {"CHAKRA_EMULATOR_STATE_DIR": os.environ["CHAKRA_EMULATOR_STATE_DIR"]}
+    with software_dut(f"ot{os.getpid() % 100000}-") as (_, cables):
+        base = yaml.safe_load((ROOT / "scenarios" / "otg" / "dut.yaml").read_text())
+        base["fabric"].update(
+            interfaces=cables,
+            addresses=[port_address(i) for i in range(PORTS)],
+            gateways=[f"192.168.{70 + i}.1" for i in range(PORTS)],
+            routes=["192.168.64.0/20"],
+            allowlist=["192.168.64.0/20"],
+            max_rate_gbps=DUT_RATE_BPS / 1e9,
+        )
+        path = tmp_path / "dut.yaml"
+        path.write_text(yaml.safe_dump(base))
+        with serve(
+            path,
+            "--duration-us",
+            "200000",
+            "--netns-prefix",
+            fabric_env,
+            tmp_path=tmp_path,
+            env=env,
+        ) as server:
+            api = api_for(server.url)
+            config = qp_fairness_config(api, message_kb=256)
+            config.layer1[0].speed = "speed_100_mbps"
+            for i, device in enumerate(config.devices):
+                device.ethernets[0].ipv4_addresses[0].address = f"192.168.{70 + i}.2"
+            for i in (1, 2):
+                peer = config.devices[i].rocev2.ipv4_interfaces[0].peers[0]
+                peer.destination_ip_address = "192.168.70.2"
+            add_pfc_storm(config, gbps=1)
+            api.set_config(config)
+            start_stop(api, "traffic", "start")
+            rows = per_qp(api)
+            assert all(r.message_fail == 0 and r.message_complete_rx > 0 for r in rows), rows
+            assert all(r.ecn_ce_rx > 0 and r.cnp_rx > 0 for r in rows)
+            request = api.metrics_request()
+            request.flow.flow_names = ["PFC storm"]
+            (storm,) = api.get_metrics(request).flow_metrics
+            assert storm.frames_tx > 0
+            # a device address that is not its port's is refused: the switch routes by them
+            config.devices[2].ethernets[0].ipv4_addresses[0].address = "192.168.99.2"
+            with pytest.raises(Exception) as info:
+                api.set_config(config)
+            assert "the fabric's interface for it has 192.168.72.2" in info.value.args[0].errors[0]
