@@ -213,8 +213,14 @@ class OtgService:
             if self.options.netns_prefix:
                 command += ["--netns-prefix", self.options.netns_prefix]
             log = open(folder / "run.log", "wb")  # noqa: SIM115 (closed when the run ends)
+            # its own session: a Ctrl-C at the terminal reaches the server alone, which then
+            # interrupts the run once (service.close), not twice
             self._child = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
             child, self._stopping = self._child, False
             self._protocols_up = True  # the QPs come up with the traffic

@@ -193,3 +193,47 @@ def test_the_script_drives_tester_ports_toward_a_switch_under_test(
             with pytest.raises(Exception) as info:
                 api.set_config(config)
             assert "the fabric's interface for it has 192.168.72.2" in info.value.args[0].errors[0]
+
+
+def test_sigterm_while_traffic_runs_releases_the_fabric(fabric_env: str, tmp_path: Path) -> None:
+    """The server stopped (SIGTERM) in the middle of a traffic start: its run is interrupted as
+    by Ctrl-C, the fabric's namespaces are gone, the server exits as interrupted (130) and its
+    temporary folder is removed (serve() checks the last two)."""
+    import threading
+    import time
+
+    env = {"CHAKRA_EMULATOR_STATE_DIR": os.environ["CHAKRA_EMULATOR_STATE_DIR"]}
+    outcome: list[object] = []
+    with serve(
+        BASE,
+        "--backend",
+        "netns",
+        "--tdf",
+        TDF,
+        "--duration-us",
+        "600000",  # 10 minutes of wall time: it is stopped long before
+        "--netns-prefix",
+        fabric_env,
+        tmp_path=tmp_path,
+        env=env,
+    ) as server:
+        api = api_for(server.url)
+        api.set_config(qp_fairness_config(api))
+
+        def start() -> None:
+            try:
+                outcome.append(start_stop(api, "traffic", "start"))
+            except Exception as exc:  # the server went away under the request
+                outcome.append(exc)
+
+        thread = threading.Thread(target=start, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(namespaces(fabric_env)) < 8:
+            time.sleep(0.5)
+        assert namespaces(fabric_env), "the run never brought its fabric up"
+        time.sleep(2)  # traffic flowing
+    # serve() has sent SIGTERM and waited for the exit: nothing of the run is left
+    assert not namespaces(fabric_env)
+    thread.join(timeout=30)
+    assert outcome, "the start request never came back"
