@@ -12,24 +12,14 @@ IB_MTUS = (256, 512, 1024, 2048, 4096)  # IBTA vol. 1 9.7 (path MTU values); OTG
 UNIT_BYTES = {"bytes": 1, "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30}
 ECN = {"non_ect": "not_ect", "ect_0": "ect0", "ect_1": "ect1", "ce": "ce"}
 VERBS = {"send": "send", "write": "write"}  # OTG verb -> the transport's
-# layer1 speed names -> Gb/s
+# layer1 speed names (the OTG model's Layer1.speed enum) -> Gb/s
 SPEEDS = {
-    f"speed_{n}_{unit}": float(n) / (1000.0 if unit == "mbps" else 1.0)
-    for n, unit in (
-        (10, "mbps"),
-        (100, "mbps"),
-        (1000, "mbps"),
-        (10, "gbps"),
-        (25, "gbps"),
-        (40, "gbps"),
-        (50, "gbps"),
-        (100, "gbps"),
-        (200, "gbps"),
-        (400, "gbps"),
-        (800, "gbps"),
-    )
+    "speed_10_fd_mbps": 0.01,
+    "speed_10_hd_mbps": 0.01,
+    "speed_100_fd_mbps": 0.1,
+    "speed_100_hd_mbps": 0.1,
+    **{f"speed_{n}_gbps": float(n) for n in (1, 10, 25, 40, 50, 100, 200, 400, 800)},
 }
-SPEEDS["speed_1_gbps"] = 1.0
 
 
 class OtgError(Exception):

@@ -172,7 +172,7 @@ def test_the_script_drives_tester_ports_toward_a_switch_under_test(
         ) as server:
             api = api_for(server.url)
             config = qp_fairness_config(api, message_kb=256)
-            config.layer1[0].speed = "speed_100_mbps"
+            config.layer1[0].speed = "speed_100_fd_mbps"
             for i, device in enumerate(config.devices):
                 device.ethernets[0].ipv4_addresses[0].address = f"192.168.{70 + i}.2"
             for i in (1, 2):

@@ -338,3 +338,11 @@ def test_captures_name_ports_and_the_largest_packet_size() -> None:
         "captures[1].format: pcapng: only pcap",
         "captures[1].port_names[0]: 'Port 7' is not a port",
     ]
+
+
+def test_every_layer1_speed_of_the_model_has_a_rate() -> None:
+    import snappi.snappi as model
+
+    from emulator.otg.model import SPEEDS
+
+    assert set(SPEEDS) == set(model.Layer1._TYPES["speed"]["enum"])
