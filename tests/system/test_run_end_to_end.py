@@ -126,7 +126,15 @@ def test_shrunken_moe_mix_end_to_end(
     assert curve.points and choice["peak_load_bps"] == 4 * 400e9
     first, _why = auto_tdf(4 * 400e9, curve, scenario.transport.dcqcn, 0.95)
     assert summary["tdf"] >= first and choice["bound_by"]
-    assert (tmp_path / "cache" / "verified_tdf.json").is_file()
+    probes = [m for m in messages if "TDF" in m and ("verifying" in m or m.startswith("TDF "))]
+    probes += [m for m in messages if "no probe up to TDF" in m]
+    print("\n".join(probes))  # each probe's factor and, when late, why
+    if not (tmp_path / "cache" / "verified_tdf.json").is_file():
+        # CI once saw four probes of this small workload fail on the shared machine (the run
+        # at the last factor then read ok): the product runs unverified and must say so, and
+        # the run's own verdict decides (both branches of verify: tests/unit/test_tdf_probe.py)
+        assert choice["bound_by"] == "unverified: probes kept failing", probes
+        assert any("no probe up to TDF" in m for m in messages), probes
     assert (tmp_path / "cache" / "calibration.json").is_file()
 
     # every planned collective and flow has a complete record with the planned bytes
