@@ -66,7 +66,7 @@ def write_pcap(packets: Iterator[Packet] | list[Packet], *, link: int, snap: int
 
 
 def to_target_time(data: bytes, *, wall_origin_s: float, tdf: float) -> bytes:
-    """A capture stamped by the wall clock (dumpcap: the kernel's CLOCK_REALTIME), re-stamped in
+    """A capture stamped by the wall clock (tcpdump: the kernel's CLOCK_REALTIME), re-stamped in
     target time: (stamp - the replay's start) / TDF."""
     link, snap, packets = read_pcap(data)
     return write_pcap(

@@ -79,7 +79,7 @@ class MetricsSpec:
     capture: CaptureSpec | None = param(
         None,
         doc="capture the packets of some ranks' interfaces (pcap, timestamps in target time): "
-        "the emulated fabric and a switch under test with dumpcap in the rank's namespace, the "
+        "the emulated fabric and a switch under test with tcpdump in the rank's namespace, the "
         "simulator at its hosts (docs/results.md)",
     )
     one_way_latency: Literal["auto", "on", "off"] = param(

@@ -28,7 +28,7 @@ def test_a_written_file_reads_back_with_nanoseconds() -> None:
 
 
 def test_a_big_endian_microsecond_file_is_read_and_restamped_in_target_time() -> None:
-    """dumpcap stamps the wall clock; at TDF 1000 one wall millisecond after the replay's start
+    """tcpdump stamps the wall clock; at TDF 1000 one wall millisecond after the replay's start
     is one target microsecond."""
     header = struct.pack(">IHHiIII", MAGIC_US, 2, 4, 0, 0, 128, LINKTYPE_ETHERNET)
     record = struct.pack(">IIII", 1_700_000_000, 501_000, 3, 64) + b"xyz"

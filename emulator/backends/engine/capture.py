@@ -1,11 +1,13 @@
-"""Packet capture at a rank's interface for the engine backends (metrics.capture): dumpcap (from
-Wireshark, which the set-up installs) in the rank's network namespace, its first N packets of S
-bytes each, into a private temporary folder. The run owns each capture process: stopped (SIGINT,
-so the file is complete; killed if it lingers) when the replay ends or on any error, by its pid,
-never by name."""
+"""Packet capture at a rank's interface for the engine backends (metrics.capture): tcpdump (the
+set-up installs it) in the rank's network namespace, its first N packets of S bytes each, into a
+private temporary folder. In immediate mode and packet-buffered: each packet is written as it
+arrives (dumpcap, tried first, buffered its packets and lost a short run's at SIGINT). The run
+owns each capture process: stopped (SIGINT, so the file is complete; killed if it lingers) when
+the replay ends or on any error, by its pid, never by name."""
 
 from __future__ import annotations
 
+import select
 import signal
 import subprocess
 import time
@@ -13,7 +15,7 @@ from pathlib import Path
 
 from emulator.errors import EnvironmentProblem
 
-START_TIMEOUT_S = 10.0  # dumpcap writes its file's header once the interface is open
+START_TIMEOUT_S = 10.0  # tcpdump says "listening on" once its capture is active
 STOP_TIMEOUT_S = 5.0
 
 
@@ -30,8 +32,9 @@ class RankCapture:
     ) -> None:
         self.rank = rank
         self.path = folder / f"rank-{rank}.pcap"
-        command = ["dumpcap", "-q", "-P", "-i", ifname, "-s", str(snap_bytes)]
-        command += ["-c", str(packets), "-w", str(self.path)]
+        command = ["tcpdump", "-i", ifname, "-w", str(self.path), "-s", str(snap_bytes)]
+        command += ["-c", str(packets), "--immediate-mode", "-U", "-n", "-Z", "root"]
+        command += ["--time-stamp-precision=nano"]
         if netns is not None:
             command = ["ip", "netns", "exec", netns, *command]
         try:
@@ -40,30 +43,36 @@ class RankCapture:
             )
         except FileNotFoundError:
             raise EnvironmentProblem(
-                "metrics.capture: dumpcap is not installed (Debian package wireshark-common; "
-                "./setup.sh installs it)"
+                "metrics.capture: tcpdump is not installed (Debian package tcpdump; ./setup.sh "
+                "installs it)"
             ) from None
         self._wait_started(ifname)
 
     def _wait_started(self, ifname: str) -> None:
+        """Until tcpdump says it is listening (its capture is then active), or it ended."""
         process = self._process
-        assert process is not None
+        assert process is not None and process.stderr is not None
+        said = b""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
+            ready, _, _ = select.select([process.stderr], [], [], 0.05)
+            if ready:
+                chunk = process.stderr.read1(4096)  # type: ignore[attr-defined]
+                said += chunk
+                if b"listening on" in said:
+                    return
+                if not chunk:  # its stderr closed: it ended
+                    process.wait()
             if process.poll() is not None:
-                said = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
-                lines = [line for line in said.strip().splitlines() if line.strip()]
+                lines = [line for line in said.decode(errors="replace").splitlines() if line]
                 self._process = None
                 raise EnvironmentProblem(
-                    f"metrics.capture: rank {self.rank}: dumpcap on {ifname} ended at once: "
+                    f"metrics.capture: rank {self.rank}: tcpdump on {ifname} ended at once: "
                     + (lines[-1] if lines else f"exit code {process.returncode}")
                 )
-            if self.path.is_file() and self.path.stat().st_size >= 24:
-                return
-            time.sleep(0.02)
         self.stop()
         raise EnvironmentProblem(
-            f"metrics.capture: rank {self.rank}: dumpcap did not open {ifname} in "
+            f"metrics.capture: rank {self.rank}: tcpdump did not open {ifname} in "
             f"{START_TIMEOUT_S:g} s"
         )
 

@@ -154,7 +154,7 @@ class EngineSession(Session):
         )
 
         captures = self._start_captures()
-        origin: list[float] = []  # the replay's start on the wall clock dumpcap stamps with
+        origin: list[float] = []  # the replay's start on the wall clock tcpdump stamps with
 
         def started(start_wall_s: float) -> None:
             """The replay's start: sampling, link events and PFC frames count from here."""
@@ -259,7 +259,7 @@ class EngineSession(Session):
         )
 
     def _start_captures(self) -> list[RankCapture]:
-        """metrics.capture: one dumpcap per captured rank, stopped by the context's stack
+        """metrics.capture: one tcpdump per captured rank, stopped by the context's stack
         whatever happens (and by the run when the replay ends)."""
         spec = self.context.scenario.metrics.capture
         if spec is None:
