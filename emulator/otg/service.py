@@ -184,15 +184,19 @@ class OtgService:
             made = self._require_config()
             if self._child is not None:
                 raise _error("traffic is running already")
-            known = {f.name for f in made.flows}
+            stateful = {f.name for f in made.flows}
+            known = stateful | {f.name for f in made.pause_flows}
             unknown = [n for n in names if n not in known]
             if unknown:
                 raise _error(
-                    f"control_state.traffic.flow_transmit.flow_names: {unknown} are not "
-                    "stateful flows of the configuration"
+                    f"control_state.traffic.flow_transmit.flow_names: {unknown} are not flows "
+                    "of the configuration"
                 )
-            if not made.flows:
-                raise _error("the configuration has no stateful_flows to start")
+            if not (stateful & set(names) if names else stateful):
+                raise _error(
+                    "control_state.traffic.flow_transmit: a start needs a stateful RoCEv2 flow "
+                    "(PFC pause flows run beside them)"
+                )
             self._runs += 1
             folder = self.options.work_dir / "runs" / f"{self._runs:03d}"
             scenario = write_scenario(

@@ -112,6 +112,21 @@ def test_a_pfc_storm_is_refused_by_the_simulator_in_one_line(tmp_path: Path) -> 
         (line,) = error.errors
         assert line.startswith("the run refused it: ") and "run.pfc_frames" in line
         assert "\n" not in line
+        # flow names: a pause flow may be named beside stateful ones, not alone
+        cs = api.control_state()
+        cs.choice = cs.TRAFFIC
+        cs.traffic.flow_transmit.flow_names = ["PFC storm"]
+        cs.traffic.flow_transmit.state = cs.traffic.flow_transmit.START
+        with pytest.raises(Exception) as info:
+            api.set_control_state(cs)
+        assert info.value.args[0].errors == [
+            "control_state.traffic.flow_transmit: a start needs a stateful RoCEv2 flow (PFC "
+            "pause flows run beside them)"
+        ]
+        cs.traffic.flow_transmit.flow_names = ["nothing"]
+        with pytest.raises(Exception) as info:
+            api.set_control_state(cs)
+        assert "['nothing'] are not flows of the configuration" in info.value.args[0].errors[0]
 
 
 def test_a_capture_through_snappi_holds_the_ports_rocev2_packets(tmp_path: Path) -> None:
