@@ -57,9 +57,12 @@ def parse(body: bytes | str) -> dict[str, Any]:
     return document
 
 
-def plan(document: Mapping[str, Any], ranks: int, line_rate_bps: float) -> OtgPlan:
+def plan(
+    document: Mapping[str, Any], ranks: int, line_rate_bps: float, *, layer1_sets_rate: bool = True
+) -> OtgPlan:
     """Map a parsed configuration onto a fabric of `ranks` ranks whose hosts send at
-    `line_rate_bps` (OtgError lists every problem)."""
+    `line_rate_bps`, or at layer1's speed where it sets the host links (`layer1_sets_rate`: an
+    emulated or simulated Clos, not a switch under test's NICs). OtgError lists every problem."""
     r = Reader()
     r.rest(
         document,
@@ -73,7 +76,7 @@ def plan(document: Mapping[str, Any], ranks: int, line_rate_bps: float) -> OtgPl
     qps = _qps(r, document.get("devices", []), addresses)
     settings = per_port(r, document.get("options", {}), ports)
     flows = _flows(r, document.get("stateful_flows", {}), ports, qps, settings)
-    rate = link_gbps * 1e9 if link_gbps is not None else line_rate_bps
+    rate = link_gbps * 1e9 if layer1_sets_rate and link_gbps is not None else line_rate_bps
     pauses = pause_flows(r, document.get("flows", []), ports, rate)
     capture = _captures(r, document.get("captures", []), ports)
     names = [f.name for f in flows] + [f.name for f in pauses]
@@ -92,6 +95,7 @@ def plan(document: Mapping[str, Any], ranks: int, line_rate_bps: float) -> OtgPl
         dcqcn=dcqcn,
         dcqcn_percent=percent,
         link_gbps=link_gbps,
+        line_rate_bps=rate,
         pfc=pfc,
         addresses={port: address for port, address, _ in addresses.values()},
         warnings=tuple(r.warnings),

@@ -107,6 +107,7 @@ class OtgPlan:
     # percentages of line rate in the DCQCN settings (converted once the line rate is known)
     dcqcn_percent: dict[str, float] = field(default_factory=dict)
     link_gbps: float | None = None  # layer1 speed of every port
+    line_rate_bps: float = 0.0  # the ranks' line rate the configuration runs at (plan())
     pfc: bool | None = None  # layer1 flow_control ieee_802_1qbb: True
     addresses: dict[str, str] = field(default_factory=dict)  # port -> its device's IPv4
     warnings: tuple[str, ...] = ()  # what the configuration asks that a user may not expect

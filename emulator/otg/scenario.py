@@ -81,11 +81,10 @@ def scenario_document(
     options: TrafficOptions,
     *,
     flow_names: Sequence[str] = (),
-    line_rate_bps: float | None = None,
     capture_ports: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The scenario document for the plan's flows (or those named); `line_rate_bps` converts the
-    DCQCN settings given in percent of line rate (None: left out, for a first pass)."""
+    """The scenario document for the plan's flows (or those named); the DCQCN settings given in
+    percent of line rate are converted at the plan's line rate."""
     doc = copy.deepcopy(dict(base))
     for key in WORKLOAD_KEYS:
         doc.pop(key, None)
@@ -134,9 +133,8 @@ def scenario_document(
     transport.update(plan.transport)
     dcqcn = dict(transport.get("dcqcn") or {})
     dcqcn.update(plan.dcqcn)
-    if line_rate_bps is not None:
-        for key, percent in plan.dcqcn_percent.items():
-            dcqcn[key] = percent / 100.0 * line_rate_bps / 1e6
+    for key, percent in plan.dcqcn_percent.items():
+        dcqcn[key] = percent / 100.0 * plan.line_rate_bps / 1e6
     if dcqcn:
         transport["dcqcn"] = dcqcn
     doc["transport"] = transport
@@ -178,11 +176,7 @@ def write_scenario(
     from emulator.scenario import load_scenario
 
     folder.mkdir(parents=True, exist_ok=True)
-    first = scenario_document(base, plan, options, flow_names=flow_names)
-    rate = _line_rate(first, folder)
-    doc = scenario_document(
-        base, plan, options, flow_names=flow_names, line_rate_bps=rate, capture_ports=capture_ports
-    )
+    doc = scenario_document(base, plan, options, flow_names=flow_names, capture_ports=capture_ports)
     path = folder / "scenario.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     try:
@@ -190,18 +184,3 @@ def write_scenario(
     except InputError as exc:
         raise OtgError([f"the scenario this configuration makes: {exc}"]) from None
     return path
-
-
-def _line_rate(doc: Mapping[str, Any], folder: Path) -> float:
-    from emulator.scenario import load_scenario
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=folder, delete=False) as f:
-        yaml.safe_dump(dict(doc), f, sort_keys=False)
-    path = Path(f.name)
-    try:
-        rate: float = load_scenario(path).fabric.rank_rate_bps
-        return rate
-    except InputError as exc:
-        raise OtgError([f"the scenario this configuration makes: {exc}"]) from None
-    finally:
-        path.unlink()

@@ -65,7 +65,13 @@ class OtgService:
     # -- configuration -------------------------------------------------------------------------
     def set_config(self, body: bytes) -> dict[str, Any]:
         document = parse(body)
-        made = plan(document, self.options.ranks, self.options.link_gbps * 1e9)
+        fabric = self.options.base.get("fabric") or {}
+        made = plan(
+            document,
+            self.options.ranks,
+            self.options.link_gbps * 1e9,
+            layer1_sets_rate=fabric.get("kind", "clos") == "clos",
+        )
         self._check_addresses(made)
         warnings = self._warnings(made)
         with self._lock:
@@ -99,7 +105,7 @@ class OtgService:
         """Settings that are valid but cripple the traffic: snappi's DCQCN defaults give a QP
         0.002% of line rate after its first CNP."""
         out = list(made.warnings)
-        link_bps = (made.link_gbps or self.options.link_gbps) * 1e9
+        link_bps = made.line_rate_bps
         percent = made.dcqcn_percent.get("rate_to_set_on_first_cnp_mbps")
         if percent is not None and 0 < percent < 1:
             out.append(
@@ -116,14 +122,7 @@ class OtgService:
 
     # -- control -------------------------------------------------------------------------------
     def set_control_state(self, body: bytes) -> dict[str, Any]:
-        import snappi
-
-        try:
-            raw = json.loads(body)
-            state = snappi.ControlState()
-            state.deserialize(raw)
-        except Exception as exc:
-            raise _error(f"control_state: {' '.join(str(exc).split())}") from None
+        raw = _request(body, "ControlState", "control_state")
         choice = raw.get("choice")
         if choice == "protocol":
             protocol = raw.get("protocol", {})
@@ -272,13 +271,7 @@ class OtgService:
 
     # -- monitoring ----------------------------------------------------------------------------
     def get_metrics(self, body: bytes) -> dict[str, Any]:
-        import snappi
-
-        try:
-            raw = json.loads(body)
-            snappi.MetricsRequest().deserialize(raw)
-        except Exception as exc:
-            raise _error(f"metrics_request: {' '.join(str(exc).split())}") from None
+        raw = _request(body, "MetricsRequest", "metrics_request")
         choice = raw.get("choice", "port")
         with self._lock:
             made = self._require_config()
@@ -310,7 +303,7 @@ class OtgService:
                 tables,
                 transmitting=on,
                 capturing=self._capturing_now(),
-                link_gbps=made.link_gbps or self.options.link_gbps,
+                link_gbps=made.line_rate_bps / 1e9,
                 port_names=names,
                 columns=request.get("column_names", []),
             )
@@ -340,13 +333,7 @@ class OtgService:
 
     def get_capture(self, body: bytes) -> bytes:
         """POST /monitor/capture: the last run's packets at a port, a pcap file (target time)."""
-        import snappi
-
-        try:
-            raw = json.loads(body)
-            snappi.CaptureRequest().deserialize(raw)
-        except Exception as exc:
-            raise _error(f"capture_request: {' '.join(str(exc).split())}") from None
+        raw = _request(body, "CaptureRequest", "capture_request")
         port = raw.get("port_name", "")
         with self._lock:
             made = self._require_config()
@@ -362,13 +349,7 @@ class OtgService:
         return path.read_bytes()
 
     def get_states(self, body: bytes) -> dict[str, Any]:
-        import snappi
-
-        try:
-            raw = json.loads(body)
-            snappi.StatesRequest().deserialize(raw)
-        except Exception as exc:
-            raise _error(f"states_request: {' '.join(str(exc).split())}") from None
+        raw = _request(body, "StatesRequest", "states_request")
         if raw.get("choice") != "ipv4_neighbors":
             raise _error(f"states_request.choice: {raw.get('choice')} is not implemented")
         with self._lock:
@@ -385,6 +366,20 @@ class OtgService:
                     # only while traffic runs: unresolved here (docs/otg.md)
                     rows.append({"ethernet_name": eth["name"], "ipv4_address": ip.get("gateway")})
         return {"choice": "ipv4_neighbors", "ipv4_neighbors": rows}
+
+
+def _request(body: bytes, model: str, what: str) -> dict[str, Any]:
+    """A request body as JSON, validated by snappi's `model` class (OTG errors name `what`)."""
+    import snappi
+
+    try:
+        raw = json.loads(body)
+        getattr(snappi, model)().deserialize(raw)
+    except Exception as exc:  # snappi raises TypeError/ValueError/Exception with its message
+        raise _error(f"{what}: {' '.join(str(exc).split())}") from None
+    if not isinstance(raw, dict):
+        raise _error(f"{what}: expected a JSON object")
+    return raw
 
 
 def _interrupt(child: subprocess.Popen[bytes]) -> None:

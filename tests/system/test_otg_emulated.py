@@ -5,6 +5,7 @@ its runs leave no namespace, state or folder behind."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from tests.otg_scripts import (
     ROOT,
+    Server,
     add_pfc_storm,
     api_for,
     fairness_failures,
@@ -37,24 +39,31 @@ def namespaces(prefix: str) -> list[str]:
     return [line.split()[0] for line in out.stdout.splitlines() if line.startswith(prefix)]
 
 
-def test_qp_fairness_script_passes_on_the_emulated_fabric(fabric_env: str, tmp_path: Path) -> None:
+def serve_emulated(
+    fabric_env: str, tmp_path: Path, duration_us: str, *extra: str
+) -> contextlib.AbstractContextManager[Server]:
+    """`emulate otg serve` on BASE's Clos in namespaces at TDF, with the test's own state file
+    and namespace prefix."""
     env = {"CHAKRA_EMULATOR_STATE_DIR": os.environ["CHAKRA_EMULATOR_STATE_DIR"]}
-    work = tmp_path / "work"
-    with serve(
+    return serve(
         BASE,
         "--backend",
         "netns",
         "--tdf",
         TDF,
         "--duration-us",
-        "2000",
+        duration_us,
         "--netns-prefix",
         fabric_env,
-        "--work-dir",
-        str(work),
+        *extra,
         tmp_path=tmp_path,
         env=env,
-    ) as server:
+    )
+
+
+def test_qp_fairness_script_passes_on_the_emulated_fabric(fabric_env: str, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    with serve_emulated(fabric_env, tmp_path, "2000", "--work-dir", str(work)) as server:
         api = api_for(server.url)
         run = run_qp_fairness(api, qp_fairness_config(api))
         failures = fairness_failures(run)
@@ -77,20 +86,7 @@ def test_pfc_and_ecn_script_on_the_emulated_fabric(fabric_env: str, tmp_path: Pa
     """A PFC storm from the receiving port beside DCQCN traffic, as sonic-mgmt's PFC tests
     build it: the rank sends its pause frames (counted in the pause flow's metrics; the Linux
     fabric does not pause for them, docs/switch-tests.md), the switches mark, the QPs back off."""
-    env = {"CHAKRA_EMULATOR_STATE_DIR": os.environ["CHAKRA_EMULATOR_STATE_DIR"]}
-    with serve(
-        BASE,
-        "--backend",
-        "netns",
-        "--tdf",
-        TDF,
-        "--duration-us",
-        "3000",
-        "--netns-prefix",
-        fabric_env,
-        tmp_path=tmp_path,
-        env=env,
-    ) as server:
+    with serve_emulated(fabric_env, tmp_path, "3000") as server:
         api = api_for(server.url)
         config = qp_fairness_config(api)
         add_pfc_storm(config, priorities=(3,))
@@ -202,21 +198,9 @@ def test_sigterm_while_traffic_runs_releases_the_fabric(fabric_env: str, tmp_pat
     import threading
     import time
 
-    env = {"CHAKRA_EMULATOR_STATE_DIR": os.environ["CHAKRA_EMULATOR_STATE_DIR"]}
     outcome: list[object] = []
-    with serve(
-        BASE,
-        "--backend",
-        "netns",
-        "--tdf",
-        TDF,
-        "--duration-us",
-        "600000",  # 10 minutes of wall time: it is stopped long before
-        "--netns-prefix",
-        fabric_env,
-        tmp_path=tmp_path,
-        env=env,
-    ) as server:
+    # 600 ms of target time is 10 minutes of wall time: it is stopped long before
+    with serve_emulated(fabric_env, tmp_path, "600000") as server:
         api = api_for(server.url)
         api.set_config(qp_fairness_config(api))
 

@@ -94,9 +94,7 @@ def test_the_qp_fairness_configuration_maps_onto_ranks_patterns_and_the_transpor
 def test_the_scenario_has_one_pattern_per_flow_and_the_rates_converted() -> None:
     base = read_base(BASE)
     made = plan(document(qp_fairness_config(api(), rate_percent=40)), base.ranks, 100e9)
-    doc = scenario_document(
-        base.document, made, TrafficOptions(duration_us=250.0), line_rate_bps=100e9
-    )
+    doc = scenario_document(base.document, made, TrafficOptions(duration_us=250.0))
     assert "workload" not in doc and doc["name"] == "otg"
     pattern = doc["traffic"][0]
     assert pattern == {
