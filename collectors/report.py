@@ -169,7 +169,9 @@ def summary_table(summary: Mapping[str, Any]) -> str:
         for ctype, stats in collectives.items()
     ]
     headers = ["collective", *(h for h, *_ in TYPE_COLUMNS)]
-    lines = [*head, "", _render(headers, body)]
+    lines = [*head, "", _render(headers, body)] if body or not summary.get("streams") else head
+    if summary.get("streams"):
+        lines += ["", stream_table(summary["streams"])]
     jobs: Mapping[str, Mapping[str, Any]] = summary.get("jobs") or {}
     if len(jobs) > 1:
         lines += ["", job_table(jobs)]
@@ -220,6 +222,40 @@ def multipath_lines(summary: Mapping[str, Any]) -> list[str]:
         f"{_cell(r.get('naks_sent'), 1.0, '{:.0f}')}"
     )
     return lines
+
+
+def stream_table(streams: Sequence[Mapping[str, Any]]) -> str:
+    """The scenario's streams: frames each way, loss, CE marks, latency and rates."""
+    body = [
+        [
+            str(r["name"]),
+            f"{r['src']}->{r['dst']}",
+            _cell(r.get("frames_tx"), 1.0, "{:.0f}"),
+            _cell(r.get("frames_rx"), 1.0, "{:.0f}"),
+            _cell(r.get("loss_percent"), 1.0, "{:.3f}"),
+            _cell(r.get("out_of_order"), 1.0, "{:.0f}"),
+            _cell(r.get("ce_rx"), 1.0, "{:.0f}"),
+            _cell((r.get("latency_ns") or {}).get("avg"), 1e-3, "{:.2f}"),
+            _cell((r.get("latency_ns") or {}).get("max"), 1e-3, "{:.2f}"),
+            _cell(r.get("tx_rate_bps"), 1e-9, "{:.2f}"),
+            _cell(r.get("rx_rate_bps"), 1e-9, "{:.2f}"),
+        ]
+        for r in streams
+    ]
+    headers = [
+        "stream",
+        "ranks",
+        "frames tx",
+        "frames rx",
+        "loss %",
+        "reordered",
+        "CE",
+        "latency avg us",
+        "latency max us",
+        "tx Gb/s",
+        "rx Gb/s",
+    ]
+    return _render(headers, body)
 
 
 def job_table(jobs: Mapping[str, Mapping[str, Any]]) -> str:

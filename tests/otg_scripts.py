@@ -167,6 +167,96 @@ def qp_fairness_config(
     return config
 
 
+def plain_incast_config(
+    api: Any,
+    *,
+    senders: int = 2,
+    rate_percent: int = 60,
+    seconds: float = 0.0005,
+    frame_bytes: int = 1024,
+    dscp: int = 3,
+    ecn: int = 2,
+    streams: int = 4,
+) -> Any:
+    """Plain flows as sonic-mgmt's ECN and PFC tests build them (tests/snappi_tests/ecn/files/
+    helper.py, pfc/files/helper.py): Ethernet / IPv4 / UDP, the lossless priority's DSCP, ECT,
+    incrementing UDP source ports over `streams`, a fixed size and a rate in percent of line
+    rate for fixed seconds; here ports 1..senders each at `rate_percent` into port 0 (an
+    incast above line rate when the sum passes 100%), and a capture on port 0."""
+    config = api.config()
+    for i in range(senders + 1):
+        config.ports.port(name=f"Port {i}", location=f"tester;{i}")
+    layer1 = config.layer1.layer1(name="l1")[-1]
+    layer1.port_names = [p.name for p in config.ports]
+    layer1.speed = layer1.SPEED_100_GBPS
+    layer1.mtu = 9000
+    for i in range(1, senders + 1):
+        flow = config.flows.flow(name=f"Test Flow {i} -> 0")[-1]
+        flow.tx_rx.port.tx_name = f"Port {i}"
+        flow.tx_rx.port.rx_names = ["Port 0"]
+        eth, ipv4, udp = flow.packet.ethernet().ipv4().udp()
+        eth.src.value = f"00:00:00:00:01:{i:02x}"
+        eth.dst.value = "00:00:00:00:01:00"
+        eth.pfc_queue.value = dscp
+        ipv4.priority.choice = ipv4.priority.DSCP
+        ipv4.priority.dscp.phb.values = [dscp]
+        ipv4.priority.dscp.ecn.value = ecn
+        udp.src_port.increment.start = 5000 + i * streams
+        udp.src_port.increment.step = 1
+        udp.src_port.increment.count = streams
+        udp.dst_port.value = 7000
+        flow.size.fixed = frame_bytes
+        flow.rate.percentage = rate_percent
+        flow.duration.fixed_seconds.seconds = seconds
+        flow.metrics.enable = True
+        flow.metrics.loss = True
+    config.captures.add(name="rx", port_names=["Port 0"]).packet_size = 128
+    return config
+
+
+def run_plain_incast(api: Any, config: Any, pcap: Path) -> list[Any]:
+    """Set the configuration, capture at port 0, run the flows; their flow metrics, and the
+    capture written to `pcap`."""
+    api.set_config(config)
+    cs = api.control_state()
+    cs.choice = cs.PORT
+    cs.port.choice = cs.port.CAPTURE
+    cs.port.capture.state = cs.port.capture.START
+    api.set_control_state(cs)
+    start_stop(api, "traffic", "start")
+    request = api.metrics_request()
+    request.flow.flow_names = []
+    rows = list(api.get_metrics(request).flow_metrics)
+    capture = api.capture_request()
+    capture.port_name = "Port 0"
+    pcap.write_bytes(api.get_capture(capture).read())
+    return rows
+
+
+def plain_incast_failures(rows: Sequence[Any], pcap: Path, *, dscp: int = 3) -> list[str]:
+    """sonic-mgmt's checks: no loss on the lossless priority (every frame sent arrived), the
+    flows shared the congested port (rates within 30%), and the captured frames at the receiver
+    carry the flows' DSCP with some marked CE (the ECN test's check)."""
+    from scapy.layers.inet import IP, UDP
+    from scapy.utils import rdpcap
+
+    failures = []
+    for r in rows:
+        if r.frames_tx == 0 or r.frames_rx != r.frames_tx or r.loss != 0:
+            failures.append(f"{r.name}: {r.frames_tx} sent, {r.frames_rx} received, loss {r.loss}")
+    rates = [r.rx_rate_bps for r in rows]
+    if rates and min(rates) < (1 - FAIRNESS_DEVIATION_PCT / 100) * max(rates):
+        failures.append(f"receive rates {rates} differ by more than {FAIRNESS_DEVIATION_PCT}%")
+    packets = [p for p in rdpcap(str(pcap)) if UDP in p and p[UDP].dport == 7000]
+    if not packets:
+        failures.append("the capture holds none of the flows' frames")
+    if any(p[IP].tos >> 2 != dscp for p in packets):
+        failures.append(f"a captured frame's DSCP is not {dscp}")
+    if not any(p[IP].tos & 3 == 3 for p in packets):
+        failures.append("no captured frame was marked CE")
+    return failures
+
+
 def add_pfc_storm(
     config: Any, *, port: str = "Port 0", priorities: Sequence[int] = (3,), gbps: int = 100
 ) -> Any:

@@ -33,6 +33,7 @@ from emulator.otg.model import (
     RocFlow,
 )
 from emulator.otg.pause import pause_flows
+from emulator.otg.plain import plain_flows
 from emulator.otg.port_options import PortSettings, per_port, transport_section
 
 
@@ -78,10 +79,11 @@ def plan(
     flows = _flows(r, document.get("stateful_flows", {}), ports, qps, settings)
     rate = link_gbps * 1e9 if layer1_sets_rate and link_gbps is not None else line_rate_bps
     pauses = pause_flows(r, document.get("flows", []), ports, rate)
+    plains = plain_flows(r, document.get("flows", []), ports, addresses, rate)
     capture = _captures(r, document.get("captures", []), ports)
-    names = [f.name for f in flows] + [f.name for f in pauses]
+    names = [f.name for f in flows] + [f.name for f in pauses] + [f.name for f in plains]
     for name in {n for n in names if names.count(n) > 1}:
-        r.refuse("flows", f"{name!r} names a stateful flow and a flow (names are unique)")
+        r.refuse("flows", f"{name!r} names two flows (stateful or not: names are unique)")
     transport, dcqcn, percent = transport_section(r, qps, settings)
     if r.errors:
         raise OtgError(r.errors)
@@ -90,6 +92,7 @@ def plan(
         qps=tuple(qps.values()),
         flows=flows,
         pause_flows=pauses,
+        plain_flows=plains,
         capture=capture,
         transport=transport,
         dcqcn=dcqcn,

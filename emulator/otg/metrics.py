@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from emulator.otg.model import OtgPlan
+from emulator.transport.stream import PREAMBLE_GAP_BYTES
 
 NS = 1e9
 
@@ -259,6 +260,55 @@ def pause_flows(
             "frames_tx_rate": round(sent / seconds, 3) if live else 0.0,
             "frames_rx_rate": 0.0,
         }
+        out.append(_only(metric, columns, keep=("name",)))
+    return out
+
+
+def plain_flows(
+    plan: OtgPlan,
+    tables: RunTables,
+    *,
+    transmitting: bool,
+    flow_names: Sequence[str] = (),
+    columns: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """flow metrics of the plain flows: what the run counted of each stream (summary.json
+    streams: frames and bytes at both ends, loss in percent, latency in ns, first and last
+    frame in ns of target time; rates over the time from the first frame to the last)."""
+    rows = {row["name"]: row for row in tables.summary.get("streams") or []}
+    out = []
+    for flow in plan.plain_flows:
+        if flow_names and flow.name not in flow_names:
+            continue
+        row = rows.get(flow.name, {})
+        latency = row.get("latency_ns") or {}
+        tx_bps, rx_bps = row.get("tx_rate_bps") or 0.0, row.get("rx_rate_bps") or 0.0
+        frame_bits = (flow.frame_bytes + PREAMBLE_GAP_BYTES) * 8
+        live = transmitting and bool(row)
+        rx_times = [row.get("first_rx_us"), row.get("last_rx_us")]
+        metric: dict[str, Any] = {
+            "name": flow.name,
+            "port_tx": flow.port,
+            "port_rx": flow.rx_port,
+            "transmit": "started" if transmitting else "stopped",
+            "frames_tx": int(row.get("frames_tx", 0)),
+            "frames_rx": int(row.get("frames_rx", 0)),
+            "bytes_tx": int(row.get("bytes_tx", 0)),
+            "bytes_rx": int(row.get("bytes_rx", 0)),
+            "frames_tx_rate": round(tx_bps / frame_bits, 3) if live else 0.0,
+            "frames_rx_rate": round(rx_bps / frame_bits, 3) if live else 0.0,
+            "loss": round(float(row.get("loss_percent", 0.0)), 6),
+            "tx_rate_bps": round(tx_bps, 3) if live else 0.0,
+            "rx_rate_bps": round(rx_bps, 3) if live else 0.0,
+            "latency": {
+                "minimum_ns": float(latency.get("min") or 0.0),
+                "maximum_ns": float(latency.get("max") or 0.0),
+                "average_ns": float(latency.get("avg") or 0.0),
+            },
+        }
+        if None not in rx_times:
+            first, last = (float(t) * 1e3 for t in rx_times)
+            metric["timestamps"] = {"first_timestamp_ns": first, "last_timestamp_ns": last}
         out.append(_only(metric, columns, keep=("name",)))
     return out
 

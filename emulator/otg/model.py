@@ -86,6 +86,28 @@ class PauseFlow:
 
 
 @dataclass(frozen=True)
+class PlainFlow:
+    """A plain flow: IPv4/UDP datagrams at a fixed rate from one port to another (the
+    scenario's streams). Neither packets nor duration: continuous (as long as the start)."""
+
+    name: str
+    port: str
+    rx_port: str
+    frame_bytes: int
+    dscp: int
+    ecn: int  # the raw two-bit field
+    udp_sport: int
+    udp_sport_step: int
+    udp_sport_count: int
+    udp_dport: int
+    rate_percent: float | None
+    rate_pps: float | None
+    packets: int | None
+    duration_us: float | None
+    start_us: float
+
+
+@dataclass(frozen=True)
 class CapturePlan:
     """captures[]: the ports whose packets a run keeps (once capture is started on them)."""
 
@@ -101,6 +123,7 @@ class OtgPlan:
     qps: tuple[Qp, ...]
     flows: tuple[RocFlow, ...]
     pause_flows: tuple[PauseFlow, ...] = ()
+    plain_flows: tuple[PlainFlow, ...] = ()
     capture: CapturePlan | None = None
     transport: dict[str, Any] = field(default_factory=dict)  # the transport section's keys
     dcqcn: dict[str, Any] = field(default_factory=dict)  # transport.dcqcn's keys, from OTG's

@@ -3,8 +3,7 @@ their tx port sends IEEE 802.1Qbb frames during the run (the scenario's `run.pfc
 docs/switch-tests.md). A switch under test pauses for them; the emulated Linux fabric does not,
 and the simulator refuses them (the run says so).
 
-Other plain flows (Ethernet/IPv4/UDP streams) are refused: they need a stateless sender the
-transport does not have yet.
+Other plain flows (Ethernet/IPv4/UDP) are emulator.otg.plain's.
 """
 
 from __future__ import annotations
@@ -31,12 +30,7 @@ def pause_flows(
         path = f"flows[{i}]"
         headers = [h.get("choice") for h in flow.get("packet", [])]
         if headers != ["pfcpause"]:
-            r.refuse(
-                f"{path}.packet",
-                f"{headers}: plain flows other than PFC pause frames ([pfcpause]) are not "
-                "implemented yet (stateful_flows.rocev2 carry data)",
-            )
-            continue
+            continue  # a plain flow (emulator.otg.plain)
         made = _pause_flow(r, flow, path, by_name, line_rate_bps)
         if made is None:
             continue
@@ -172,7 +166,7 @@ def _timing(
         ("delay", "seconds", "packets"),
         ("gap",),
     )
-    start_us = _delay_us(r, part.get("delay", {}), f"{path}.{choice}.delay", line_rate_bps)
+    start_us = delay_us(r, part.get("delay", {}), f"{path}.{choice}.delay", line_rate_bps)
     if start_us is None:
         return None
     if choice == "continuous":
@@ -186,7 +180,7 @@ def _timing(
     return start_us, start_us + packets / pps * 1e6
 
 
-def _delay_us(r: Reader, delay: Mapping[str, Any], path: str, line_rate_bps: float) -> float | None:
+def delay_us(r: Reader, delay: Mapping[str, Any], path: str, line_rate_bps: float) -> float | None:
     if not delay:
         return 0.0
     choice = delay.get("choice", "bytes")

@@ -115,6 +115,46 @@ def scenario_document(
             }
         )
     doc["traffic"] = patterns
+    streams = []
+    for f in plan.plain_flows:
+        if flow_names and f.name not in flow_names:
+            continue
+        timing: dict[str, Any] = {"packets": f.packets} if f.packets is not None else {}
+        if f.packets is None:
+            # continuous: as long as a start runs (--duration-us), from its delay on
+            duration = f.duration_us if f.duration_us is not None else options.duration_us
+            if f.duration_us is None and duration <= f.start_us:
+                raise OtgError(
+                    [
+                        f"flows {f.name!r}: its delay ({f.start_us:g} us) is past the start's "
+                        f"{options.duration_us:g} us (--duration-us)"
+                    ]
+                )
+            timing["duration_us"] = duration if f.duration_us is not None else duration - f.start_us
+        pace = (
+            {"rate_percent": f.rate_percent}
+            if f.rate_percent is not None
+            else {"rate_pps": f.rate_pps}
+        )
+        streams.append(
+            {
+                "name": f.name,
+                "src": plan.port(f.port).rank,
+                "dst": plan.port(f.rx_port).rank,
+                "frame_bytes": f.frame_bytes,
+                "dscp": f.dscp,
+                "ecn": f.ecn,
+                "udp_sport": f.udp_sport,
+                "udp_sport_step": f.udp_sport_step,
+                "udp_sport_count": f.udp_sport_count,
+                "udp_dport": f.udp_dport,
+                **pace,
+                **timing,
+                "start_us": f.start_us,
+            }
+        )
+    if streams:
+        doc["streams"] = streams
     pauses = [f for f in plan.pause_flows if not flow_names or f.name in flow_names]
     if pauses:
         run = dict(doc.get("run") or {})

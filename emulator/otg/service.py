@@ -183,7 +183,7 @@ class OtgService:
             made = self._require_config()
             if self._child is not None:
                 raise _error("traffic is running already")
-            stateful = {f.name for f in made.flows}
+            stateful = {f.name for f in made.flows} | {f.name for f in made.plain_flows}
             known = stateful | {f.name for f in made.pause_flows}
             unknown = [n for n in names if n not in known]
             if unknown:
@@ -194,7 +194,7 @@ class OtgService:
             if not (stateful & set(names) if names else stateful):
                 raise _error(
                     "control_state.traffic.flow_transmit: a start needs a stateful RoCEv2 flow "
-                    "(PFC pause flows run beside them)"
+                    "or a plain flow (PFC pause flows run beside them)"
                 )
             self._runs += 1
             folder = self.options.work_dir / "runs" / f"{self._runs:03d}"
@@ -311,18 +311,18 @@ class OtgService:
         if choice == "flow":
             request = raw.get("flow", {})
             names = request.get("flow_names", [])
-            unknown = [n for n in names if n not in {f.name for f in made.pause_flows}]
+            flows = {f.name for f in made.pause_flows} | {f.name for f in made.plain_flows}
+            unknown = [n for n in names if n not in flows]
             if unknown:
                 raise _error(
                     f"metrics_request.flow.flow_names: {unknown} are not flows (stateful RoCEv2 "
                     "flows report under rocev2_flow)"
                 )
+            columns = request.get("metric_names", [])
             rows = metrics.pause_flows(
-                made,
-                tables,
-                transmitting=on,
-                flow_names=names,
-                columns=request.get("metric_names", []),
+                made, tables, transmitting=on, flow_names=names, columns=columns
+            ) + metrics.plain_flows(
+                made, tables, transmitting=on, flow_names=names, columns=columns
             )
             return {"choice": "flow_metrics", "flow_metrics": rows}
         raise _error(f"metrics_request.choice: {choice} is not implemented")

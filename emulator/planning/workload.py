@@ -31,6 +31,7 @@ from emulator.schedule.plan import CollectiveInstance, NodeRef
 from emulator.schedule.tracesource import TraceSource, open_trace_set, rank_files
 from emulator.traffic.schedule import TRAFFIC_ID_BASE, CombinedDriver, TrafficSchedule
 from emulator.traffic.spec import TrafficPattern
+from emulator.traffic.streams import check_streams, streams_end_s
 from emulator.transport.qp_profile import DEFAULT_PROFILE, QpProfile
 
 InstanceKey = tuple[int, tuple[NodeRef, ...]]
@@ -154,11 +155,13 @@ def _driver(
             path=_lazy_path(scenario.fabric, source.world_size),
             rank_jobs=_rank_jobs(scenario, source),
         )
-    if scenario.traffic:
+    if scenario.traffic or scenario.streams:
         c = scenario.collectives
         traffic = TrafficSchedule(
             scenario.traffic,
             line_rate_bps=line_rate_bps,
+            # the run lasts until the streams' last frames have arrived (they have no flows)
+            hold_until_s=streams_end_s(scenario.streams, line_rate_bps),
             sport_range=(c.udp_sport_min, c.udp_sport_max),
             sport_seed=scenario.run.seed,
             on_instance=on_instance,
@@ -329,6 +332,11 @@ def plan_workload(
             )
         n = max(n, pattern.max_rank + 1)
         _check_pairs_cross_the_dut(scenario, i, pattern)
+    if scenario.streams:
+        check_streams(
+            scenario.streams, fabric_ranks, getattr(scenario.fabric, "mtu_bytes", None), where
+        )
+        n = max(n, *(max(s.src, s.dst) + 1 for s in scenario.streams))
     ideal = simulate(
         driver,
         path_for_fabric(scenario.fabric, n),

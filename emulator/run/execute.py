@@ -186,7 +186,11 @@ def run_planned(
         limits,
         reasons,
         unknown,
-        not_applicable=report.not_applicable,
+        not_applicable=(
+            *report.not_applicable,
+            # streams alone: no queue pair, nothing a transport could retransmit
+            *(() if scenario.jobs or scenario.traffic else ("retransmissions_in_lossless_fabric",)),
+        ),
         leaves_out=report.leaves_out,
         parts=report.parts,
     )

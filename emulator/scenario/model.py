@@ -23,6 +23,7 @@ from emulator.scenario.jobs import JobSpec, check_jobs, job_names
 from emulator.scenario.workload_spec import WorkloadSpec
 from emulator.schedule.params import CollectivesParams, ComputeParams
 from emulator.traffic.spec import TrafficPattern
+from emulator.traffic.streams import StreamSpec
 from emulator.transport.params import TransportParams
 from fabrics.spec import FABRIC_SPECS, ClosSpec
 
@@ -241,6 +242,12 @@ class Scenario:
     traffic: tuple[TrafficPattern, ...] = param(
         (), doc="synthetic traffic patterns (switch tests), instead of or next to the workload"
     )
+    streams: tuple[StreamSpec, ...] = param(
+        (),
+        doc="stateless packet streams (a tester's plain flows: no acknowledgement, "
+        "retransmission or congestion control), counted for loss, reordering, CE marks and "
+        "latency in summary.json streams",
+    )
     fabric: Any = param(
         default_factory=ClosSpec, doc="the network: {kind: clos|dut, ...}", kinds=FABRIC_SPECS
     )
@@ -261,13 +268,19 @@ class Scenario:
     def __post_init__(self) -> None:
         if self.workload is not None and self.workloads:
             raise ValueError("workloads: give either `workload` or `workloads`, not both")
-        if self.workload is None and not self.workloads and not self.traffic:
-            raise ValueError("workload: give a workload (a trace), traffic patterns, or both")
+        if self.workload is None and not self.workloads and not self.traffic and not self.streams:
+            raise ValueError(
+                "workload: give a workload (a trace), traffic patterns or streams, or several"
+            )
         check_jobs(self.workloads)
         names = [p.name for p in self.traffic]
         for name in names:
             if names.count(name) > 1:
                 raise ValueError(f"traffic: two patterns are named {name!r}")
+        streams = [s.name for s in self.streams]
+        for name in streams:
+            if streams.count(name) > 1:
+                raise ValueError(f"streams: two streams are named {name!r}")
         for e in self.expect:
             if e.pattern is not None and e.pattern not in names:
                 raise ValueError(f"expect: no traffic pattern is named {e.pattern!r}")

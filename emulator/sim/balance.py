@@ -29,7 +29,7 @@ from fabrics.spec import LoadBalancingSpec
 
 # The switch's ECMP choice for a frame (its cached hash of the 5-tuple; None: no route).
 EcmpChoice = Callable[[Frame], Port | None]
-FlowKey = tuple[str, str, int, bool]
+FlowKey = tuple[str, str, int, bool, int]
 
 
 class Balancer(Protocol):
@@ -84,7 +84,7 @@ class Flowlet:
         self._flows: dict[FlowKey, list[Any]] = {}
 
     def choose(self, frame: Frame, candidates: tuple[Port, ...], now: float) -> Port:
-        key = (frame.src, frame.dst, frame.sport, frame.control)
+        key = (frame.src, frame.dst, frame.sport, frame.control, frame.dport)
         entry = self._flows.get(key)
         if entry is None:
             out = self._first(frame, candidates)

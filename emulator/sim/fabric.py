@@ -25,7 +25,6 @@ from emulator.sim.nodes import Host
 from emulator.sim.port import Frame, PfcIngress, Port, SharedBuffer
 from emulator.transport.events import TransportEvent
 from emulator.transport.marking import EcnMarker
-from emulator.transport.packets import ROCEV2_UDP_PORT
 from emulator.transport.params import EcnMarkingParams
 from emulator.transport.wire import ECN_ECT0, ECN_NOT_ECT
 from fabrics.queues import egress_ports
@@ -79,7 +78,7 @@ class Switch:
         self.egress: dict[str, Port] = {}  # ifname -> port
         self.ingress: dict[Port, PfcIngress] = {}  # upstream port -> its PFC account
         self.addresses: dict[str, ipaddress.IPv4Address] = {}
-        self._cache: dict[tuple[str, str, int, bool], Port | None] = {}
+        self._cache: dict[tuple[str, str, int, bool, int], Port | None] = {}
         self._candidates: dict[str, tuple[Port, ...]] = {}  # destination host -> next hops
         self.no_route = 0
         self._seeded = bool(topology.ecmp_hash_seed)
@@ -100,7 +99,7 @@ class Switch:
             if ingress is not None and not ingress.admit(frame):
                 return  # headroom overflow: counted by the ingress
         if self.balancer is None:  # ECMP (as _ecmp, inline: the hot path)
-            key = (frame.src, frame.dst, frame.sport, frame.control)
+            key = (frame.src, frame.dst, frame.sport, frame.control, frame.dport)
             cache = self._cache
             if key in cache:
                 out = cache[key]
@@ -145,7 +144,7 @@ class Switch:
 
     def _ecmp(self, frame: Frame) -> Port | None:
         """The ECMP hash's port for `frame`, cached per 5-tuple (what receive does inline)."""
-        key = (frame.src, frame.dst, frame.sport, frame.control)
+        key = (frame.src, frame.dst, frame.sport, frame.control, frame.dport)
         cache = self._cache
         if key in cache:
             return cache[key]
@@ -156,7 +155,7 @@ class Switch:
         topo = self.topology
         dst_ip = self.addresses[frame.dst]
         src_ip = self.addresses[frame.src]
-        ports = (ROCEV2_UDP_PORT, frame.sport) if frame.control else (frame.sport, ROCEV2_UDP_PORT)
+        ports = (frame.dport, frame.sport) if frame.control else (frame.sport, frame.dport)
         # As Topology.path: this router's own hash of the 5-tuple (once per 5-tuple: receive
         # caches the port it gives), or the seed-0 model's flow key.
         flow, mhash = b"", 0

@@ -7,6 +7,7 @@ import struct
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable
+from typing import cast
 
 from emulator.sim.engine import Simulator
 from emulator.sim.port import Frame, Port
@@ -14,6 +15,7 @@ from emulator.transport.entropy import entropy_sport
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import (
     IPV4_HEADER_BYTES,
+    ROCEV2_UDP_PORT,
     UDP_HEADER_BYTES,
     CnpPacket,
     DataPacket,
@@ -21,6 +23,7 @@ from emulator.transport.packets import (
 )
 from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES, SendQueuePair
+from emulator.transport.stream import StreamDatagram, StreamSink, StreamSource
 from emulator.transport.wire import (
     ECN_CE,
     ECN_ECT0,
@@ -28,6 +31,7 @@ from emulator.transport.wire import (
     FlowAddress,
     MalformedPacket,
     ipv4_packet,
+    ipv4_udp_packet,
     parse_ipv4_packet,
 )
 
@@ -106,6 +110,8 @@ class Host:
         self.message_tags: dict[int, int] = {}
         self.bad_icrc = 0
         self.peers: dict[str, Host] = {}
+        # the scenario's streams (emulator.transport.stream): sent from here, counted here
+        self.stream_sink: StreamSink | None = None
 
     def attach(self, nic: Port) -> None:
         self.nic = nic
@@ -256,11 +262,60 @@ class Host:
             route = (route[0], route[1], sport, mhash, route[4])
         self.nic.send(self._frame(packet, route, data=True, flow=flow, tag=tag))
 
+    # -- streams -------------------------------------------------------------------------
+    def add_stream(
+        self, source: StreamSource, *, dst: Host, dport: int, dscp: int, ecn: int, priority: bool
+    ) -> None:
+        """Send `source`'s datagrams to `dst` on their schedule (a stream's frames queue at the
+        NIC like the transport's answers: nothing paces them but their own schedule)."""
+        due = source.next_due_s()
+        if due is not None:
+            self.sim.at(due, self._stream_due, source, dst, dport, dscp, ecn, priority)
+
+    def _stream_due(
+        self, source: StreamSource, dst: Host, dport: int, dscp: int, ecn: int, priority: bool
+    ) -> None:
+        assert self.nic is not None
+        size = source.payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
+        for sport, head in source.poll(self.sim.now, limit=1):
+            body: StreamDatagram | bytes = StreamDatagram(head, source.payload_bytes)
+            if self.wire_bytes:
+                self._ip_id = (self._ip_id + 1) & 0xFFFF
+                address = FlowAddress(self.address, dst.address, sport, dport, dscp=dscp, ecn=ecn)
+                payload = head + bytes(source.payload_bytes - len(head))
+                body = ipv4_udp_packet(address, payload, ip_id=self._ip_id)
+                if self.capture is not None:
+                    self._captured(body)
+            self.nic.send(
+                Frame(self.name, dst.name, sport, size, ecn, body, priority=priority, dport=dport)
+            )
+        self.add_stream(source, dst=dst, dport=dport, dscp=dscp, ecn=ecn, priority=priority)
+
+    def _stream_received(self, frame: Frame, body: StreamDatagram | bytes) -> None:
+        sink = self.stream_sink
+        if isinstance(body, StreamDatagram):
+            if sink is not None:
+                sink.on_datagram(self.sim.now, body.head, frame.ecn, body.payload_bytes)
+            else:
+                self.endpoint.drops["malformed"] += 1
+            return
+        payload = body[IPV4_HEADER_BYTES + UDP_HEADER_BYTES :]
+        if sink is None:
+            self.endpoint.drops["malformed"] += 1
+            return
+        sink.on_datagram(self.sim.now, payload, body[1] & 3)
+
     # -- receive -------------------------------------------------------------------------
     def receive(self, frame: Frame, port: Port) -> None:
         now = self.sim.now
         endpoint = self.endpoint
-        body = frame.packet
+        if frame.dport != ROCEV2_UDP_PORT:
+            stream = cast("StreamDatagram | bytes", frame.packet)
+            if self.capture is not None and isinstance(stream, bytes):
+                self._captured(stream)
+            self._stream_received(frame, stream)
+            return
+        body = cast("Packet | bytes", frame.packet)
         if isinstance(body, bytes):
             if self.capture is not None:
                 self._captured(body)

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 
 from emulator.sim.engine import Simulator
 from emulator.transport.marking import EcnMarker
-from emulator.transport.packets import Packet
+from emulator.transport.packets import ROCEV2_UDP_PORT, Packet
+from emulator.transport.stream import StreamDatagram
 from emulator.transport.wire import ECN_CE, ECN_ECT0, ECN_ECT1
 
 # ECN-capable codepoints (RFC 3168 section 5: a congested router marks either; the eBPF marker
@@ -50,7 +51,7 @@ class Frame:
     sport: int
     size_bytes: int  # bytes on the link, framing included
     ecn: int
-    packet: Packet | bytes
+    packet: Packet | StreamDatagram | bytes
     control: bool = False  # ACK, NAK or CNP: travels from the receiver back to the sender
     mhash: int = 0
     tag: int = -1
@@ -58,6 +59,7 @@ class Frame:
     marked_here: bool = False  # CE set on arrival at the port now holding it (for on_tx)
     priority: bool = False  # its DSCP is in fabric.priority_dscps: the strict-priority queue
     flow: int = -1  # the flow (message) it carries or answers, for attribution
+    dport: int = ROCEV2_UDP_PORT  # the data's UDP destination port (a stream's own)
 
 
 class Node(Protocol):

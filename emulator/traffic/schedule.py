@@ -84,9 +84,12 @@ class TrafficSchedule:
         keep_instances: bool = False,
         id_base: int = TRAFFIC_ID_BASE,
         profile_base: int = 1,
+        hold_until_s: float = 0.0,
     ) -> None:
         """`profile_base`: the index this schedule's first QP profile has in the run's table
-        (0 is the transport's own); `profiles` lists them in order."""
+        (0 is the transport's own); `profiles` lists them in order. `hold_until_s`: the
+        schedule is not finished before then (a delay with no QP: the scenario's streams run
+        beside it)."""
         self.on_instance = on_instance
         self.on_member_issued = on_member_issued
         self.keep_instances = keep_instances
@@ -139,6 +142,8 @@ class TrafficSchedule:
                     else:
                         immediate.append(qp)
         self._pending = immediate  # started at the first poll
+        if hold_until_s > 0:
+            self._token_for(hold_until_s)
 
     def _token_for(self, start_s: float) -> int:
         """QPs that start at the same instant share one delay."""

@@ -391,6 +391,13 @@ def ipv4_packet(
     """A whole IPv4 packet (IP + UDP + RoCEv2) as the wire carries it, ICRC included; the UDP
     checksum is 0 as RoCEv2 senders usually leave it (RFC 768 allows it for IPv4)."""
     payload = encode(packet, IcrcContext(address), ip_id)
+    return ipv4_udp_packet(address, payload, ip_id=ip_id, ecn=ecn)
+
+
+def ipv4_udp_packet(
+    address: FlowAddress, payload: bytes, *, ip_id: int, ecn: int | None = None
+) -> bytes:
+    """An IPv4/UDP packet carrying `payload` (UDP checksum 0, as RFC 768 allows for IPv4)."""
     tos = (address.dscp << 2) | (address.ecn if ecn is None else ecn)
     flags = IPV4_DONT_FRAGMENT if address.dont_fragment else 0
     total = IPV4_HEADER_BYTES + UDP_HEADER_BYTES + len(payload)

@@ -15,7 +15,10 @@ from tests.otg_scripts import (
     api_for,
     fairness_failures,
     per_qp,
+    plain_incast_config,
+    plain_incast_failures,
     qp_fairness_config,
+    run_plain_incast,
     run_qp_fairness,
     serve,
     start_stop,
@@ -60,7 +63,7 @@ def test_write_verb_and_errors(tmp_path: Path) -> None:
         start_stop(api, "traffic", "start")
         (row,) = per_qp(api)
         assert row.message_complete_rx > 0 and row.message_fail == 0
-        # an unimplemented verb, a bad MTU and plain flows: one error naming each object
+        # an unimplemented verb, a bad MTU and a flow without headers: one error naming each
         bad = qp_fairness_config(api, senders=1, qps_per_port=1, verb="send_with_immediate")
         bad.devices[1].rocev2.ipv4_interfaces[0].ib_mtu = 200
         plain = bad.flows.flow(name="plain")[-1]
@@ -71,8 +74,8 @@ def test_write_verb_and_errors(tmp_path: Path) -> None:
         assert isinstance(error, snappi.Error) and error.kind == "validation"
         text = " ".join(error.errors)
         assert (
-            "flows[0].packet: []: plain flows other than PFC pause frames ([pfcpause]) are not "
-            "implemented yet" in text
+            "flows[0].packet: []: plain flows are [ethernet, ipv4, udp] here (or [pfcpause])"
+            in text
         )
         assert (
             "devices[1].rocev2.ipv4_interfaces[0].ib_mtu: 200 is below the smallest IB path MTU"
@@ -120,8 +123,8 @@ def test_a_pfc_storm_is_refused_by_the_simulator_in_one_line(tmp_path: Path) -> 
         with pytest.raises(Exception) as info:
             api.set_control_state(cs)
         assert info.value.args[0].errors == [
-            "control_state.traffic.flow_transmit: a start needs a stateful RoCEv2 flow (PFC "
-            "pause flows run beside them)"
+            "control_state.traffic.flow_transmit: a start needs a stateful RoCEv2 flow or a "
+            "plain flow (PFC pause flows run beside them)"
         ]
         cs.traffic.flow_transmit.flow_names = ["nothing"]
         with pytest.raises(Exception) as info:
@@ -168,3 +171,44 @@ def test_a_capture_through_snappi_holds_the_ports_rocev2_packets(tmp_path: Path)
     assert data[0][BTH].opcode in (6, 10)  # RDMA WRITE first or only: the flow's verb
     times = [float(p.time) for p in packets]
     assert times == sorted(times) and 0 < times[-1] < 200e-6  # target time, inside the run
+
+
+def test_plain_flows_script_on_the_simulator(tmp_path: Path) -> None:
+    """Plain flows as the sonic-mgmt ECN test sends them, two ports at 60% into a third: every
+    frame arrives in the lossless fabric (PFC on), the two share the port, and the capture at
+    the receiver holds their frames with CE marks; the flow metrics count both ends."""
+    with serve(BASE, "--duration-us", "300", tmp_path=tmp_path) as server:
+        api = api_for(server.url)
+        config = plain_incast_config(api)
+        rows = run_plain_incast(api, config, tmp_path / "rx.pcap")
+        failures = plain_incast_failures(rows, tmp_path / "rx.pcap")
+        assert not failures, failures
+        assert sorted(r.name for r in rows) == ["Test Flow 1 -> 0", "Test Flow 2 -> 0"]
+        # 500 us at 60% of 100 Gb/s in 1024-byte frames (1044 on the wire with the gap)
+        expected = int(500e-6 / (1044 * 8 / 60e9))
+        for r in rows:
+            assert r.port_tx.startswith("Port ") and r.port_rx == "Port 0"
+            assert abs(r.frames_tx - expected) <= 1 and r.bytes_tx == r.frames_tx * 1024
+            # 120% offered into one port: each gets half of it while both send
+            assert 45e9 < r.rx_rate_bps < 55e9 and 59e9 < r.tx_rate_bps < 61e9
+            assert 0 < r.latency.minimum_ns <= r.latency.average_ns <= r.latency.maximum_ns
+            assert r.transmit == "started"
+        start_stop(api, "traffic", "stop")
+        request = api.metrics_request()
+        request.flow.flow_names = ["Test Flow 1 -> 0"]
+        (stopped,) = api.get_metrics(request).flow_metrics
+        assert stopped.transmit == "stopped" and stopped.rx_rate_bps == 0
+        assert stopped.frames_rx == rows[0].frames_rx
+        # a plain flow of a kind not implemented is refused naming the object
+        config.flows[0].packet[1].time_to_live.value = 3
+        config.flows[0].size.increment.start = 64
+        import snappi
+
+        with pytest.raises(Exception) as info:
+            api.set_config(config)
+        error = info.value.args[0]
+        assert isinstance(error, snappi.Error)
+        assert error.errors == [
+            "flows[0].packet[1].ipv4.time_to_live: not implemented by this tester (docs/otg.md)",
+            "flows[0].size.choice: increment: only a fixed frame size here",
+        ]

@@ -20,7 +20,10 @@ from tests.otg_scripts import (
     api_for,
     fairness_failures,
     per_qp,
+    plain_incast_config,
+    plain_incast_failures,
     qp_fairness_config,
+    run_plain_incast,
     run_qp_fairness,
     serve,
     start_stop,
@@ -131,6 +134,30 @@ def test_pfc_and_ecn_script_on_the_emulated_fabric(fabric_env: str, tmp_path: Pa
     assert any(p[IP].tos & 3 == 3 for p in roce)  # CE-marked data arrived
     assert any(p[BTH].opcode == 0x81 for p in roce)  # CNPs left
     assert 0 <= float(packets[0].time) < float(packets[-1].time) < 10e-3
+
+
+def test_plain_flows_script_on_the_emulated_fabric(fabric_env: str, tmp_path: Path) -> None:
+    """The sonic-mgmt ECN test's plain flows on real packets: two ports at 60% into a third for
+    500 us, every frame arrives (the ports' buffers hold the 120% incast), the two share the
+    port, the receiver's capture holds CE-marked frames with their DSCP; the run's verdict
+    stands behind the numbers (the streams' generator kept its schedule)."""
+    with serve_emulated(fabric_env, tmp_path, "300") as server:
+        api = api_for(server.url)
+        pcap = tmp_path / "rx.pcap"
+        rows = run_plain_incast(api, plain_incast_config(api), pcap)
+        failures = plain_incast_failures(rows, pcap)
+        for r in rows:
+            print(r.name, r.frames_tx, r.frames_rx, r.loss, r.tx_rate_bps, r.rx_rate_bps)
+        assert not failures, failures
+        for r in rows:
+            # each sender offered 60% of 100 Gb/s, each got about half the port while both sent
+            assert 55e9 < r.tx_rate_bps < 65e9 and 40e9 < r.rx_rate_bps < 60e9
+        runs = sorted((server.work_dir or tmp_path).glob("runs/*/results/summary.json"))
+        summary = json.loads(runs[-1].read_text())
+        print(summary["fidelity"])
+        assert summary["fidelity"]["verdict"] == "ok"
+        assert [s["frames_lost"] for s in summary["streams"]] == [0, 0]
+    assert not namespaces(fabric_env)
 
 
 def test_the_script_drives_tester_ports_toward_a_switch_under_test(

@@ -309,8 +309,8 @@ def test_pause_flows_are_refused_for_what_a_pfc_frame_cannot_be() -> None:
         "flows[0].packet[0].pfcpause.dst: 01:80:c2:00:00:02: PFC frames go to 01:80:c2:00:00:01",
         "flows[0].packet[0].pfcpause.class_enable_vector: 0: enables no priority",
         "flows[0].size: a PFC frame is 64 bytes (fixed)",
-        "flows[1].packet: ['ethernet', 'ipv4']: plain flows other than PFC pause frames "
-        "([pfcpause]) are not implemented yet (stateful_flows.rocev2 carry data)",
+        "flows[1].packet: ['ethernet', 'ipv4']: plain flows are [ethernet, ipv4, udp] here "
+        "(or [pfcpause])",
     ]
 
 
@@ -344,3 +344,80 @@ def test_every_layer1_speed_of_the_model_has_a_rate() -> None:
     from emulator.otg.model import SPEEDS
 
     assert set(SPEEDS) == set(model.Layer1._TYPES["speed"]["enum"])
+
+
+def test_plain_flows_map_onto_streams() -> None:
+    """sonic-mgmt's plain flows: the DSCP and the raw ECN field, incrementing source ports, a
+    rate in percent or bits per second (the wire's, preamble and gap included), fixed packets,
+    fixed seconds or continuous (as long as the start, from the flow's delay)."""
+    from tests.otg_scripts import plain_incast_config
+
+    config = plain_incast_config(api(), senders=3, streams=4, ecn=1)
+    config.flows[1].rate.gbps = 10
+    config.flows[1].duration.fixed_packets.packets = 500
+    config.flows[2].duration.continuous.delay.microseconds = 100
+    made = plan(document(config), 8, 100e9)
+    assert [f.name for f in made.plain_flows] == [f"Test Flow {i} -> 0" for i in (1, 2, 3)]
+    doc = scenario_document(read_base(BASE).document, made, TrafficOptions(duration_us=400.0))
+    first, second, third = doc["streams"]
+    assert first == {
+        "name": "Test Flow 1 -> 0",
+        "src": 1,
+        "dst": 0,
+        "frame_bytes": 1024,
+        "dscp": 3,
+        "ecn": 1,
+        "udp_sport": 5004,
+        "udp_sport_step": 1,
+        "udp_sport_count": 4,
+        "udp_dport": 7000,
+        "rate_percent": 60.0,
+        "duration_us": 500.0,
+        "start_us": 0.0,
+    }
+    assert second["rate_pps"] == pytest.approx(10e9 / (1044 * 8)) and second["packets"] == 500
+    assert (third["start_us"], third["duration_us"]) == (100.0, 300.0)
+    assert doc["traffic"] == [] and "pfc_frames" not in doc.get("run", {})
+    # a flow asked from a device's IPv4 to another's sends between their ports
+    devices = qp_fairness_config(api(), senders=1, qps_per_port=1)
+    flow = devices.flows.flow(name="by device")[-1]
+    flow.tx_rx.device.tx_names = ["IPv4 1"]
+    flow.tx_rx.device.rx_names = ["IPv4 0"]
+    _, ipv4, udp = flow.packet.ethernet().ipv4().udp()
+    ipv4.src.value = "10.20.1.2"
+    udp.dst_port.value = 9000
+    flow.rate.pps = 1000
+    flow.duration.fixed_packets.packets = 10
+    (made_flow,) = plan(document(devices), 8, 100e9).plain_flows
+    assert (made_flow.port, made_flow.rx_port, made_flow.udp_dport) == ("Port 1", "Port 0", 9000)
+
+
+def test_plain_flows_are_refused_for_what_this_tester_does_not_send() -> None:
+    config = qp_fairness_config(api(), senders=1, qps_per_port=1)
+    flow = config.flows.flow(name="bad")[-1]
+    flow.tx_rx.port.tx_name = "Port 1"
+    flow.tx_rx.port.rx_names = ["Port 0"]
+    _, ipv4, udp = flow.packet.ethernet().ipv4().udp()
+    ipv4.dst.value = "10.20.0.9"
+    ipv4.priority.choice = ipv4.priority.TOS
+    udp.dst_port.value = 4791
+    udp.src_port.values = [1, 2]
+    flow.rate.percentage = 120
+    flow.duration.burst.packets = 10
+    loop = config.flows.flow(name="loop")[-1]
+    loop.tx_rx.port.tx_name = "Port 1"
+    loop.tx_rx.port.rx_names = ["Port 1"]
+    loop.packet.ethernet().ipv4().udp()
+    assert errors_of(config) == [
+        "flows[0].packet[1].ipv4.priority.choice: tos: give the DSCP and ECN (priority.dscp)",
+        "flows[0].packet[1].ipv4.dst: 10.20.0.9: the address of port 'Port 0' is 10.20.0.2",
+        "flows[0].packet[2].udp.src_port.choice: values: one value per field here",
+        "flows[0].packet[2].udp.dst_port: 4791: a plain flow's destination port is 1..65535 "
+        "and not RoCEv2's 4791",
+        "flows[0].rate.percentage: 120: at most 100% of line rate",
+        "flows[0].duration.choice: burst: continuous, fixed_seconds or fixed_packets",
+        "flows[1].tx_rx.port: 'Port 1' sends to itself",
+        # OTG's default destination port is 0, which no socket receives on
+        "flows[1].packet[2].udp.dst_port: 0: a plain flow's destination port is 1..65535 and "
+        "not RoCEv2's 4791",
+    ]

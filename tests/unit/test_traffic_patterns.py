@@ -294,7 +294,7 @@ def test_two_patterns_with_one_name_are_refused(tmp_path: Path) -> None:
 def test_neither_workload_nor_traffic_is_refused(tmp_path: Path) -> None:
     for text in ("name: nothing\n", "name: nothing\ntraffic: []\n"):
         assert scenario_error(tmp_path, text) == (
-            ":1: workload: give a workload (a trace), traffic patterns, or both"
+            ":1: workload: give a workload (a trace), traffic patterns or streams, or several"
         )
     with pytest.raises(ValueError, match="workload: give a workload"):
         Scenario()

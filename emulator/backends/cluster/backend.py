@@ -496,6 +496,11 @@ class ClusterBackend(Backend):
                 "metrics.capture: not supported over a cluster yet (the ranks' interfaces are "
                 "on other servers)"
             )
+        if scenario.streams:
+            raise ScenarioError(
+                "streams: not supported over a cluster yet (their senders and receivers run on "
+                "this machine, the ranks on other servers)"
+            )
         check_security(cluster_of(scenario, options).address)
 
     def timescale(self, request: TimescaleRequest) -> TdfChoice:

@@ -30,7 +30,9 @@ from emulator.backends.engine.pfc_generator import PfcGenerator
 from emulator.backends.engine.pfc_generator import interval_s as pfc_interval_s
 from emulator.backends.engine.pfc_readings import PfcReadings
 from emulator.backends.engine.sampling import Sampler
+from emulator.backends.engine.streams import StreamRunner
 from emulator.backends.link_events import LinkEventRunner
+from emulator.backends.streams import stream_extra, stream_reasons, stream_sinks, stream_sources
 from emulator.engine.coordinator import Coordinator, EngineFailure
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import RankEndpoint
@@ -79,6 +81,7 @@ class EngineSession(Session):
             live.check_destination(other.rank, other.address)
         self.links: LinkEventRunner | None = None
         self.pfc = self._pfc_generators()
+        self.streams = self._stream_runner()
         self.nic_counters = self._nic_counters()
         for c in self.nic_counters.values():
             context.stack.callback(c.close)
@@ -165,6 +168,8 @@ class EngineSession(Session):
                 self.links.start(start_wall_s)
             for generator in self.pfc:
                 generator.start(start_wall_s)
+            if self.streams is not None:
+                self.streams.start(start_wall_s)
 
         read_links = self.links_reader()
         links_before: dict[Any, Any] = {}
@@ -201,6 +206,8 @@ class EngineSession(Session):
                 self.links.stop()
             for generator in self.pfc:
                 generator.stop()
+            if self.streams is not None:
+                self.streams.stop()
             for capture in captures:
                 capture.stop()
             sampler.stop()
@@ -237,6 +244,16 @@ class EngineSession(Session):
             errors = [e for g in self.pfc for e in g.errors]
             if errors:
                 extra["pfc_frame_errors"] = errors[:5]
+        if self.streams is not None:
+            streams = self.streams
+            extra.update(stream_extra(scenario, streams.sources, streams.sinks))
+            reasons += stream_reasons(extra["streams"])
+            for rank, n in sorted(streams.socket_drops.items()):
+                reasons.append(
+                    f"streams: rank {rank}'s receiving sockets dropped {n} datagrams (this "
+                    "machine read them too slowly: counted lost, but not the fabric's)"
+                )
+            reasons += [f"streams: {e}" for e in streams.errors[:3]]
         captured: dict[int, bytes] = {}
         for capture in captures:
             data = capture.read()
@@ -289,6 +306,22 @@ class EngineSession(Session):
 
     def _lossless(self) -> bool:
         return True
+
+    def _stream_runner(self) -> StreamRunner | None:
+        """The scenario's streams (None: it has none); sockets closed by the context's stack."""
+        scenario = self.context.scenario
+        if not scenario.streams:
+            return None
+        runner = StreamRunner(
+            scenario.streams,
+            stream_sources(scenario),
+            stream_sinks(scenario),
+            address_of=self.live.rank_address,
+            netns_of=self.live.rank_netns,
+            tdf=self.context.tdf,
+        )
+        self.context.stack.callback(runner.close)
+        return runner
 
     def _pfc_generators(self) -> list[PfcGenerator]:
         """One generator per run.pfc_frames entry, on its rank's interface (sockets closed by

@@ -32,6 +32,7 @@ from emulator.backends.base import (
 )
 from emulator.backends.link_events import LinkEventRunner, flows_crossing
 from emulator.backends.link_events import resolve as resolve_link_events
+from emulator.backends.streams import stream_extra, stream_sinks, stream_sources
 from emulator.errors import ScenarioError
 from emulator.events import (
     FlowFinished,
@@ -48,6 +49,7 @@ from emulator.sim.fabric import SimFabric, SimFabricParams, build_fabric
 from emulator.sim.replay import FlowRecord, ReplayOutputs, SimReplay, SimulationStopped
 from emulator.timescale.tdf import TdfChoice
 from emulator.transport.qp_counters import recv_qp_counters, send_qp_counters
+from emulator.transport.stream import StreamSink, StreamSource
 from fabrics.spec import ClosSpec
 from fabrics.topology import HOST_IFNAME, Cable, build_clos
 
@@ -196,6 +198,7 @@ class SimSession(Session):
         if self.links is not None:
             for action in self.links.actions:
                 self.fabric.sim.at(action.at_s, self.links.apply, action, action.at_s)
+        sources, sinks = self._start_streams()
         interval_s = scenario.sim.sample_interval_us * 1e-6
         limit_s = scenario.sim.time_limit_s or max(1.0, 100 * context.planned.ideal.job_time_s)
         wall_limit_s = scenario.run.deadline_s
@@ -254,10 +257,33 @@ class SimSession(Session):
             ),
             leaves_out=LEAVES_OUT,
             lossless=True,
-            extra={"time": "simulated", "pfc": self._pfc_summary()},
+            extra={
+                "time": "simulated",
+                "pfc": self._pfc_summary(),
+                **stream_extra(scenario, sources, sinks),
+            },
             error=error,
             captures=self._captures(),
         )
+
+    def _start_streams(self) -> tuple[list[StreamSource], dict[int, StreamSink]]:
+        """The scenario's streams: each source on its sending host, a sink at each receiver."""
+        scenario = self.context.scenario
+        sources, sinks = stream_sources(scenario), stream_sinks(scenario)
+        hosts = self.fabric.hosts
+        for rank, sink in sinks.items():
+            hosts[rank].stream_sink = sink
+        priority = frozenset(self.topology.priority_dscps)
+        for spec, source in zip(scenario.streams, sources, strict=True):
+            hosts[spec.src].add_stream(
+                source,
+                dst=hosts[spec.dst],
+                dport=spec.udp_dport,
+                dscp=spec.dscp,
+                ecn=spec.ecn,
+                priority=spec.dscp in priority,
+            )
+        return sources, sinks
 
     def _captures(self) -> dict[int, bytes]:
         """Each captured host's packets, stamped in simulated time (raw IPv4: no link header)."""
