@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "fabric": "emulator.commands.fabric",
     "clean": "emulator.commands.clean",
     "otg": "emulator.commands.otg",
+    "bmwg": "emulator.commands.bmwg",
 }
 
 
