@@ -10,6 +10,7 @@ the results (the draft sets no pass/fail); 2 on bad input, before anything runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -76,13 +77,16 @@ def main(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         params=tuple(args.param),
     )
-    result = run_bmwg(
-        args.procedure,
-        Path(args.scenario),
-        out,
-        settings,
-        say=lambda line: print(line, file=sys.stderr),
-    )
+    # With --json stdout carries one document: each run's own table goes to stderr instead.
+    stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with stdout:
+        result = run_bmwg(
+            args.procedure,
+            Path(args.scenario),
+            out,
+            settings,
+            say=lambda line: print(line, file=sys.stderr),
+        )
     print(json.dumps(result.document, indent=2, default=str) if args.json else result.text)
     if not args.json:
         print(f"report: {result.report}")

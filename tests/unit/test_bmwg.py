@@ -176,3 +176,58 @@ def test_procedures_that_change_the_fabric_refuse_a_switch_under_test(tmp_path: 
         with pytest.raises(InputError, match=f"bmwg {name}: not toward a switch under test"):
             procedure(name).check(dut, {})
     procedure("pfc-incast").check(dut, {})
+
+
+def test_what_did_not_settle_is_an_anomaly(tmp_path: Path) -> None:
+    b = base(tmp_path)
+    convergence = procedure("dcqcn-convergence")
+    params = {"t0_us": 500.0, "trial_us": 3000.0, "m": (4,)}
+    assert convergence.anomalies(b, params, [{"M": 4, "converged": 1 / 3}]) == [
+        "M = 4: in 67% of the repeats the 2M flows were not all within the band by the end of "
+        "the trial (2500 us after T0; a longer --param trial_us may see it); convergence_us is "
+        "the mean of those that were"
+    ]
+    assert convergence.anomalies(b, params, [{"M": 4, "converged": 1.0}]) == []
+    assert "M = 256 not run (--param m=...,256 runs it)" in convergence.deviations(b, params, 3)
+    ecn = procedure("ecn-marking")
+    rows = [{"T_bytes": 1000, "max_queue_bytes": 1500.0}, {"T_bytes": 10, "max_queue_bytes": 50}]
+    (line,) = ecn.anomalies(b, {}, rows)
+    assert line.startswith("T = 1000 bytes: the queue reached 1500 bytes, not past Kmax")
+    failure = procedure("link-failure")
+    assert failure.anomalies(b, {"fail_iteration": 3}, [{"trial": "steady"}]) == [
+        "the failure run did not run: the steady run did not finish iteration 3 (see its folder)"
+    ]
+
+
+def test_source_ports_place_each_job_on_its_spine_links(tmp_path: Path) -> None:
+    from emulator.studies.bmwg.tenants import MultiTenant, Placement, _slot
+
+    assert _slot("l0-s1-2", "s1") == ("s1", 2) and _slot("l0-s1", "s1") == ("s1", 0)
+    b = base(
+        tmp_path,
+        CLOS.replace("spines: 2,", "spines: 2, parallel_links: 2,"),
+    )
+    placement = Placement(b)
+    assert placement.slots == [("s0", 0), ("s0", 1), ("s1", 0), ("s1", 1)]
+    tenants = MultiTenant()
+    job_a, job_b = tenants._plan(b, placement, 1 << 20, 50)
+    # job a on the first two spine links, job b on the second and third: one shared (50%)
+    for patterns, own in ((job_a, placement.slots[:2]), (job_b, placement.slots[1:3])):
+        for i, p in enumerate(patterns):
+            (src, dst), (sport,) = p["pairs"][0], p["qp_udp_sport"]
+            up, down = placement.spine_slots(src, dst, sport) or ((), ())
+            assert up == own[i % 2] and down in own
+    trials = tenants.trials(b, {"overlap_percent": (0, 25), "bytes_per_pair_kb": 64}, [])
+    assert [t.name for t in trials] == [
+        "o0-alone-a",
+        "o0-alone-b",
+        "o0-together",
+        "o25-alone-a",
+        "o25-alone-b",
+        "o25-together",
+    ]
+    # 25% of two links a job is not a whole link: the table says what it made
+    assert trials[3].params["actual_overlap_percent"] == 0
+    rows = [{"overlap_percent": 25, "actual_overlap_percent": 0}]
+    (line,) = tenants.anomalies(b, {}, rows)
+    assert line.startswith("overlap 25% asked") and line.endswith("share 0%")

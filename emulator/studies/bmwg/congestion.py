@@ -68,7 +68,7 @@ class DcqcnConvergence(Procedure):
     primary = "convergence_us"
     kpis = (
         ("convergence_us", "us"),
-        ("converged", ""),
+        ("converged", "share of repeats"),
         ("fair_share_gbps", "Gb/s"),
         ("jfi_end", ""),
         ("goodput_gbps", "Gb/s"),
@@ -136,6 +136,29 @@ class DcqcnConvergence(Procedure):
             "ecn_marking_ratio": ecn_marking_ratio(run),
             "cnps": totals.get("cnps"),
         }
+
+    def anomalies(
+        self, base: Base, params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+    ) -> list[str]:
+        window = params["trial_us"] - params["t0_us"]
+        return [
+            f"M = {r['M']}: in {1 - r['converged']:.0%} of the repeats the 2M flows were not all "
+            f"within the band by the end of the trial ({window:g} us after T0; a longer --param "
+            "trial_us may see it); convergence_us is the mean of those that were"
+            for r in rows
+            if r.get("converged") is not None and r["converged"] < 1
+        ]
+
+    def deviations(self, base: Base, params: Mapping[str, Any], repeats: int) -> list[str]:
+        out = super().deviations(base, params, repeats)
+        if 256 not in params["m"]:
+            out.append("M = 256 not run (--param m=...,256 runs it)")
+        out.append(
+            "the fair-share band is held from the convergence time to the end of the trial, "
+            "each flow's rate over a sliding window (the draft does not say how long, or how "
+            "rates are sampled)"
+        )
+        return out
 
 
 def convergence_s(

@@ -134,6 +134,16 @@ class LinkFailure(Procedure):
                 row["zero_impact"] = failure <= steady
         return rows
 
+    def anomalies(
+        self, base: Base, params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+    ) -> list[str]:
+        if any(r["trial"] == "failure" for r in rows):
+            return []
+        return [
+            f"the failure run did not run: the steady run did not finish iteration "
+            f"{params['fail_iteration']} (see its folder)"
+        ]
+
     def deviations(self, base: Base, params: Mapping[str, Any], repeats: int) -> list[str]:
         return [
             *super().deviations(base, params, repeats),

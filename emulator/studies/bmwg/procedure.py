@@ -67,6 +67,13 @@ class Procedure:
             out.append(row)
         return out
 
+    def anomalies(
+        self, base: Base, params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+    ) -> list[str]:
+        """What the results show that a reader must not miss (a trial that did not settle)."""
+        del base, params, rows
+        return []
+
     def deviations(self, base: Base, params: Mapping[str, Any], repeats: int) -> list[str]:
         """Where this run of the procedure departs from the draft's parameters."""
         out = []
@@ -78,12 +85,10 @@ class Procedure:
 
 
 def mean_of(values: Sequence[Any]) -> Any:
-    """The mean of numbers; a boolean's share of True; None without values."""
+    """The mean of numbers (of booleans: the share of True); None without values."""
     xs = [v for v in values if v is not None]
     if not xs:
         return None
-    if all(isinstance(v, bool) for v in xs):
-        return all(xs)
     nums = [float(v) for v in xs if isinstance(v, int | float)]
     return sum(nums) / len(nums) if nums else None
 

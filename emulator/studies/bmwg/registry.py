@@ -7,6 +7,7 @@ from emulator.studies.bmwg.balancing import EcmpEntropy, Flowlet, PacketSpray
 from emulator.studies.bmwg.congestion import DcqcnConvergence, PfcIncast
 from emulator.studies.bmwg.failure import LinkFailure
 from emulator.studies.bmwg.procedure import Procedure
+from emulator.studies.bmwg.tenants import MultiTenant
 from emulator.studies.bmwg.thresholds import BurstAbsorption, EcnMarking
 
 PROCEDURES: dict[str, Procedure] = {
@@ -19,6 +20,7 @@ PROCEDURES: dict[str, Procedure] = {
         EcmpEntropy(),
         Flowlet(),
         PacketSpray(),
+        MultiTenant(),
         LinkFailure(),
     )
 }
@@ -35,8 +37,6 @@ NOT_IMPLEMENTED = {
     "cyclic-dependency behaviour is not modelled",
     "9 collectives at scale, 10.1 synthetic JCT, 10.2 MLPerf": "`emulate run` of a generated "
     "collective gives BusBW with the draft's factors and the JCT ratio (summary.json)",
-    "10.3 multi-tenant interference": "not yet: placing two jobs on chosen shares of the spine "
-    "links needs the source-port policy to target a spine set",
     "11.1 scale, 12 soak": "thousands of ranks and 24-hour runs are beyond this tester",
 }
 

@@ -195,6 +195,7 @@ def write_report(
             anomalies.append(
                 f"{row['trial']}: the search stopped at a flagged run ({row['stopped_by']})"
             )
+    anomalies = [*anomalies, *procedure.anomalies(base, params, rows)]
     deviations = procedure.deviations(base, params, repeats)
     document: dict[str, Any] = {
         "draft": DRAFT,

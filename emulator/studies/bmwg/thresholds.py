@@ -248,6 +248,16 @@ class EcnMarking(Procedure):
             "max_queue_bytes": queue,
         }
 
+    def anomalies(
+        self, base: Base, params: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]
+    ) -> list[str]:
+        return [
+            f"T = {r['T_bytes']} bytes: the queue reached {r['max_queue_bytes']:.0f} bytes, not "
+            f"past Kmax (2T): the marking above Kmax is not measured (PFC or the buffer held it)"
+            for r in rows
+            if r.get("max_queue_bytes") is not None and r["max_queue_bytes"] <= 2 * r["T_bytes"]
+        ]
+
     def deviations(self, base: Base, params: Mapping[str, Any], repeats: int) -> list[str]:
         return [
             *super().deviations(base, params, repeats),
