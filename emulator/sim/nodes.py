@@ -275,8 +275,23 @@ class Host:
     def _stream_due(
         self, source: StreamSource, dst: Host, dport: int, dscp: int, ecn: int, priority: bool
     ) -> None:
-        assert self.nic is not None
+        nic = self.nic
+        assert nic is not None
         size = source.payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
+        if not nic.lossless and nic.queued_bytes + size > nic.buffer_bytes:
+            # the NIC's queue is full (its link paused, or slower than the stream): a NIC holds
+            # its generator rather than drop its own frames; the frame leaves late, and counts so
+            self.sim.at(
+                self.sim.now + size * 8 / nic.rate_bps,
+                self._stream_due,
+                source,
+                dst,
+                dport,
+                dscp,
+                ecn,
+                priority,
+            )
+            return
         for sport, head in source.poll(self.sim.now, limit=1):
             body: StreamDatagram | bytes = StreamDatagram(head, source.payload_bytes)
             if self.wire_bytes:
@@ -286,7 +301,7 @@ class Host:
                 body = ipv4_udp_packet(address, payload, ip_id=self._ip_id)
                 if self.capture is not None:
                     self._captured(body)
-            self.nic.send(
+            nic.send(
                 Frame(self.name, dst.name, sport, size, ecn, body, priority=priority, dport=dport)
             )
         self.add_stream(source, dst=dst, dport=dport, dscp=dscp, ecn=ecn, priority=priority)

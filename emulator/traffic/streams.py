@@ -14,13 +14,14 @@ from emulator.transport.packets import ROCEV2_UDP_PORT
 from emulator.transport.stream import (
     ETHERNET_HEADER_FCS_BYTES,
     MIN_FRAME_BYTES,
+    PREAMBLE_GAP_BYTES,
     StreamSource,
     frame_interval_s,
     packets_for,
 )
 
-# Frames still on their way this long (target time) after a stream's last one was due count as
-# lost: the run holds that long past the last stream's end before it stops counting.
+# Frames still on their way this long (target time) after the streams could all have been
+# delivered (streams_end_s) count as lost: the run holds that long before it stops counting.
 DRAIN_S = 1e-3
 
 
@@ -118,10 +119,22 @@ class StreamSpec:
 
 
 def streams_end_s(streams: tuple[StreamSpec, ...], line_rate_bps: float) -> float:
-    """When the run may stop counting the streams: the last one's last frame, drained."""
+    """When the run may stop counting the streams: the last frame due, or the time every frame
+    sent to one receiver takes through its link at line rate from the first one's start (an
+    incast queues: a lossless fabric delivers it all by then), whichever is later; then DRAIN_S."""
     if not streams:
         return 0.0
-    return max(s.source(i, line_rate_bps).end_s for i, s in enumerate(streams)) + DRAIN_S
+    ends = []
+    into: dict[int, list[float]] = {}  # receiver -> [first start, wire bits]
+    for i, spec in enumerate(streams):
+        source = spec.source(i, line_rate_bps)
+        ends.append(source.end_s)
+        bits = source.packets * (spec.frame_bytes + PREAMBLE_GAP_BYTES) * 8
+        entry = into.setdefault(spec.dst, [source.start_s, 0.0])
+        entry[0] = min(entry[0], source.start_s)
+        entry[1] += bits
+    ends += [start + bits / line_rate_bps for start, bits in into.values()]
+    return max(ends) + DRAIN_S
 
 
 def check_streams(

@@ -169,6 +169,9 @@ def test_a_link_failure_iteration_against_the_steady_p99(tmp_path: Path) -> None
     )
     assert failure["zero_impact"] == (failure["failure_iteration_us"] <= steady["steady_p99_us"])
     assert failure["run"] == "l0-s0 down at iteration 2"
+    # the All-Reduce's BusBW (2(n-1)/n) below line rate, the JCT above its roofline
+    assert 0 < steady["busbw_gbps"] <= 100 and steady["jct_ratio"] >= 1.0
+    assert failure["jct_ratio"] > steady["jct_ratio"] * 0.99
 
 
 def test_multi_tenant_interference_grows_with_the_shared_spine_links(tmp_path: Path) -> None:

@@ -65,3 +65,44 @@ def test_packet_spray_on_the_emulated_fabric(fabric_env: str, tmp_path: Path) ->
     # the eBPF balancer spreads every QP's packets over both uplinks: even, reordered, no resend
     assert spray["mmr_leaf_up"] < min(1.1, ecmp["mmr_leaf_up"])
     assert spray["ooo_per_s"] > 0 and spray["retx_per_s"] == 0
+
+
+def test_pfc_incast_toward_a_software_switch_under_test(fabric_env: str, tmp_path: Path) -> None:
+    """The same procedure through tester ports toward a switch (the software DUT: a router
+    namespace with the eBPF marker and 100 Mb/s ports), in real time: 3:1 into its fourth port,
+    the switch marks, DCQCN shares the port, the report names the switch as the lab must."""
+    import os
+
+    import yaml
+
+    from tests.system.software_dut import DUT_RATE_BPS, PORTS, port_address, software_dut
+
+    root = Path(__file__).resolve().parents[2]
+    with software_dut(f"bm{os.getpid() % 100000}-") as (_, cables):
+        document = yaml.safe_load((root / "scenarios" / "otg" / "dut.yaml").read_text())
+        document["fabric"].update(
+            interfaces=cables,
+            addresses=[port_address(i) for i in range(PORTS)],
+            gateways=[f"192.168.{70 + i}.1" for i in range(PORTS)],
+            routes=["192.168.64.0/20"],
+            allowlist=["192.168.64.0/20"],
+            max_rate_gbps=DUT_RATE_BPS / 1e9,
+        )
+        path = tmp_path / "dut.yaml"
+        path.write_text(yaml.safe_dump(document))
+        settings = BmwgSettings(
+            repeats=1,
+            progress=False,
+            params=("n=3", "duration_us=300000", "message_kb=256"),
+            fabric_prefix=fabric_env,
+        )
+        result = run_bmwg("pfc-incast", path, tmp_path / "out", settings)
+    print(result.text)
+    (row,) = result.document["results"]["rows"]
+    assert row["judged"] == 1, result.document["anomalies"]
+    # three senders into one 100 Mb/s port: it carries what DCQCN lets through, the switch marks
+    assert 50 < row["goodput_gbps"] * 1e3 <= 100 and row["ecn_marking_ratio"] > 0
+    assert result.document["device_identification"]["device"].startswith(
+        "the switch under test between the tester's ports"
+    )
+    assert result.document["topology"]["draft_topology"].startswith("the switch under test")

@@ -8,7 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.studies.bmwg.common import Base, Param, Trial, TrialRun
-from emulator.studies.bmwg.kpis import RunData, drops_ppm, percentile, retransmissions_per_s
+from emulator.studies.bmwg.kpis import (
+    RunData,
+    busbw_gbps,
+    drops_ppm,
+    jct_ratio,
+    percentile,
+    retransmissions_per_s,
+)
 from emulator.studies.bmwg.procedure import Procedure
 
 
@@ -47,6 +54,8 @@ class LinkFailure(Procedure):
         ("failure_iteration_us", "us"),
         ("overhead_percent", "%"),
         ("zero_impact", ""),
+        ("busbw_gbps", "Gb/s"),
+        ("jct_ratio", ""),
         ("drops_ppm", "ppm"),
         ("retx_per_s", "1/s"),
     )
@@ -111,6 +120,9 @@ class LinkFailure(Procedure):
         times = iteration_times(run)
         spans = [(end - start) * 1e6 for start, end in times]
         out: dict[str, Any] = {
+            # the All-Reduce's mean BusBW (factor 2(n-1)/n) and the run's JCT over its roofline
+            "busbw_gbps": busbw_gbps(run).get("ALL_REDUCE"),
+            "jct_ratio": jct_ratio(run),
             "drops_ppm": drops_ppm(run),
             "retx_per_s": retransmissions_per_s(run),
         }

@@ -113,8 +113,16 @@ def _configuration(scenario: Any) -> dict[str, Any]:
         "switch_latency_ns",
         "priority_dscps",
     )
+    thresholds = {}
+    for tier in ("leaf", "spine", "super_spine"):
+        spec = getattr(scenario.fabric, tier, None)
+        if spec is not None and spec.ecn.enabled:
+            # resolved at the fabric links' speed (the HPCC table's defaults where not given)
+            kmin, kmax = spec.ecn.thresholds_bytes(scenario.fabric.fabric_link_gbps)
+            thresholds[tier] = {"kmin_bytes": kmin, "kmax_bytes": kmax, "pmax": spec.ecn.pmax}
     return {
         "fabric": {k: v for k, v in fabric.items() if k in keep},
+        "ecn_thresholds_at_fabric_link_speed": thresholds,
         "dcqcn": transport.get("dcqcn"),
     }
 

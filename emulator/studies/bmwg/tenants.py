@@ -55,10 +55,11 @@ class Placement:
             return None
         return _slot(up[0].src_ifname, up[0].dst), _slot(down[0].dst_ifname, down[0].src)
 
-    def sport_for(self, src: int, dst: int, wanted: Slot, allowed: set[Slot]) -> int:
+    def sport_for(self, src: int, dst: int, wanted: Slot) -> int:
+        """A source port whose path takes the `wanted` spine link both ways: up from the source
+        leaf and down to the destination leaf (a job's flows on distinct links)."""
         for sport in SPORTS:
-            slots = self.spine_slots(src, dst, sport)
-            if slots is not None and slots[0] == wanted and slots[1] in allowed:
+            if self.spine_slots(src, dst, sport) == (wanted, wanted):
                 return sport
         raise InputError(
             f"bmwg multi-tenant: no source port puts h{src}->h{dst} on spine link {wanted}"
@@ -121,7 +122,7 @@ class MultiTenant(Procedure):
         for job, own, pairs in zip("ab", (job_a, job_b), job_ranks(base), strict=True):
             patterns = []
             for i, (src, dst) in enumerate(pairs):
-                sport = placement.sport_for(src, dst, own[i % len(own)], set(own))
+                sport = placement.sport_for(src, dst, own[i % len(own)])
                 patterns.append(
                     {
                         "name": f"job{job}-{i}",
