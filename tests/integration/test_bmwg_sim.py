@@ -168,7 +168,9 @@ def test_a_link_failure_iteration_against_the_steady_p99(tmp_path: Path) -> None
         (failure["failure_iteration_us"] / steady["steady_p99_us"] - 1) * 100
     )
     assert failure["zero_impact"] == (failure["failure_iteration_us"] <= steady["steady_p99_us"])
-    assert failure["run"] == "l0-s0 down at iteration 2"
+    # the uplink the steady run loaded most
+    assert failure["run"].startswith("l0-s") or failure["run"].startswith("l1-s")
+    assert failure["run"].endswith(" down at iteration 2")
     # the All-Reduce's BusBW (2(n-1)/n) below line rate, the JCT above its roofline
     assert 0 < steady["busbw_gbps"] <= 100 and steady["jct_ratio"] >= 1.0
     assert failure["jct_ratio"] > steady["jct_ratio"] * 0.99
@@ -185,3 +187,28 @@ def test_multi_tenant_interference_grows_with_the_shared_spine_links(tmp_path: P
     assert disjoint["interference_a"] == pytest.approx(1.0, abs=0.02)
     assert disjoint["interference_b"] == pytest.approx(1.0, abs=0.02)
     assert 1.7 < half["interference_a"] < 2.3 and 1.7 < half["interference_b"] < 2.3
+
+
+def test_bad_input_is_one_line_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = scenario(tmp_path)
+    out = tmp_path / "report"
+    cases = [
+        (["bmwg", "pfc-incast", str(tmp_path / "missing.yaml")], "missing.yaml: no such scenario"),
+        (["bmwg", "pfc-incast", str(path), "--param", "x=1"], "--param x=1: pfc-incast takes"),
+        (["bmwg", "pfc-incast", str(path), "--param", "n=two"], "--param n=two: expected int"),
+        (["bmwg", "pfc-incast", str(path), "--repeats", "0"], "--repeats 0: must be at least 1"),
+        # the first trials are loaded before anything runs: a frame past the fabric's MTU
+        (
+            ["bmwg", "burst-absorption", str(path), "--param", "frame_bytes=9300"],
+            "frame_bytes",
+        ),
+        # the simulator takes no time dilation
+        (["bmwg", "pfc-incast", str(path), "--tdf", "100"], "tdf"),
+    ]
+    for argv, message in cases:
+        assert main([*argv, "--out", str(out), "--no-progress"]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (argv, err)
+        assert not out.exists(), argv

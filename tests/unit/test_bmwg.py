@@ -195,7 +195,8 @@ def test_what_did_not_settle_is_an_anomaly(tmp_path: Path) -> None:
     assert line.startswith("T = 1000 bytes: the queue reached 1500 bytes, not past Kmax")
     failure = procedure("link-failure")
     assert failure.anomalies(b, {"fail_iteration": 3}, [{"trial": "steady"}]) == [
-        "the failure run did not run: the steady run did not finish iteration 3 (see its folder)"
+        "the failure run did not run: the steady run did not finish iteration 3, or crossed no "
+        "spine link (see its folder)"
     ]
 
 

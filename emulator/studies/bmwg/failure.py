@@ -31,6 +31,15 @@ def iteration_times(run: RunData) -> list[tuple[float, float]]:
     return [(c["start_s"], c["end_s"]) for c in rows]
 
 
+def busiest_uplink(run: RunData) -> str | None:
+    """The leaf-to-spine port that carried the most bytes (ports.parquet, its last sample)."""
+    last: dict[str, int] = {}
+    for row in run.ports:
+        if row.get("tier_group") == "leaf_up":
+            last[row["port"]] = row.get("tx_bytes") or 0
+    return max(last, key=lambda p: last[p]) if last and max(last.values()) > 0 else None
+
+
 class LinkFailure(Procedure):
     name = "link-failure"
     section = "11.2"
@@ -44,7 +53,11 @@ class LinkFailure(Procedure):
         Param("size_mb", 64, "All-Reduce buffer per rank (the draft: 1 GB)"),
         Param("iterations", 20, "All-Reduces in sequence"),
         Param("fail_iteration", 10, "the iteration the link goes down at the start of"),
-        Param("port", "", "the cable taken down (default: the first leaf's first uplink)"),
+        Param(
+            "port",
+            "",
+            "the cable taken down (default: the leaf uplink the steady run loaded most)",
+        ),
         Param("reroute_after_us", 50.0, "when the other switches stop using it"),
     )
     repeats = 1
@@ -100,8 +113,9 @@ class LinkFailure(Procedure):
         k = int(params["fail_iteration"])
         if len(times) <= k:
             return []  # the steady run did not finish its iterations: an anomaly, reported
-        links = int((base.document.get("fabric") or {}).get("parallel_links", 1))
-        port = params["port"] or ("l0-s0-0" if links > 1 else "l0-s0")
+        port = params["port"] or busiest_uplink(steady[0].run)
+        if port is None:
+            return []  # the steady run crossed no spine: an anomaly, reported
         event = {
             "port": port,
             "down_at_us": times[k][0] * 1e6,
@@ -153,7 +167,7 @@ class LinkFailure(Procedure):
             return []
         return [
             f"the failure run did not run: the steady run did not finish iteration "
-            f"{params['fail_iteration']} (see its folder)"
+            f"{params['fail_iteration']}, or crossed no spine link (see its folder)"
         ]
 
     def deviations(self, base: Base, params: Mapping[str, Any], repeats: int) -> list[str]:

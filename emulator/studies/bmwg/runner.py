@@ -10,6 +10,7 @@ search, the link failure placed at a steady run's iteration) get their next tria
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,15 +87,21 @@ def run_bmwg(
     pending = procedure.trials(base, params, [])
     if not pending:
         raise InputError(f"bmwg {name}: no trial fits this fabric ({scenario_path})")
+    created = not out_dir.exists()
     prepare_out_dir(out_dir)
     backend = ""
-    for trial in pending:  # every first trial refused now, not after the others ran
-        backend = check_backend(
-            _load(out_dir, trial),
-            Path(f"{scenario_path} ({trial.name})"),
-            settings.backend,
-            settings.tdf,
-        )
+    try:
+        for trial in pending:  # every first trial refused now, not after the others ran
+            backend = check_backend(
+                _load(out_dir, trial),
+                Path(f"{scenario_path} ({trial.name})"),
+                settings.backend,
+                settings.tdf,
+            )
+    except BaseException:
+        if created:  # nothing half-written of a report that never started
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
     done: list[TrialRun] = []
     anomalies: list[str] = []
     trials_run = 0

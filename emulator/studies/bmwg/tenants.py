@@ -15,7 +15,7 @@ from typing import Any
 
 from emulator.errors import InputError
 from emulator.studies.bmwg.common import Base, Param, Trial, TrialRun
-from emulator.studies.bmwg.kpis import RunData
+from emulator.studies.bmwg.kpis import RunData, cv
 from emulator.studies.bmwg.procedure import Procedure, mean_of
 
 Slot = tuple[str, int]  # a spine and the parallel link's index: one leaf-spine link pair
@@ -206,7 +206,12 @@ class MultiTenant(Procedure):
                 row[f"interference_{job}"] = together / alone if alone and together else None
             row["repeats"] = len(mine)
             row["judged"] = sum(1 for r in mine if r.judged)
-            row["primary_cv"] = None
+            row["primary_cv"] = cv(
+                [
+                    _ratio(mine, "together", "alone-a", "jct_a_us", k)
+                    for k in sorted({r.repeat for r in mine})
+                ]
+            )
             out.append(row)
         return out
 
@@ -228,3 +233,22 @@ class MultiTenant(Procedure):
             "collective, size or ranks)"
         )
         return out
+
+
+def _ratio(
+    runs: Sequence[TrialRun], together: str, alone: str, kpi: str, repeat: int
+) -> float | None:
+    """One repeat's interference factor: its together run's JCT over its alone run's."""
+
+    def value(jobs: str) -> Any:
+        return next(
+            (
+                r.kpis.get(kpi)
+                for r in runs
+                if r.trial.params["jobs"] == jobs and r.repeat == repeat and r.judged
+            ),
+            None,
+        )
+
+    num, den = value(together), value(alone)
+    return num / den if num and den else None
