@@ -133,6 +133,7 @@ def main(args: argparse.Namespace) -> int:
                 backend=args.backend,
                 tdf=args.tdf,
                 netns_prefix=args.netns_prefix,
+                gateway_macs=base.gateway_macs,
             )
         )
         stack.callback(service.close)

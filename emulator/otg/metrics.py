@@ -186,7 +186,8 @@ def ports(
     columns: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """port metrics: frames from the QPs' counters on the side each happens (data sent by the
-    sender, ACKs, NAKs and CNPs by the receiver), bytes from the NIC counters."""
+    sender, ACKs, NAKs and CNPs by the receiver) and the plain flows' frames sent and received,
+    bytes from the NIC counters."""
     frames: dict[int, dict[str, int]] = defaultdict(lambda: {"tx": 0, "rx": 0})
     for row in tables.queue_pairs:
         replies_rx = row["acks_received"] + row["naks_received"] + row["cnps_received"]
@@ -195,6 +196,9 @@ def ports(
         frames[row["src_rank"]]["rx"] += replies_rx
         frames[row["dst_rank"]]["rx"] += row["data_packets_received"]
         frames[row["dst_rank"]]["tx"] += replies_tx
+    for stream in tables.summary.get("streams") or []:  # plain flows: their frames each end
+        frames[stream["src"]]["tx"] += stream["frames_tx"]
+        frames[stream["dst"]]["rx"] += stream["frames_rx"]
     nbytes: dict[tuple[int, str], int] = defaultdict(int)
     moving: dict[tuple[int, str], list[float]] = defaultdict(list)
     for sample in tables.nic:

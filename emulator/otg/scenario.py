@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ class Base:
     document: dict[str, Any]
     ranks: int
     line_rate_bps: float
+    # rank -> the MAC of the switch port its link ends at, where the fabric fixes it (a Clos:
+    # fabrics/netns.cable_mac); toward a switch under test only ARP tells, during a run
+    gateway_macs: dict[int, str] = field(default_factory=dict)
 
 
 def read_base(path: Path) -> Base:
@@ -72,7 +75,30 @@ def read_base(path: Path) -> Base:
                 scenario = load_scenario(copy_path)
             except InputError as exc:
                 raise InputError(str(exc).replace(str(copy_path), str(path))) from None
-    return Base(path, document, scenario.fabric.ranks, scenario.fabric.rank_rate_bps)
+    return Base(
+        path,
+        document,
+        scenario.fabric.ranks,
+        scenario.fabric.rank_rate_bps,
+        gateway_macs(scenario.fabric),
+    )
+
+
+def gateway_macs(fabric: Any) -> dict[int, str]:
+    """Each rank's leaf port MAC on the emulated Clos (the same every run: the MAC plan of
+    fabrics/netns.py; the simulator has no link layer and takes the same plan)."""
+    from fabrics.netns import cable_mac
+    from fabrics.spec import ClosSpec
+    from fabrics.topology import build_clos
+
+    if not isinstance(fabric, ClosSpec):
+        return {}
+    out = {}
+    for index, cable in enumerate(build_clos(fabric).cables):
+        for near, _far, end in ((cable.a, cable.b, 1), (cable.b, cable.a, 0)):
+            if near.node.startswith("h") and near.node[1:].isdigit():
+                out[int(near.node[1:])] = cable_mac(index, end)
+    return out
 
 
 def scenario_document(

@@ -45,6 +45,7 @@ class ServiceOptions:
     backend: str | None = None  # `emulate run --backend`
     tdf: float | None = None  # `emulate run --tdf`
     netns_prefix: str | None = None  # `emulate run --netns-prefix`
+    gateway_macs: Mapping[int, str] = field(default_factory=dict)  # rank -> its switch port's
 
 
 class OtgService:
@@ -354,17 +355,23 @@ class OtgService:
             raise _error(f"states_request.choice: {raw.get('choice')} is not implemented")
         with self._lock:
             document = self._document or {}
-            self._require_config()
+            made = self._require_config()
         wanted = raw.get("ipv4_neighbors", {}).get("ethernet_names", [])
         rows = []
         for device in document.get("devices", []):
             for eth in device.get("ethernets", []):
                 if wanted and eth.get("name") not in wanted:
                     continue
+                port = (eth.get("connection") or {}).get("port_name")
+                rank = next((p.rank for p in made.ports if p.name == port), None)
+                mac = self.options.gateway_macs.get(rank) if rank is not None else None
                 for ip in eth.get("ipv4_addresses", []):
-                    # the gateway (the switch) is resolved inside a run's fabric, which exists
-                    # only while traffic runs: unresolved here (docs/otg.md)
-                    rows.append({"ethernet_name": eth["name"], "ipv4_address": ip.get("gateway")})
+                    row = {"ethernet_name": eth["name"], "ipv4_address": ip.get("gateway")}
+                    # the switch port the rank's link ends at: fixed on a Clos; toward a switch
+                    # under test only ARP during a run tells: unresolved (docs/otg.md)
+                    if mac is not None:
+                        row["link_layer_address"] = mac
+                    rows.append(row)
         return {"choice": "ipv4_neighbors", "ipv4_neighbors": rows}
 
 

@@ -196,6 +196,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(
     out = tmp_path / "report"
     cases = [
         (["bmwg", "pfc-incast", str(tmp_path / "missing.yaml")], "missing.yaml: no such scenario"),
+        (["bmwg", "nope", str(path)], "bmwg nope: not a procedure; one of burst-absorption"),
         (["bmwg", "pfc-incast", str(path), "--param", "x=1"], "--param x=1: pfc-incast takes"),
         (["bmwg", "pfc-incast", str(path), "--param", "n=two"], "--param n=two: expected int"),
         (["bmwg", "pfc-incast", str(path), "--repeats", "0"], "--repeats 0: must be at least 1"),

@@ -199,6 +199,12 @@ def test_plain_flows_script_on_the_simulator(tmp_path: Path) -> None:
         (stopped,) = api.get_metrics(request).flow_metrics
         assert stopped.transmit == "stopped" and stopped.rx_rate_bps == 0
         assert stopped.frames_rx == rows[0].frames_rx
+        # the ports count the plain flows' frames at each end
+        request = api.metrics_request()
+        request.port.port_names = []
+        ports = {p.name: p for p in api.get_metrics(request).port_metrics}
+        assert ports["Port 0"].frames_rx == sum(r.frames_rx for r in rows)
+        assert ports["Port 1"].frames_tx == rows[0].frames_tx
         # a plain flow of a kind not implemented is refused naming the object
         config.flows[0].packet[1].time_to_live.value = 3
         config.flows[0].size.increment.start = 64

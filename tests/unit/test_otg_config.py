@@ -421,3 +421,36 @@ def test_plain_flows_are_refused_for_what_this_tester_does_not_send() -> None:
         "flows[1].packet[2].udp.dst_port: 0: a plain flow's destination port is 1..65535 and "
         "not RoCEv2's 4791",
     ]
+
+
+def test_ipv4_neighbors_resolve_to_the_leaf_ports_fixed_mac(tmp_path: Path) -> None:
+    """sonic-mgmt's scripts wait until every device's gateway is resolved before traffic: on a
+    Clos the answer is the MAC of the leaf port the rank's link ends at (the emulated fabric's
+    fixed plan, fabrics/netns.cable_mac); toward a switch under test it stays unresolved."""
+    from fabrics.netns import cable_mac
+    from fabrics.topology import build_clos
+
+    base = read_base(BASE)
+    options = ServiceOptions(
+        base.document, base.ranks, 100.0, tmp_path, gateway_macs=base.gateway_macs
+    )
+    service = OtgService(options)
+    service.set_config(qp_fairness_config(api(), senders=2).serialize().encode())
+    request = api().states_request()
+    request.ipv4_neighbors.ethernet_names = []
+    reply = service.get_states(request.serialize().encode())
+    rows = reply["ipv4_neighbors"]
+    assert [(r["ethernet_name"], r["ipv4_address"]) for r in rows] == [
+        ("Eth 0", "10.20.0.1"),
+        ("Eth 1", "10.20.1.1"),
+        ("Eth 2", "10.20.2.1"),
+    ]
+    # rank 1's cable: its leaf end's MAC, as the emulated fabric sets it (ip link ... address)
+    from emulator.scenario import load_scenario
+
+    cables = build_clos(load_scenario(BASE).fabric).cables
+    (index, cable) = next((i, c) for i, c in enumerate(cables) if "h1" in (c.a.node, c.b.node))
+    leaf_end = 1 if cable.a.node == "h1" else 0
+    assert rows[1]["link_layer_address"] == cable_mac(index, leaf_end)
+    assert len({r["link_layer_address"] for r in rows}) == 3
+    assert not read_base(ROOT / "scenarios" / "otg" / "dut.yaml").gateway_macs
