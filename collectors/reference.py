@@ -17,6 +17,7 @@ judged: their absolute numbers depend on the marker, which the two runs need not
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -176,14 +177,37 @@ def _spread(ref: _Side, draws: Sequence[_Side], tolerance: float) -> dict[str, A
     }
 
 
-def _beyond(value: float | None, stated: float, spread: float | None) -> str | None:
-    """Why `value` is a deviation (beyond the stated bound and the model's spread), or None
-    (also when it was not measured)."""
+# Smirnov (1948): for two samples of n and m values drawn from one distribution, the KS
+# distance exceeds c(a) sqrt((n + m) / (n m)) with probability a, where c(a) = sqrt(-ln(a / 2) / 2)
+# (1.358 at a = 0.05: the asymptotic critical value every KS table gives). A smaller distance is
+# one those samples cannot tell from chance, whatever the stated bound.
+KS_ALPHA = 0.05
+
+
+def ks_noise(n: int, m: int, alpha: float = KS_ALPHA) -> float | None:
+    """The KS distance two samples of `n` and `m` values reach by chance with probability
+    `alpha` (None when either is empty)."""
+    if n <= 0 or m <= 0:
+        return None
+    return math.sqrt(-math.log(alpha / 2) / 2) * math.sqrt((n + m) / (n * m))
+
+
+def _beyond(
+    value: float | None, stated: float, spread: float | None, noise: float | None = None
+) -> str | None:
+    """Why `value` is a deviation (beyond the stated bound, the model's spread and, for a
+    sample statistic, what the samples can tell from chance), or None (also when it was not
+    measured)."""
     if value is None or value <= stated or (spread is not None and value <= spread):
         return None
-    if spread is None:
-        return f"> {stated:.2f}"
-    return f"> {stated:.2f} and > {spread:.3f}, the reference's own draws' largest"
+    if noise is not None and value <= noise:
+        return None
+    why = f"> {stated:.2f}"
+    if spread is not None:
+        why += f" and > {spread:.3f}, the reference's own draws' largest"
+    if noise is not None:
+        why += f", and > {noise:.3f}, what the two samples tell from chance (95%)"
+    return why
 
 
 def _compare_type(
@@ -216,7 +240,8 @@ def _compare_type(
             deviations.append(
                 f"busbw CV {cv[0]:.3f} vs reference {cv[1]:.3f}: differ by {cv_off:.3f} {why}"
             )
-        if why := _beyond(distance, bounds.ks_distance, model.get("ks_distance")):
+        noise = ks_noise(len(run.fcts), len(ref.fcts))
+        if why := _beyond(distance, bounds.ks_distance, model.get("ks_distance"), noise):
             deviations.append(
                 f"FCT distributions ({len(run.fcts)} vs {len(ref.fcts)} flows): KS distance "
                 f"{distance:.3f} beyond {bounds.fct_tolerance:.0%} of FCT {why}"
@@ -233,6 +258,8 @@ def _compare_type(
         "busbw_mean_ratio": ratio,
         "fct_ks_distance": distance,  # forgiving bounds.fct_tolerance
         "fct_ks_distance_plain": plain_distance,
+        # the distance these two samples reach by chance at 95% (ks_noise)
+        "fct_ks_noise": ks_noise(len(run.fcts), len(ref.fcts)),
         "fct_count": [len(run.fcts), len(ref.fcts)],
         "cnps": [_get(run.stats, "cnps"), _get(ref.stats, "cnps")],
         "ecn_marks": [_get(run.stats, "ce_marks"), _get(ref.stats, "ce_marks")],

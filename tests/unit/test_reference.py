@@ -197,20 +197,37 @@ def test_busbw_20_percent_lower_is_a_deviation() -> None:
 
 
 def test_cv_and_fct_deviations_and_unfinished_flows_left_out() -> None:
-    run = tables(busbws_gbps=(10.0, 12.0, 14.0), fcts_ms=(3.0, 4.0, 5.0, 6.0, None))
-    reference = tables(busbws_gbps=(12.0, 12.0, 12.0), fcts_ms=(1.0, 2.0, 3.0, 4.0))
+    run = tables(busbws_gbps=(10.0, 12.0, 14.0), fcts_ms=(3.0, 4.0, 5.0, 6.0) * 10 + (None,))
+    reference = tables(busbws_gbps=(12.0, 12.0, 12.0), fcts_ms=(1.0, 2.0, 3.0, 4.0) * 10)
     result = compare_runs(run, reference)
     row = result["by_collective"]["ALL_REDUCE"]
     assert row["busbw_mean_ratio"] == pytest.approx(1.0)
-    assert row["fct_count"] == [4, 4]
+    assert row["fct_count"] == [40, 40]
     assert row["fct_ks_distance"] == pytest.approx(0.5)  # at 2 ms: 0 vs 1/2; at 4 ms: 1/2 vs 1
-    assert row["cnps"] == [15, 10]  # an unfinished flow's CNPs still count
+    # 40 and 40 flows tell 0.304 from chance at 95% (Smirnov: 1.358 x sqrt(80 / 1600))
+    assert row["fct_ks_noise"] == pytest.approx(1.358 * math.sqrt(80 / 1600), abs=1e-3)
+    assert row["cnps"][0] == sum(range(1, 42))  # an unfinished flow's CNPs still count
     assert result["deviations"] == [
         "ALL_REDUCE: busbw CV 0.136 vs reference 0.000: differ by 0.136 > 0.10",
-        "ALL_REDUCE: FCT distributions (4 vs 4 flows): KS distance 0.500 beyond 5% of FCT > 0.25",
+        "ALL_REDUCE: FCT distributions (40 vs 40 flows): KS distance 0.500 beyond 5% of FCT > "
+        "0.25, and > 0.304, what the two samples tell from chance (95%)",
         # its last flow ends 2 ms later: the job took 1.5 times as long
         "job time 6.000 ms vs reference 4.000 ms: ratio 1.500, off by 0.500 > 0.10",
     ]
+    # the same distance over 4 and 4 flows is within what chance gives them (0.960)
+    few = compare_runs(tables(fcts_ms=(3.0, 4.0, 5.0, 6.0)), tables())
+    assert few["by_collective"]["ALL_REDUCE"]["fct_ks_distance"] == pytest.approx(0.5)
+    assert not any("FCT distributions" in d for d in few["deviations"])
+
+
+def test_the_ks_noise_is_smirnovs_critical_value() -> None:
+    from collectors.reference import ks_noise
+
+    # c(0.05) = 1.358 and c(0.01) = 1.628 (the two-sample KS tables' asymptotic values)
+    assert ks_noise(1_000_000, 1_000_000) == pytest.approx(1.358 * math.sqrt(2e-6), rel=1e-3)
+    assert ks_noise(100, 100, alpha=0.01) == pytest.approx(1.628 * math.sqrt(0.02), rel=1e-3)
+    assert ks_noise(32, 32) == pytest.approx(0.3395, abs=1e-3)
+    assert ks_noise(0, 5) is None
 
 
 def test_the_reference_draws_spread_widens_a_bound_only_as_far_as_they_read() -> None:
@@ -224,7 +241,8 @@ def test_the_reference_draws_spread_widens_a_bound_only_as_far_as_they_read() ->
     ]
     run = tables(busbws_gbps=(11.5, 13.8, 16.1), fcts_ms=(3.0, 4.0, 5.0, 6.0))
     alone = compare_runs(run, reference)
-    assert len(alone["deviations"]) == 3  # busbw 1.15, KS 0.5 and job time 1.5 beyond the bounds
+    # busbw 1.15 and job time 1.5 beyond the bounds (KS 0.5 over 4 and 4 flows: within chance)
+    assert len(alone["deviations"]) == 2
     within = compare_runs(run, reference, draws=draws)
     spread = within["by_collective"]["ALL_REDUCE"]["model_spread"]
     assert spread["draws"] == 2
@@ -239,7 +257,8 @@ def test_the_reference_draws_spread_widens_a_bound_only_as_far_as_they_read() ->
     beyond = compare_runs(tables(fcts_ms=(5.0, 6.0, 7.0, 8.0)), reference, draws=draws)
     assert beyond["deviations"] == [
         "ALL_REDUCE: FCT distributions (4 vs 4 flows): KS distance 1.000 beyond 5% of FCT "
-        "> 0.25 and > 0.500, the reference's own draws' largest",
+        "> 0.25 and > 0.500, the reference's own draws' largest, and > 0.960, what the two "
+        "samples tell from chance (95%)",
         "job time 8.000 ms vs reference 4.000 ms: ratio 2.000, off by 1.000 > 0.10 and > 0.500, "
         "the reference's own draws' largest",
     ]
