@@ -122,12 +122,16 @@ def test_a_child_reaped_during_the_interval_counts_only_what_it_used_in_it() -> 
     child.start()
     assert ours.recv() == "burned"
     a = snapshot()
+    parent_before = time.process_time()
     ours.send("go")
     child.join()
+    parent_s = time.process_time() - parent_before
     b = snapshot()
     c = between(a, b)
-    print(f"child reaped: {c}")
-    assert c.own_s == pytest.approx(BURN_S, abs=RESOLUTION_S), c
+    print(f"child reaped: {c}; this process's own threads {parent_s:.3f} s")
+    # ours is this process and its children: this process's own threads (another test's thread
+    # left running in the same pytest process burned 0.42 s here once in CI) are not the child's
+    assert c.own_s - parent_s == pytest.approx(BURN_S, abs=RESOLUTION_S), c
     # not counted twice (as ours and as another's): what the processes used adds up to no more
     # than the machine's busy time, beside which a second count of the child would stand out by
     # BURN_S; robust to other tenants, whose CPU is in both sides
