@@ -151,12 +151,26 @@ def _timing(
 ) -> tuple[float, float | None] | None:
     """(start, stop) in target microseconds from the run's start (OTG's seconds are the run's
     target time, as every time here)."""
+    read = flow_duration(r, duration, path, line_rate_bps)
+    if read is None:
+        return None
+    start_us, packets, length_us = read
+    if packets is not None:
+        return None if pps is None else (start_us, start_us + packets / pps * 1e6)
+    return start_us, None if length_us is None else start_us + length_us
+
+
+def flow_duration(
+    r: Reader, duration: Mapping[str, Any], path: str, line_rate_bps: float
+) -> tuple[float, int | None, float | None] | None:
+    """A flow's `duration` as (start, packets, length in us): fixed_packets gives the packets,
+    fixed_seconds the length, continuous neither (it runs as long as the start)."""
     choice = duration.get("choice", "continuous")
     if choice not in ("continuous", "fixed_seconds", "fixed_packets"):
         r.refuse(f"{path}.choice", f"{choice}: continuous, fixed_seconds or fixed_packets")
         return None
     part = duration.get(choice, {})
-    # gap: the inter-frame gap, which the pacing of frames_per_s already spaces
+    # gap: the inter-frame gap, which the flow's rate already spaces
     r.rest(
         part,
         f"{path}.{choice}",
@@ -169,15 +183,11 @@ def _timing(
     start_us = delay_us(r, part.get("delay", {}), f"{path}.{choice}.delay", line_rate_bps)
     if start_us is None:
         return None
-    if choice == "continuous":
-        return start_us, None
+    if choice == "fixed_packets":
+        return start_us, int(part.get("packets", 1)), None
     if choice == "fixed_seconds":
-        seconds = float(part.get("seconds", 1.0))
-        return start_us, start_us + seconds * 1e6
-    if pps is None:
-        return None
-    packets = int(part.get("packets", 1))
-    return start_us, start_us + packets / pps * 1e6
+        return start_us, None, float(part.get("seconds", 1.0)) * 1e6
+    return start_us, None, None
 
 
 def delay_us(r: Reader, delay: Mapping[str, Any], path: str, line_rate_bps: float) -> float | None:

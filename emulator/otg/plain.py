@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulator.otg.model import PlainFlow, Port, Reader, model_defaults, same_value
-from emulator.otg.pause import RATE_UNITS_BPS, delay_us
+from emulator.otg.pause import RATE_UNITS_BPS, flow_duration
 from emulator.transport.packets import ROCEV2_UDP_PORT
 from emulator.transport.stream import MIN_FRAME_BYTES, PREAMBLE_GAP_BYTES
 
@@ -103,7 +103,7 @@ def _plain(
         r.refuse(f"{path}.size.fixed", f"{frame}: a frame is {MIN_FRAME_BYTES} bytes or more")
         frame = None
     rate = _rate(r, flow.get("rate", {}), f"{path}.rate", frame or MIN_FRAME_BYTES)
-    timing = _duration(r, flow.get("duration", {}), f"{path}.duration", line_rate_bps)
+    timing = flow_duration(r, flow.get("duration", {}), f"{path}.duration", line_rate_bps)
     if None in (ends, dscp, ecn, sports, dport, frame, rate, timing):
         return None
     assert ends is not None and sports is not None and rate is not None and timing is not None
@@ -266,32 +266,3 @@ def _rate(
     if choice == "pps":
         return None, value
     return None, value * RATE_UNITS_BPS[choice] / ((frame_bytes + PREAMBLE_GAP_BYTES) * 8)
-
-
-def _duration(
-    r: Reader, duration: Mapping[str, Any], path: str, line_rate_bps: float
-) -> tuple[float, int | None, float | None] | None:
-    """(start, packets, duration): continuous has neither (it runs as long as the start)."""
-    choice = duration.get("choice", "continuous")
-    if choice not in ("continuous", "fixed_seconds", "fixed_packets"):
-        r.refuse(f"{path}.choice", f"{choice}: continuous, fixed_seconds or fixed_packets")
-        return None
-    part = duration.get(choice, {})
-    # gap: the inter-frame gap, which the rate's spacing already includes
-    r.rest(
-        part,
-        f"{path}.{choice}",
-        {"continuous": "FlowContinuous", "fixed_seconds": "FlowFixedSeconds"}.get(
-            choice, "FlowFixedPackets"
-        ),
-        ("delay", "seconds", "packets"),
-        ("gap",),
-    )
-    start_us = delay_us(r, part.get("delay", {}), f"{path}.{choice}.delay", line_rate_bps)
-    if start_us is None:
-        return None
-    if choice == "fixed_packets":
-        return start_us, int(part.get("packets", 1)), None
-    if choice == "fixed_seconds":
-        return start_us, None, float(part.get("seconds", 1.0)) * 1e6
-    return start_us, None, None
