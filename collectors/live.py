@@ -11,10 +11,14 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from emulator.latency import LatencyHistogram
+
+if TYPE_CHECKING:
+    from collectors.attribution import AttributionRow
 
 # FCT histogram bucket upper bounds (seconds, target timescale): 1-2-5 steps from 1 us to 100 s,
 # covering a 4 KB message at 400 Gb/s up to a multi-GB collective on a congested link.
@@ -22,6 +26,9 @@ FCT_BUCKETS_S: tuple[float, ...] = (
     *(float(f"{m}e{e}") for e in range(-6, 2) for m in (1, 2, 5)),
     100.0,
 )
+
+# The fidelity verdict's server label for the whole run (a cluster's servers go by their names).
+ALL_SERVERS = "all"
 
 # Per-rank congestion counters, in the order of emulator.events.FlowFinished's counts.
 CONGESTION_COUNTERS = ("packets", "retransmitted_packets", "ce_marks", "cnps_sent", "cnps_received")
@@ -98,8 +105,16 @@ class LiveMetrics:
         # (switch, port) -> [PFC-equivalent pause seconds, pauses] accumulated deltas
         self.port_pause: defaultdict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.port_utilization: dict[tuple[str, str], float] = {}
+        # (switch, port, collective type, job) -> [tx bytes, ECN marks, queue byte-seconds,
+        # PFC-equivalent pause seconds] (collectors.attribution's rows, accumulated)
+        self.port_collective: defaultdict[tuple[str, str, str, str], list[float]] = defaultdict(
+            lambda: [0.0] * 4
+        )
         self.cpu_busy_ratio: float | None = None
         self.cpu_busy_by_server: dict[str, float] = {}  # a run over a cluster
+        # the fidelity verdict by server ("all": the whole run; a cluster's servers by name),
+        # (verdict, reasons): "running" until the run is judged
+        self.fidelity: dict[str, tuple[str, int]] = {ALL_SERVERS: ("running", 0)}
         # one-way latency per traffic class, read at scrape time from the engine (its workers'
         # last reports); None until a run's engine is there
         self.latency_source: Callable[[], Mapping[int, LatencyHistogram]] | None = None
@@ -110,6 +125,21 @@ class LiveMetrics:
     def advance(self, time_s: float) -> None:
         if time_s > self.target_time_s:
             self.target_time_s = time_s
+
+    def add_attribution(self, rows: Iterable[AttributionRow]) -> None:
+        """Window rows of collectors.attribution (simulated per instance, emulated per class),
+        summed per port and collective type."""
+        for row in rows:
+            totals = self.port_collective[(row.switch, row.port, row.collective_type, row.job)]
+            totals[0] += row.tx_bytes
+            totals[1] += row.ecn_marks
+            totals[2] += row.queue_byte_s or 0.0
+            totals[3] += row.pause_s or 0.0
+
+    def judged(self, verdict: str, reasons: int, parts: Mapping[str, tuple[str, int]]) -> None:
+        """The run's fidelity verdict (and each part's: a cluster's servers) once judged."""
+        with self.lock:
+            self.fidelity = {ALL_SERVERS: (verdict, reasons), **parts}
 
     def add_congestion(self, rank: int, collective_type: str, index: int, delta: int) -> None:
         if delta > 0:

@@ -2,10 +2,11 @@
 collectors.live.LiveMetrics, served on an explicit registry.
 
 Names: prefix `emulator_`, base units (seconds, bytes, ratios 0..1), counters end in `_total`;
-labels are bounded (rank, collective_type, iteration, direction, switch, port, stat), never a
-flow id. Times are in the target timescale (divided by the TDF); counters count real packets
-and bytes, so a PromQL rate() is per wall-clock second. The Grafana dashboard may only query
-what this exporter emits (tests/unit/test_collectors_grafana.py checks it):
+labels are bounded (rank, collective_type, iteration, direction, switch, port, stat, server,
+training_job), never a flow id. Times are in the target timescale (divided by the TDF); counters
+count real packets and bytes, so a PromQL rate() is per wall-clock second. The Grafana dashboard
+may only query what this exporter emits, and every panel returns data from a real run
+(tests/unit/test_collectors_grafana.py, tests/system/test_grafana_dashboard.py):
 
     emulator_run_info{scenario,tdf,marker,fabric}              emulator_run_time_dilation_factor
     emulator_run_target_time_seconds                            emulator_machine_cpu_busy_ratio
@@ -26,6 +27,9 @@ what this exporter emits (tests/unit/test_collectors_grafana.py checks it):
     emulator_switch_port_pfc_equivalent_pause_seconds_total{switch,port}  (target time the queue
         spent at or above the port's PFC XOFF threshold: a PFC fabric would have paused then)
     emulator_switch_port_pfc_equivalent_pauses_total{switch,port}
+    emulator_switch_port_collective_{transmit_bytes,ecn_marked_packets,queue_byte_seconds,
+        pfc_equivalent_pause_seconds}_total{switch,port,collective_type,training_job}  (attribution:
+        collectors.attribution's rows; the simulator and the emulated eBPF marker only)
     emulator_switch_tier_group_load_max_to_mean_ratio{tier_group}   (MMR and JFI of the group's
     emulator_switch_tier_group_load_jain_fairness_ratio{tier_group}  links over their last sample
         interval, collectors.balance; a group that carried nothing in it is left out)
@@ -33,6 +37,10 @@ what this exporter emits (tests/unit/test_collectors_grafana.py checks it):
     emulator_sacks_received_total{rank}  (sender; these four from the tester's per-QP counters,
         once the run sets `queue_pair_source` on its LiveMetrics: a callable returning
         collectors.queue_pairs.rank_totals; absent until then)
+    emulator_server_cpu_busy_ratio{server}                     (a run over a cluster)
+    emulator_fidelity_verdict{server,verdict}  (1; server "all" is the run; "running" until
+    emulator_fidelity_reasons{server}           judged; metrics.prometheus.linger_s keeps the
+        final values served after the run)
 """
 
 from __future__ import annotations
@@ -279,6 +287,7 @@ class LiveCollector(Collector):
             paused.add_metric(list(key), seconds)
             pauses.add_metric(list(key), count)
         yield from (paused, pauses)
+        yield from self._attribution_families()
         yield from self._multipath_families()
         cpu = GaugeMetricFamily(
             p + "machine_cpu_busy_ratio",
@@ -296,6 +305,56 @@ class LiveCollector(Collector):
         for server, ratio in sorted(dict(live.cpu_busy_by_server).items()):
             servers.add_metric([server], ratio)
         yield servers
+        verdict = GaugeMetricFamily(
+            p + "fidelity_verdict",
+            "1 for the fidelity verdict of the run (server 'all') and of each server of a "
+            "cluster: running until judged at the end, then ok, degraded or unknown",
+            labels=["server", "verdict"],
+        )
+        reasons = GaugeMetricFamily(
+            p + "fidelity_reasons",
+            "Reasons the fidelity verdict gives against the results (0 while running or ok)",
+            labels=["server"],
+        )
+        for server, (word, count) in sorted(live.fidelity.items()):
+            verdict.add_metric([server, word], 1.0)
+            reasons.add_metric([server], count)
+        yield from (verdict, reasons)
+
+    def _attribution_families(self) -> Iterator[Metric]:
+        """Who throttled whom, live: each switch port's traffic, marks, queue byte-time and
+        PFC-equivalent pause time by collective type (collectors.attribution: the simulator
+        exactly, the emulated fabric by the class its marker counts)."""
+        p = PREFIX
+        # "job" is the label Prometheus gives the scrape job: a training job is training_job
+        labels = ["switch", "port", "collective_type", "training_job"]
+        families = [
+            CounterMetricFamily(p + name, doc, labels=labels)
+            for name, doc in (
+                (
+                    "switch_port_collective_transmit_bytes",
+                    "Bytes a switch egress port sent, by the collective type they belong to",
+                ),
+                (
+                    "switch_port_collective_ecn_marked_packets",
+                    "Packets CE-marked at a switch egress port, by the collective type marked",
+                ),
+                (
+                    "switch_port_collective_queue_byte_seconds",
+                    "A switch egress queue's bytes integrated over target time, by the "
+                    "collective type holding them (its share is the type's share of the queue)",
+                ),
+                (
+                    "switch_port_collective_pfc_equivalent_pause_seconds",
+                    "Target seconds at or above the port's PFC XOFF threshold charged to a "
+                    "collective type (the simulator: PFC-paused time by queue share)",
+                ),
+            )
+        ]
+        for key, totals in sorted(self.live.port_collective.items()):
+            for family, value in zip(families, totals, strict=True):
+                family.add_metric(list(key), value)
+        yield from families
 
     def _multipath_families(self) -> Iterator[Metric]:
         """Link-load balance per tier group (draft-calabria-bmwg-ai-fabric-training-bench: MMR;

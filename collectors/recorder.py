@@ -204,10 +204,14 @@ class RunRecorder:
             meta = collectives.get(instance)
             return meta.job if meta is not None else ""
 
+        before = len(self.attribution.rows)
         self.attribution.add(event, type_of, instance_of, job_of)
+        self.live.add_attribution(self.attribution.rows[before:])
 
     def _class_sample(self, event: PortClassSample) -> None:
+        before = len(self.attribution.rows)
         self.attribution.add_classes(event)
+        self.live.add_attribution(self.attribution.rows[before:])
 
     def _cpu(self, event: CpuSample) -> None:
         self.cpu_rows.append(CpuRow(event.time_s, event.busy_ratio, event.server))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +195,11 @@ def run_planned(
         leaves_out=report.leaves_out,
         parts=report.parts,
     )
+    recorder.live.judged(
+        fidelity.verdict,
+        len(fidelity.reasons),
+        {name: (part.verdict, len(part.reasons)) for name, part in fidelity.parts.items()},
+    )
     metadata = report.metadata
     extra: dict[str, Any] = {
         "backend": backend.name,
@@ -255,6 +261,12 @@ def run_planned(
     url = scenario.metrics.prometheus.pushgateway_url
     if url:
         push(exporter.registry, url)
+    linger_s = scenario.metrics.prometheus.linger_s
+    if exporter.port is not None and linger_s > 0:
+        # the final values (the verdict, the tester's end-of-run counters) for a scraper; a
+        # Ctrl-C ends the wait like any other (the results are already in place)
+        options.say(f"serving the final metrics for {linger_s:g} s (metrics.prometheus.linger_s)")
+        time.sleep(linger_s)
     if options.report:
         print(summary_table(summary))  # with the latency per class and the expectations
         if comparison is not None:

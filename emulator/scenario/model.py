@@ -38,6 +38,15 @@ class PrometheusSpec:
     pushgateway_url: str | None = param(
         None, doc="also push the final metrics to this Pushgateway (runs shorter than a scrape)"
     )
+    linger_s: float = param(
+        0.0,
+        doc="keep serving the final metrics this long after the results are written, so a "
+        "Prometheus scraping every few seconds sees the verdict and the end-of-run counters "
+        "(Grafana's 'Fidelity verdict per server'); Ctrl-C ends the wait",
+        unit="s",
+        min=0.0,
+        max=3600.0,
+    )
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,7 @@ the recorder computed. Prometheus gets a temporary data dir and is stopped by it
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,87 +17,12 @@ from collectors.prometheus import Exporter, make_registry
 from collectors.recorder import RunRecorder
 from tests.synthetic_run import synthetic_run
 from tests.system.prereq import require
+from tests.system.prometheus_server import PROMETHEUS, PrometheusServer, get_json, wait_until
 
-PROMETHEUS = Path("/usr/bin/prometheus")
-SCRAPE_INTERVAL_S = 0.5
 FEED_CHUNKS = 24  # the run is fed over FEED_CHUNKS x FEED_PAUSE_S of wall-clock time
 FEED_PAUSE_S = 0.125
 
 pytestmark = pytest.mark.system
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read())
-
-
-def wait_until(what: str, check: Any, timeout_s: float) -> Any:
-    """Poll check() until it returns a truthy value; bounded in time."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (urllib.error.URLError, ConnectionError, OSError) as exc:
-            last = exc
-        if last and not isinstance(last, BaseException):
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
-class PrometheusServer:
-    def __init__(self, workdir: Path, target_port: int) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        config = workdir / "prometheus.yml"
-        config.write_text(
-            "global:\n"
-            f"  scrape_interval: {int(SCRAPE_INTERVAL_S * 1000)}ms\n"
-            f"  scrape_timeout: {int(SCRAPE_INTERVAL_S * 1000)}ms\n"
-            "scrape_configs:\n"
-            "  - job_name: emulator\n"
-            "    static_configs:\n"
-            f"      - targets: ['127.0.0.1:{target_port}']\n"
-        )
-        self.log = workdir / "prometheus.log"
-        with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    str(PROMETHEUS),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={workdir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.port}",
-                    "--log.level=warn",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def query(self, promql: str) -> list[dict[str, Any]]:
-        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        body = get_json(url)
-        assert body["status"] == "success", body
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    def scalar(self, promql: str) -> float:
-        (row,) = self.query(promql)
-        return float(row["value"][1])
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 @pytest.fixture

@@ -28,6 +28,9 @@ BOUNDED_LABELS = {
     "port",
     "stat",
     "dscp",
+    "server",
+    "verdict",
+    "training_job",
 }
 
 
@@ -358,3 +361,48 @@ def test_pfc_equivalent_pauses_from_port_samples() -> None:
         "pauses": None,
         "ports": [],
     }
+
+
+def test_the_verdict_is_running_until_judged_then_per_server(recorder: RunRecorder) -> None:
+    (running,) = samples(recorder)["emulator_fidelity_verdict"]
+    assert running.labels == {"server": "all", "verdict": "running"} and running.value == 1.0
+    live = recorder.live
+    try:
+        live.judged("degraded", 2, {"s1": ("ok", 0), "s2": ("degraded", 2)})
+        got = samples(recorder)
+        verdicts = {
+            s.labels["server"]: s.labels["verdict"] for s in got["emulator_fidelity_verdict"]
+        }
+        assert verdicts == {"all": "degraded", "s1": "ok", "s2": "degraded"}
+        reasons = {s.labels["server"]: s.value for s in got["emulator_fidelity_reasons"]}
+        assert reasons == {"all": 2.0, "s1": 0.0, "s2": 2.0}
+    finally:
+        live.judged("running", 0, {})
+
+
+def test_attribution_rows_sum_per_port_and_collective_type() -> None:
+    from collectors.attribution import AttributionRow
+    from collectors.live import LiveMetrics
+
+    live = LiveMetrics(RunInfo("a", 1.0, "phantom", "clos"))
+    row = AttributionRow(1.0, 1.0, "l0", "p", 7, "ALL_TO_ALL", 0, 4096, 2, 0, queue_byte_s=0.25)
+    live.add_attribution(
+        [
+            row,
+            row,
+            AttributionRow(
+                2.0, 1.0, "l0", "p", 1, "ALL_REDUCE", 0, 100, 0, 0, pause_s=0.5, job="j"
+            ),
+        ]
+    )
+    got = {
+        (s.name, s.labels["collective_type"], s.labels["training_job"]): s.value
+        for f in text_string_to_metric_families(generate_latest(make_registry(live)).decode())
+        for s in f.samples
+        if "collective_type" in s.labels and s.name.startswith("emulator_switch_port_collective")
+    }
+    p = "emulator_switch_port_collective_"
+    assert got[(p + "transmit_bytes_total", "ALL_TO_ALL", "")] == 8192
+    assert got[(p + "ecn_marked_packets_total", "ALL_TO_ALL", "")] == 4
+    assert got[(p + "queue_byte_seconds_total", "ALL_TO_ALL", "")] == 0.5
+    assert got[(p + "pfc_equivalent_pause_seconds_total", "ALL_REDUCE", "j")] == 0.5
