@@ -18,6 +18,9 @@ APT_PACKAGES=(
   # headless, for the test that opens report.html (tests/system/test_report_html.py); its
   # dependencies bring a font (fonts-dejavu-core through fontconfig-config), which is enough
   chromium
+  # fabric.builder: mininet and emulator.mininet (a user's Mininet network): Mininet's Python
+  # API and mnexec; Open vSwitch is only recommended and this kernel has none
+  mininet
 )
 VENV=.venv
 
@@ -62,6 +65,18 @@ install_venv() {
     "$VENV/bin/python" -m pip install -q --no-deps 'snappi==1.62.0'
     touch "$stamp"
   fi
+  link_mininet
+}
+
+link_mininet() {
+  # Debian's Mininet is a system Python package: the virtual environment sees that one package
+  # (a directory holding a link to it, on the venv's path), not all of the system's.
+  local site dir=$VENV/system-mininet
+  [[ -d /usr/lib/python3/dist-packages/mininet ]] || return 0
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  mkdir -p "$dir"
+  ln -sfn /usr/lib/python3/dist-packages/mininet "$dir/mininet"
+  printf '%s\n' "$(cd "$dir" && pwd)" > "$site/system-mininet.pth"
 }
 
 build_native() {

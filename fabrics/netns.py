@@ -1,18 +1,13 @@
 """The Clos backend: a Topology made real with named network namespaces, veth pairs and tc.
 
-Why not Mininet's Python API (the issue says "Mininet backend"; this keeps Mininet's model of
-hosts and routers as processes-in-namespaces, minus Mininet itself):
-- Mininet hosts are anonymous namespaces held by a shell process; the engine opens sockets per
-  rank by entering /run/netns/<name>, and `emulate clean` can release a named namespace after a
-  SIGKILL by name from the state file, where an orphaned Mininet shell needs process hunting.
-- Mininet creates each veth in the root namespace and moves it, so a killed bring-up leaves
-  interfaces in the root namespace; here veths are created directly inside their namespaces.
-- Mininet sends every command through the node's shell and pty one round trip at a time;
-  `ip -batch`/`tc -batch` per namespace bring 128 hosts up in a few seconds (bench/fabric_bringup.py).
-- Mininet's TCLink mis-handles rates above 1 Gb/s and RED, and reports a missing qdisc with a
-  printed "*** Error" only; here every command's exit status is checked.
-- The PyPI `mininet` release is a 2.3.0.dev6 development snapshot; nothing else is needed.
-`emulate fabric up` offers a Mininet-style CLI (`h0 ping h5`) over these namespaces.
+The nodes and cables are made by `ip` (builder netns: named namespaces, veths created inside
+them, never in the root namespace, `ip -batch` per namespace) or through Mininet's Python API
+(builder mininet, fabrics/mininet_builder.py: Mininet's nodes and links, their namespaces then
+given the fabric's names). Everything after is the same either way: sysctls, addresses, routes,
+static neighbours, offloads, HTB and the ECN marker at every egress, each command's exit status
+checked (Mininet's TCLink caps rates and hard-codes RED, and reports a missing qdisc with a
+printed "*** Error" only: its links are never asked to shape). `emulate fabric up` offers a
+Mininet-style CLI (`h0 ping h5`) over these namespaces.
 """
 
 from __future__ import annotations
@@ -28,6 +23,13 @@ from emulator.errors import EnvironmentProblem, ScenarioError
 from fabrics.balance import Balancer, attach_balancers, check_balancing
 from fabrics.ecn.markers import NETEM_PROBE, Marker, choose_marker, qdisc_kind_available
 from fabrics.iproute import Cmd, in_netns, ip, run, run_batch, run_grouped
+from fabrics.mininet_builder import (
+    MininetNodes,
+    make_cables,
+    make_nodes,
+    mininet_api,
+    refuse_part,
+)
 from fabrics.ownership import Ledger
 from fabrics.queues import EgressPort, egress_ports, htb_commands, netem_delay
 from fabrics.topology import HOST_IFNAME, Cable, Route, Topology, routes_without
@@ -81,6 +83,8 @@ class LiveFabric:
     guards: tuple[UnderlayGuard, ...] = ()
     # Tiers that spray, follow flowlets or adapt instead of ECMP (fabrics/balance/); None: none.
     balancer: Balancer | None = None
+    # fabric.builder: mininet: the Mininet nodes whose shells hold the namespaces
+    mininet: MininetNodes | None = None
 
     @property
     def marker_name(self) -> str:
@@ -140,6 +144,7 @@ class LiveFabric:
             # shaped egress on a flow's path (host, then up and down the switch tiers).
             "shaper_burst_bytes": max((p.burst_bytes for p in self.ports), default=0),
             "shaped_hops_max": 2 * len({n.role for n in self.topology.nodes} - {"host"}),
+            "builder": "netns" if self.mininet is None else "mininet",
             # the eBPF phantom queue and tc RED both judge a packet before the port's queue
             "ecn_mark_point": "arrival",
             **({"load_balancing": self.balancer.metadata()} if self.balancer else {}),
@@ -199,7 +204,10 @@ class LiveFabric:
             self.balancer.reroute(routes)
 
     def close(self) -> list[str]:
-        """Release everything this fabric created, in reverse order."""
+        """Release everything this fabric created, in reverse order (Mininet's nodes first
+        through Mininet; the ledger kills any shell that survived, by pid)."""
+        if self.mininet is not None:
+            self.mininet.terminate()
         return self.ledger.release()
 
     def __enter__(self) -> LiveFabric:
@@ -262,24 +270,35 @@ def bring_up(
     prefix: str = DEFAULT_PREFIX,
     progress: Progress | None = None,
     part: FabricPart | None = None,
+    builder: str = "netns",
 ) -> LiveFabric:
     """Create the fabric (with `part`: only the nodes this server hosts, its cables to other
-    servers as VXLAN tunnels, fabrics/vxlan.py); on any error (or Ctrl-C) release what was made
-    and re-raise."""
+    servers as VXLAN tunnels, fabrics/vxlan.py); its nodes and cables by `ip` (builder netns)
+    or through Mininet's API (builder mininet, fabrics/mininet_builder.py); on any error (or
+    Ctrl-C) release what was made and re-raise."""
     if rate_scale <= 0 or delay_scale <= 0:
         raise ValueError("rate_scale and delay_scale must be positive")
+    if builder == "mininet":
+        if part is not None:
+            refuse_part()
+        mininet_api()  # what is missing, before anything is made
+    elif builder != "netns":
+        raise ScenarioError(f"fabric.builder: {builder!r} is not netns or mininet")
     if part is not None:
         part.check(topology)
         check_underlays(part.tunnels.values(), topology.mtu_bytes)
         check_guard_tool()
     say = progress or (lambda _msg: None)
     ledger = Ledger.claim("clos")
+    made = MininetNodes() if builder == "mininet" else None
     try:
-        return _bring_up(topology, ledger, rate_scale, delay_scale, marker, prefix, say, part)
+        return _bring_up(topology, ledger, rate_scale, delay_scale, marker, prefix, say, part, made)
     except BaseException as exc:
         # Release what was made; if that fails too, the state file keeps the rest for
         # `emulate clean` and the original error is still the one reported.
         try:
+            if made is not None:
+                made.terminate()
             ledger.release()
         except EnvironmentProblem as release_error:
             exc.add_note(f"releasing the partial fabric also failed: {release_error}")
@@ -295,6 +314,7 @@ def _bring_up(
     prefix: str,
     say: Progress,
     part: FabricPart | None = None,
+    mininet: MininetNodes | None = None,
 ) -> LiveFabric:
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -342,8 +362,11 @@ def _bring_up(
         )
     say(f"ECN marker: {marker.name}")
 
-    ledger.record({"kind": "netns", "name": ns} for ns in netns.values())
-    run_batch([ip("netns", "add", ns) for ns in netns.values()])
+    if mininet is None:
+        ledger.record({"kind": "netns", "name": ns} for ns in netns.values())
+        run_batch([ip("netns", "add", ns) for ns in netns.values()])
+    else:
+        make_nodes(topo, local, netns, ledger, mininet)
     for node in (n for n in topo.nodes if n.name in local):
         with in_netns(netns[node.name]):
             sysctls = (
@@ -360,32 +383,10 @@ def _bring_up(
     mtu = str(topo.mtu_bytes)
     # Cables with both ends here are veth pairs; with one, a tunnel end (fabrics/vxlan.py).
     veths = [(i, c) for i, c in enumerate(topo.cables) if c.a.node in local and c.b.node in local]
-    ledger.record({"kind": "veth", "netns": netns[c.a.node], "name": c.a.ifname} for _, c in veths)
-    run_grouped(
-        ip(
-            "link",
-            "add",
-            "name",  # explicit: a bare name could parse as an ip-link keyword ("a" is address)
-            c.a.ifname,
-            "address",
-            cable_mac(i, 0),
-            "mtu",
-            mtu,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            c.b.ifname,
-            "address",
-            cable_mac(i, 1),
-            "mtu",
-            mtu,
-            "netns",
-            netns[c.b.node],
-            netns=netns[c.a.node],
-        )
-        for i, c in veths
-    )
+    if mininet is not None:
+        make_cables(veths, mininet, netns, ledger, topo.mtu_bytes, cable_mac)
+    else:
+        _make_veths(veths, netns, ledger, mtu)
     guards: list[UnderlayGuard] = []
     if part is not None:
         # The guard first: a tunnel end takes frames from anyone from the moment it exists.
@@ -477,7 +478,41 @@ def _bring_up(
         topo, netns, ports, marker, ledger, rate_scale, delay_scale, timings, part, tuple(guards)
     )
     live.balancer = balancer
+    live.mininet = mininet
     return live
+
+
+def _make_veths(
+    veths: list[tuple[int, Cable]], netns: dict[str, str], ledger: Ledger, mtu: str
+) -> None:
+    """Each cable with both ends here as a veth pair made inside its namespaces (never in the
+    root namespace), recorded before it is made."""
+    ledger.record({"kind": "veth", "netns": netns[c.a.node], "name": c.a.ifname} for _, c in veths)
+    run_grouped(
+        ip(
+            "link",
+            "add",
+            "name",  # explicit: a bare name could parse as an ip-link keyword ("a" is address)
+            c.a.ifname,
+            "address",
+            cable_mac(i, 0),
+            "mtu",
+            mtu,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            c.b.ifname,
+            "address",
+            cable_mac(i, 1),
+            "mtu",
+            mtu,
+            "netns",
+            netns[c.b.node],
+            netns=netns[c.a.node],
+        )
+        for i, c in veths
+    )
 
 
 def _write_sysctl(key: str, value: str, netns: str) -> None:

@@ -1,4 +1,5 @@
-"""Every namespace, link, qdisc, address and BPF program the tool creates, recorded before it is made.
+"""Every namespace, link, qdisc, address, BPF program and process the tool creates, recorded before it
+is made (a process as soon as it has a pid: a Mininet node's shell, fabrics/mininet_builder.py).
 
 The state file (/run/chakra-emulator/state.json, mode 0600, on tmpfs so it goes away with the
 namespaces at reboot) is claimed atomically at bring-up: while it exists, another bring-up
@@ -9,8 +10,10 @@ names or patterns) to release what a killed run left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -167,6 +170,10 @@ def describe(r: Resource) -> str:
     where = f" in {r['netns']}" if r.get("netns") else ""
     if r["kind"] == "netns":
         return f"namespace {r['name']}"
+    if r["kind"] == "netns_name":
+        return f"namespace name {r['name']} (of process {r.get('pid')}, not ours)"
+    if r["kind"] == "offload":
+        return f"{r['feature']} back {r['value']} on {r['dev']}{where}"
     if r["kind"] == "bpf_prog":
         return f"BPF program {r['id']} ({r.get('dev')}{where})"
     if r["kind"] == "xdp":
@@ -183,6 +190,8 @@ def describe(r: Resource) -> str:
         return f"nftables table {r['family']} {r['name']}{where or ' in the root namespace'}"
     if r["kind"] == "moved_link":
         return f"interface {r['name']} moved into {r['netns']}"
+    if r["kind"] == "process":
+        return f"process {r['pid']} ({r['name']})"
     return f"{r['kind']} {r.get('name')}{where}"
 
 
@@ -208,6 +217,8 @@ def _release_cmd(r: Resource) -> Cmd:
     if kind == "moved_link":
         # Back to the initial namespace (PID 1's) where it came from.
         return ip("link", "set", "dev", r["name"], "netns", "1", netns=ns)
+    if kind == "offload":
+        return Cmd("ethtool", ("-K", r["dev"], r["feature"], r["value"]), ns)
     raise ValueError(f"unknown resource kind {kind}")
 
 
@@ -222,7 +233,7 @@ def _exists(r: Resource, live_netns: set[str]) -> bool:
         return _loaded_tags().get(int(r["id"])) == r.get("tag") and _xdp_attached(r)
     if kind == "nft_table":
         return bool(run(underlay_guard.exists_cmd(r), check=False).strip())
-    if kind == "mtu":
+    if kind in ("mtu", "offload"):
         return False  # the interface is gone, or it failed for a reason already reported
     if kind in ("veth", "vxlan", "moved_link"):
         return bool(run(ip("-o", "link", "show", "dev", r["name"], netns=ns), check=False))
@@ -248,7 +259,9 @@ def _has_root_qdisc(out: str, r: Resource) -> bool:
 def _release_group(group: list[Resource], live_netns: set[str]) -> tuple[list[str], list[Resource]]:
     """Release one run of same-kind resources in one namespace; (removed, still present)."""
     kind = group[0]["kind"]
-    if kind == "netns":
+    if kind in ("netns", "netns_name"):
+        # a name given to another process's namespace (`ip netns attach`) goes the same way:
+        # deleting the name leaves that namespace to its process
         present = [r for r in group if r["name"] in live_netns]
         if present:
             run_batch([ip("netns", "del", r["name"]) for r in present], force=True)
@@ -261,7 +274,20 @@ def _release_group(group: list[Resource], live_netns: set[str]) -> tuple[list[st
         return _release_xdp(group, live_netns)
     if kind == "nft_table":
         return _release_nft(group, live_netns)
+    if kind == "process":
+        return _release_processes(group)
     ns = group[0].get("netns")
+    if kind == "offload":  # ethtool: one call each (no -batch of ip's kind)
+        if ns and ns not in live_netns:
+            return [], []
+        removed = []
+        for r in group:
+            try:
+                run(_release_cmd(r))
+                removed.append(describe(r))
+            except EnvironmentProblem:
+                pass  # the interface is gone (with its namespace's node): nothing to give back
+        return removed, []
     if ns and ns not in live_netns:
         return [], []
     cmds = [_release_cmd(r) for r in group]
@@ -270,6 +296,46 @@ def _release_group(group: list[Resource], live_netns: set[str]) -> tuple[list[st
     removed = [describe(r) for i, r in enumerate(group) if i not in failed]
     still = [r for i, r in enumerate(group) if i in failed and _exists(r, live_netns)]
     return removed, still
+
+
+def _same_process(r: Resource) -> bool:
+    """Is the recorded process (pid AND start time) still there and not yet a zombie?"""
+    started = process_start_ticks(int(r["pid"]))
+    if started is None or started != r["start_ticks"]:
+        return False
+    try:
+        state = Path(f"/proc/{r['pid']}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _release_processes(
+    group: list[Resource], wait_s: float = 5.0
+) -> tuple[list[str], list[Resource]]:
+    """Kill recorded processes (a Mininet node's shell, which holds its namespace) by pid, only
+    while the pid is still the recorded process; its own process group with it when it leads
+    one (mnexec -d makes each node shell a session leader). Reaped when it is our child."""
+    present = [r for r in group if _same_process(r)]
+    for r in present:
+        pid = int(r["pid"])
+        try:
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + wait_s
+    still = present
+    while still and time.monotonic() < deadline:
+        for r in still:
+            with contextlib.suppress(ChildProcessError):  # not ours: init reaps it
+                os.waitpid(int(r["pid"]), os.WNOHANG)
+        still = [r for r in still if _same_process(r)]
+        if still:
+            time.sleep(0.02)
+    return [describe(r) for r in present if r not in still], still
 
 
 def _xdp_attached(r: Resource) -> bool:
@@ -382,13 +448,13 @@ def release_resources(
         while (
             j < len(rev)
             and rev[j]["kind"] == kind
-            and (kind == "netns" or rev[j].get("netns") == ns)
+            and (kind in ("netns", "netns_name") or rev[j].get("netns") == ns)
         ):
             j += 1
         group_removed, still = _release_group(rev[i:j], live)
         removed += group_removed
         remaining += still
-        if kind == "netns":
+        if kind in ("netns", "netns_name"):
             live = existing_netns()
         if progress and group_removed:
             progress(f"released {len(group_removed)} x {kind}")

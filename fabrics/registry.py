@@ -31,6 +31,7 @@ def _clos(spec: Any, tdf: float, prefix: str, progress: Progress | None) -> Live
         marker=spec.marker,
         prefix=prefix,
         progress=progress,
+        builder=spec.builder,
     )
 
 

@@ -377,6 +377,14 @@ class ClosSpec:
         source="Cisco IOS CEF load sharing, `ip cef load-sharing algorithm universal <id>`: a "
         "unique ID per router against CEF polarization",
     )
+    builder: Literal["netns", "mininet"] = param(
+        "netns",
+        doc="what makes the nodes and cables: netns (named namespaces and veth pairs by `ip`) or "
+        "mininet (Mininet's Python API: a Mininet Node per host and switch, Linux routers as in "
+        "Mininet's linuxrouter example, a Mininet Link per cable; Debian's mininet package). "
+        "Everything on them (addresses, routes, HTB, the ECN marker, the engine, counters, "
+        "teardown) is the same; one machine only (docs/mininet.md)",
+    )
     marker: MarkerName = param(
         "auto",
         doc="switch ECN marker: ebpf (phantom queue: DCQCN's law on the instantaneous queue, "
@@ -603,6 +611,71 @@ class DutSpec:
         return self.gateways[self.port_of(rank)] if self.gateways else None
 
 
+@dataclass(frozen=True)
+class MininetSpec:
+    """Ranks on the hosts of a Mininet network a user built and started, run from their script
+    through emulator.mininet.run_on_mininet (docs/mininet.md): the network switches and marks;
+    its Linux-node switches can be read and given the project's ECN marker."""
+
+    hosts: tuple[str, ...] = param(
+        (), doc="REQUIRED: the Mininet host (by name) of each rank, rank order"
+    )
+    host_link_gbps: float = param(
+        100.0,
+        doc="the ranks' NIC rate in the target's time: the engine paces each rank at it divided "
+        "by run.time_dilation, which the hosts' links must carry (a TCLink's bw is checked)",
+        unit="Gb/s",
+        min=0.0,
+        min_exclusive=True,
+    )
+    fabric_link_gbps: float | None = param(
+        None,
+        doc="the switch ports' rate in the target's time (their utilization, the marker's "
+        "drain rate where a link has no bw of its own); default host_link_gbps",
+        unit="Gb/s",
+        min=0.0,
+        min_exclusive=True,
+    )
+    switches: tuple[str, ...] = param(
+        (),
+        doc="the network's switches (Linux nodes, each in its own namespace) whose ports are "
+        "read and marked; empty: every node not a rank's host that has a namespace of its own. "
+        "Open vSwitch and root-namespace bridges are left alone (the summary says which)",
+    )
+    marker: Literal["ebpf", "none"] = param(
+        "ebpf",
+        doc="ebpf: the project's phantom-queue ECN marker at the egress of every read switch "
+        "port (tc clsact, beside whatever qdisc the port has), DCQCN's law with switch.ecn; "
+        "none: the network marks (or not) on its own",
+    )
+    switch: TierSpec = field(default_factory=TierSpec)
+
+    def __post_init__(self) -> None:
+        if not self.hosts:
+            raise ValueError("hosts: name the Mininet host of each rank, in rank order")
+        if len(set(self.hosts)) != len(self.hosts):
+            raise ValueError("hosts: a Mininet host can carry one rank")
+        overlap = sorted(set(self.hosts) & set(self.switches))
+        if overlap:
+            raise ValueError(f"switches: {overlap[0]} is also a rank's host")
+
+    @property
+    def ranks(self) -> int:
+        return len(self.hosts)
+
+    @property
+    def rank_rate_bps(self) -> float:
+        return self.host_link_gbps * 1e9
+
+    @property
+    def port_rate_bps(self) -> float:
+        return (self.fabric_link_gbps or self.host_link_gbps) * 1e9
+
+    @property
+    def slowest_link_bps(self) -> float | None:
+        return None  # the user's links are theirs: not known here
+
+
 def _check(key: str, value: str, parse: object) -> None:
     try:
         parse(value)  # type: ignore[operator]
@@ -610,7 +683,7 @@ def _check(key: str, value: str, parse: object) -> None:
         raise ValueError(f"{key}: {value!r} is not valid ({exc})") from None
 
 
-FABRIC_SPECS: dict[str, type] = {"clos": ClosSpec, "dut": DutSpec}
+FABRIC_SPECS: dict[str, type] = {"clos": ClosSpec, "dut": DutSpec, "mininet": MininetSpec}
 
 
 def kind_of(spec: object) -> str:

@@ -6,6 +6,7 @@
 | `dut`     | ranks on interfaces cabled to a switch under test, the engine           | dut/     |
 | `sim`     | a packet-level simulation of the Clos, the same transport code          | sim/     |
 | `cluster` | the emulated Clos (or DUT ports) over the servers of a Ray cluster      | cluster/ |
+| `mininet` | ranks on the hosts of a Mininet network a user's script started, engine | mininet/ |
 
 engine/ holds what the three engine-backed ones share; link_events.py what netns and sim share.
 A new backend is a folder with a Backend subclass and one line in BACKENDS; the run
@@ -28,17 +29,19 @@ from emulator.backends.base import (
 )
 from emulator.backends.cluster.backend import ClusterBackend
 from emulator.backends.dut.backend import DutEngineBackend
+from emulator.backends.mininet.backend import MininetEngineBackend
 from emulator.backends.netns.backend import NetnsEngineBackend
 from emulator.backends.sim.backend import SimBackend
 from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.scenario.model import Scenario
-from fabrics.spec import ClosSpec, DutSpec
+from fabrics.spec import ClosSpec, DutSpec, MininetSpec
 
 BACKENDS: dict[str, Callable[[], Backend]] = {
     NetnsEngineBackend.name: NetnsEngineBackend,
     DutEngineBackend.name: DutEngineBackend,
     SimBackend.name: SimBackend,
     ClusterBackend.name: ClusterBackend,
+    MininetEngineBackend.name: MininetEngineBackend,
 }
 # the fabric kind each backend runs
 _FABRIC_OF: dict[str, type | tuple[type, ...]] = {
@@ -46,6 +49,7 @@ _FABRIC_OF: dict[str, type | tuple[type, ...]] = {
     "dut": DutSpec,
     "sim": ClosSpec,
     "cluster": (ClosSpec, DutSpec),
+    "mininet": MininetSpec,
 }
 
 
@@ -62,11 +66,15 @@ def backend_name(scenario: Scenario, override: str | None = None) -> str:
             return "netns"
         if isinstance(fabric, DutSpec):
             return "dut"
+        if isinstance(fabric, MininetSpec):
+            return "mininet"
         raise EnvironmentProblem(f"fabric: no backend runs a {type(fabric).__name__}")
     if name not in BACKENDS:
         raise ScenarioError(f"run.backend: {name!r} is not one of {', '.join(sorted(BACKENDS))}")
     if not isinstance(fabric, _FABRIC_OF[name]):
-        kind = "clos" if _FABRIC_OF[name] is ClosSpec else "dut"
+        wanted = _FABRIC_OF[name]
+        kinds = {ClosSpec: "clos", DutSpec: "dut", MininetSpec: "mininet"}
+        kind = kinds[wanted] if isinstance(wanted, type) else "clos or dut"
         raise ScenarioError(
             f"run.backend: {name} runs a {kind} fabric, and this scenario's fabric is "
             f"{type(fabric).__name__}"

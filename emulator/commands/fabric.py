@@ -94,6 +94,7 @@ def _hold_clos(args: argparse.Namespace, spec: ClosSpec, tdf: float, interrupts:
         marker=spec.marker,
         progress=_say,
         prefix=args.netns_prefix,
+        builder=spec.builder,
     )
     try:
         layout = {

@@ -177,15 +177,16 @@ class RunSpec:
     pfc_frames: tuple[PfcFramesSpec, ...] = param(
         (), doc="PFC frame generators (switch tests: PFC propagation, pause handling)"
     )
-    backend: Literal["auto", "netns", "dut", "sim", "cluster"] = param(
+    backend: Literal["auto", "netns", "dut", "sim", "cluster", "mininet"] = param(
         "auto",
         doc="what runs the scenario: netns (the Clos emulated in network namespaces on this "
         "machine, the engine sending real packets), dut (the engine toward a switch under "
         "test), sim (a packet-level simulation of the same Clos from the same transport code: "
         "no root, no time dilation, simulated time, PFC, link delay and switch latency), "
-        "cluster (the emulated Clos over the servers of run.cluster); auto: cluster with "
-        "run.cluster, else netns for a clos fabric, dut for a dut fabric (`emulate run "
-        "--backend` overrides)",
+        "cluster (the emulated Clos over the servers of run.cluster), mininet (the engine on "
+        "a Mininet network a user's script started: emulator.mininet.run_on_mininet); auto: "
+        "cluster with run.cluster, else netns for a clos fabric, dut for a dut fabric, mininet "
+        "for a mininet one (`emulate run --backend` overrides)",
     )
     cluster: ClusterSpec = param(
         default_factory=ClusterSpec,
@@ -258,7 +259,9 @@ class Scenario:
         "latency in summary.json streams",
     )
     fabric: Any = param(
-        default_factory=ClosSpec, doc="the network: {kind: clos|dut, ...}", kinds=FABRIC_SPECS
+        default_factory=ClosSpec,
+        doc="the network: {kind: clos|dut|mininet, ...}",
+        kinds=FABRIC_SPECS,
     )
     transport: TransportParams = field(default_factory=TransportParams)
     collectives: CollectivesParams = field(default_factory=CollectivesParams)

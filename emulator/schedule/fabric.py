@@ -66,7 +66,7 @@ def star_path(rate_bps: float, ranks_per_port: int = 1) -> PathFn:
 
 
 def path_for_fabric(fabric: Any, ranks: int) -> PathFn:
-    from fabrics.spec import ClosSpec, DutSpec
+    from fabrics.spec import ClosSpec, DutSpec, MininetSpec
 
     if isinstance(fabric, ClosSpec):
         return clos_path(fabric, ranks)
@@ -74,12 +74,24 @@ def path_for_fabric(fabric: Any, ranks: int) -> PathFn:
         if fabric.rank_count < ranks:
             raise PlanError(f"fabric: {fabric.rank_count} DUT ranks for {ranks} ranks")
         return star_path(fabric.rank_rate_bps, fabric.ranks_per_interface)
+    if isinstance(fabric, MininetSpec):
+        # a user's network: its topology is theirs; ideal times as through one ideal switch
+        if fabric.ranks < ranks:
+            raise PlanError(f"fabric: {fabric.ranks} Mininet hosts for {ranks} ranks")
+        return star_path(fabric.rank_rate_bps, 1)
     raise PlanError(f"fabric: no ideal-time model for {type(fabric).__name__}")
 
 
 def describe_fabric(fabric: Any) -> str:
     """One line naming the fabric the ideal times were computed on."""
-    from fabrics.spec import ClosSpec, DutSpec
+    from fabrics.spec import ClosSpec, DutSpec, MininetSpec
+
+    if isinstance(fabric, MininetSpec):
+        return (
+            f"Mininet network: {fabric.ranks} hosts ({', '.join(fabric.hosts[:4])}"
+            f"{', ...' if fabric.ranks > 4 else ''}), NICs {fabric.host_link_gbps:g} Gb/s; "
+            "ideal times through one ideal switch"
+        )
 
     if isinstance(fabric, ClosSpec):
         tiers = (

@@ -7,13 +7,21 @@ import dataclasses
 import pytest
 
 from emulator.config import param_info
-from fabrics.spec import FABRIC_SPECS, ClosSpec, DutSpec, EcnSpec, TierSpec, hpcc_thresholds_bytes
+from fabrics.spec import (
+    FABRIC_SPECS,
+    ClosSpec,
+    DutSpec,
+    EcnSpec,
+    MininetSpec,
+    TierSpec,
+    hpcc_thresholds_bytes,
+)
 
 
 def test_registry_and_every_field_has_a_param_with_a_default() -> None:
-    assert {"clos": ClosSpec, "dut": DutSpec} == FABRIC_SPECS
-    for cls in (ClosSpec, EcnSpec, TierSpec):
-        instance = cls()
+    assert {"clos": ClosSpec, "dut": DutSpec, "mininet": MininetSpec} == FABRIC_SPECS
+    for cls in (ClosSpec, EcnSpec, TierSpec, MininetSpec):
+        instance = cls(hosts=("h1",)) if cls is MininetSpec else cls()
         for f in dataclasses.fields(cls):
             assert hasattr(instance, f.name)
             if not dataclasses.is_dataclass(f.type) and f.name not in (
@@ -21,6 +29,7 @@ def test_registry_and_every_field_has_a_param_with_a_default() -> None:
                 "spine",
                 "super_spine",
                 "ecn",
+                "switch",
             ):
                 assert param_info(f) is not None, f"{cls.__name__}.{f.name}"
 

@@ -487,6 +487,11 @@ class ClusterBackend(Backend):
             refuse_unmodelled_keys(scenario)
             if fabric.link_events:
                 raise ScenarioError("fabric.link_events: not supported over a cluster yet")
+            if fabric.builder != "netns":
+                raise ScenarioError(
+                    f"fabric.builder: {fabric.builder} builds a fabric on one machine; over a "
+                    "cluster the servers' parts use builder: netns"
+                )
         if isinstance(fabric, DutSpec):
             refuse_dilation(scenario, options)
         if scenario.run.pfc_frames:
