@@ -5,8 +5,9 @@ takes only what it needs, each item recorded in the state file and given back at
 - a name for each rank host's namespace and each read switch's (`ip netns attach`; deleting
   the name leaves the namespace to the Mininet node's shell), so the engine's sockets, the
   counters and `emulate clean` find them as they find the emulated Clos's;
-- UDP segmentation offload off on each rank's interface (turned back as it was), so a GSO send
-  leaves as MTU-sized packets, as from a NIC, and the switches queue and mark single packets;
+- offloads on each rank's interface and each read switch port (turned back as they were): UDP
+  and TCP segmentation off and GRO on, so a GSO send leaves as MTU-sized packets, as from a NIC,
+  and each veth receives in order (HOST_OFFLOADS below says why);
 - with marker ebpf, the project's phantom-queue ECN marker at the egress of each read switch
   port (a clsact qdisc and a BPF filter beside whatever qdisc the port has).
 
@@ -35,7 +36,18 @@ from fabrics.spec import MininetSpec
 
 DEFAULT_PREFIX = "mn-"
 RATE_TOLERANCE = 0.01  # a link's bw and the scenario's rate at the TDF agree within 1%
-SEGMENTATION = "tx-udp-segmentation"
+# (feature as `ethtool -k` shows it, as `ethtool -K` takes it, what the run sets): a rank's GSO
+# send leaves as MTU-sized packets, as from a NIC (switches queue and mark single packets), and
+# every veth the run touches receives through NAPI, in order: a veth does when its receiver has
+# GRO on and its sender no TSO (drivers/net/veth.c, veth_skb_is_eligible_for_gro); otherwise it
+# hands each packet to the backlog of the CPU that sent it, and a flow sent from two CPUs
+# arrives out of order (fabrics/netns.py sets the same on its own fabric)
+HOST_OFFLOADS = (
+    ("tx-udp-segmentation", "tx-udp-segmentation", "off"),
+    ("tcp-segmentation-offload", "tso", "off"),
+    ("generic-receive-offload", "gro", "on"),
+)
+SWITCH_OFFLOADS = HOST_OFFLOADS[1:]
 
 
 @dataclass
@@ -162,21 +174,22 @@ def _attach(
         {"kind": "netns_name", "name": ns, "pid": pids[name]} for name, ns in netns.items()
     )
     run_batch([ip("netns", "attach", ns, str(pids[name])) for name, ns in netns.items()])
-    offloads: list[dict[str, Any]] = []
-    for rank, host in enumerate(spec.hosts):
-        value = _feature(netns[host], interfaces[rank], SEGMENTATION)
-        if value == "on":
-            offloads.append(
-                {
-                    "kind": "offload",
-                    "netns": netns[host],
-                    "dev": interfaces[rank],
-                    "feature": SEGMENTATION,
-                    "value": "on",
-                }
-            )
+    offloads = [
+        change
+        for rank, host in enumerate(spec.hosts)
+        for change in _offload_changes(netns[host], interfaces[rank], HOST_OFFLOADS)
+    ]
+    offloads += [
+        change
+        for name in switches
+        for intf in nodes[name].intfList()
+        if str(intf) != "lo"
+        for change in _offload_changes(netns[name], str(intf), SWITCH_OFFLOADS)
+    ]
     ledger.record(offloads)
-    run_grouped(Cmd("ethtool", ("-K", o["dev"], SEGMENTATION, "off"), o["netns"]) for o in offloads)
+    run_grouped(
+        Cmd("ethtool", ("-K", o["dev"], o["feature"], o["set"]), o["netns"]) for o in offloads
+    )
     ports = tuple(_switch_ports(spec, nodes, switches, netns, rate_scale))
     marker: Marker = EbpfMarker() if spec.marker == "ebpf" and ports else NoMarker()
     cmds: list[Cmd] = []
@@ -310,13 +323,21 @@ def _mtu(ns: str, dev: str) -> int:
     return int(json.loads(out)[0].get("mtu", 1500))
 
 
-def _feature(ns: str, dev: str, feature: str) -> str:
-    """An ethtool feature's value (on/off) on an interface, or '' when it has none."""
+def _offload_changes(
+    ns: str, dev: str, wanted: tuple[tuple[str, str, str], ...]
+) -> list[dict[str, Any]]:
+    """The offloads of an interface the run must change, each recorded with the value to give
+    back (a fixed feature is left as it is)."""
+    shown: dict[str, str] = {}
     for line in run(Cmd("ethtool", ("-k", dev), ns)).splitlines():
         key, _, value = line.strip().partition(":")
-        if key == feature:
-            return value.split()[0] if value.strip() else ""
-    return ""
+        if value.strip() and "[fixed]" not in value:
+            shown[key] = value.split()[0]
+    return [
+        {"kind": "offload", "netns": ns, "dev": dev, "feature": key, "value": now, "set": want}
+        for name, key, want in wanted
+        if (now := shown.get(name)) is not None and now != want
+    ]
 
 
 def read_ports(live: LiveMininet) -> list[Any]:

@@ -7,6 +7,7 @@
 | `sim`     | a packet-level simulation of the Clos, the same transport code          | sim/     |
 | `cluster` | the emulated Clos (or DUT ports) over the servers of a Ray cluster      | cluster/ |
 | `mininet` | ranks on the hosts of a Mininet network a user's script started, engine | mininet/ |
+| `flow`    | the Clos as fluid queues and DCQCN rates (flow level), simulated time    | flow/    |
 
 engine/ holds what the three engine-backed ones share; link_events.py what netns and sim share.
 A new backend is a folder with a Backend subclass and one line in BACKENDS; the run
@@ -29,6 +30,7 @@ from emulator.backends.base import (
 )
 from emulator.backends.cluster.backend import ClusterBackend
 from emulator.backends.dut.backend import DutEngineBackend
+from emulator.backends.flow.backend import FlowBackend
 from emulator.backends.mininet.backend import MininetEngineBackend
 from emulator.backends.netns.backend import NetnsEngineBackend
 from emulator.backends.sim.backend import SimBackend
@@ -42,6 +44,7 @@ BACKENDS: dict[str, Callable[[], Backend]] = {
     SimBackend.name: SimBackend,
     ClusterBackend.name: ClusterBackend,
     MininetEngineBackend.name: MininetEngineBackend,
+    FlowBackend.name: FlowBackend,
 }
 # the fabric kind each backend runs
 _FABRIC_OF: dict[str, type | tuple[type, ...]] = {
@@ -50,6 +53,7 @@ _FABRIC_OF: dict[str, type | tuple[type, ...]] = {
     "sim": ClosSpec,
     "cluster": (ClosSpec, DutSpec),
     "mininet": MininetSpec,
+    "flow": ClosSpec,
 }
 
 

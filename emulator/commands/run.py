@@ -55,11 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=("netns", "dut", "sim", "cluster"),
+        choices=("netns", "dut", "sim", "cluster", "flow"),
         default=None,
         help="what runs it (overrides run.backend): netns, the emulated Clos on this machine; "
         "dut, toward a switch under test; sim, a packet-level simulation of the Clos (no root, "
-        "simulated time); cluster, the Clos over the servers of run.cluster",
+        "simulated time); cluster, the Clos over the servers of run.cluster; flow, the Clos at flow "
+        "level (fluid queues and DCQCN rates, for scale)",
     )
     parser.add_argument(
         "--cluster",

@@ -177,12 +177,14 @@ class RunSpec:
     pfc_frames: tuple[PfcFramesSpec, ...] = param(
         (), doc="PFC frame generators (switch tests: PFC propagation, pause handling)"
     )
-    backend: Literal["auto", "netns", "dut", "sim", "cluster", "mininet"] = param(
+    backend: Literal["auto", "netns", "dut", "sim", "cluster", "mininet", "flow"] = param(
         "auto",
         doc="what runs the scenario: netns (the Clos emulated in network namespaces on this "
         "machine, the engine sending real packets), dut (the engine toward a switch under "
         "test), sim (a packet-level simulation of the same Clos from the same transport code: "
-        "no root, no time dilation, simulated time, PFC, link delay and switch latency), "
+        "no root, no time dilation, simulated time, PFC, link delay and switch latency), flow "
+        "(the same Clos at flow level: queue pairs as DCQCN fluid rates over fluid queues, "
+        "simulated time, for scale: docs/flow-level.md), "
         "cluster (the emulated Clos over the servers of run.cluster), mininet (the engine on "
         "a Mininet network a user's script started: emulator.mininet.run_on_mininet); auto: "
         "cluster with run.cluster, else netns for a clos fabric, dut for a dut fabric, mininet "

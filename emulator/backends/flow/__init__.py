@@ -1,0 +1,1 @@
+"""The flow-level backend (`flow`): backend.py; the model is emulator/flow."""
