@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from emulator.flow.model import FluidFabric
+from emulator.flow.model import FluidFabric, StepResult
 from emulator.schedule.driver import DelayLike, FlowDriver, FlowLike
 from fabrics.topology import Topology
 
@@ -68,6 +68,7 @@ class FlowReplay:
         on_started: Callable[[int, float], None],
         on_finished: Callable[[Finished], None],
         max_rates_bps: Sequence[float | None] = (),
+        on_step: Callable[[StepResult], None] = lambda result: None,
     ) -> None:
         self.fabric = fabric
         self.topology = topology
@@ -78,6 +79,7 @@ class FlowReplay:
         self.on_started = on_started
         self.on_finished = on_finished
         self.max_rates_bps = tuple(max_rates_bps)  # by QP profile (0: the transport's own)
+        self.on_step = on_step  # every step's result (the backend's port and NIC counters)
         self.now = 0.0
         self.qps: dict[tuple[int, int, int, int], QueuePair] = {}
         self.by_index: list[QueuePair] = []
@@ -124,6 +126,7 @@ class FlowReplay:
     def _step(self) -> None:
         fabric = self.fabric
         result = fabric.step()
+        self.on_step(result)
         self.steps += 1
         end = self.now + fabric.dt
         active = np.flatnonzero(fabric.active[: fabric.n])

@@ -28,7 +28,7 @@ from emulator.backends.base import (
 )
 from emulator.errors import ScenarioError
 from emulator.events import FlowFinished, FlowStarted, NicSample, PortSample, RunEvent
-from emulator.flow.model import FluidFabric, FluidLinks
+from emulator.flow.model import FluidFabric, FluidLinks, StepResult
 from emulator.flow.replay import Finished, FlowReplay
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
@@ -191,6 +191,7 @@ class FlowSession(Session):
             on_started=lambda fid, t: pending.append(FlowStarted(fid, t)),
             on_finished=finished,
             max_rates_bps=[getattr(p, "max_rate_bps", None) for p in context.planned.profiles],
+            on_step=self._count,
         )
         interval_s = scenario.sim.sample_interval_us * 1e-6
         limit_s = scenario.sim.time_limit_s or max(1.0, 100 * context.planned.ideal.job_time_s)
@@ -211,7 +212,7 @@ class FlowSession(Session):
                         f"released, {len(replay.finished)} finished"
                     )
                 t += interval_s
-                self._accumulate(replay, t)
+                replay.advance(t)
                 if pending:
                     job.on_events(pending[:])
                     pending.clear()
@@ -237,22 +238,10 @@ class FlowSession(Session):
             error=error,
         )
 
-    def _accumulate(self, replay: FlowReplay, until_s: float) -> None:
-        """Step to until_s, adding each step's per-link bytes and marks for the samples."""
-        fabric = self.fabric
-        step = fabric.step
-
-        def counted() -> Any:
-            result = step()
-            self._tx_bytes += result.link_tx_bytes
-            self._marks += result.link_marks
-            return result
-
-        fabric.step = counted  # type: ignore[method-assign]
-        try:
-            replay.advance(until_s)
-        finally:
-            fabric.step = step  # type: ignore[method-assign]
+    def _count(self, result: StepResult) -> None:
+        """A step's bytes sent and packets marked per link, for the port and NIC samples."""
+        self._tx_bytes += result.link_tx_bytes
+        self._marks += result.link_marks
 
     def _samples(self, t: float) -> list[RunEvent]:
         fabric = self.fabric
