@@ -222,8 +222,8 @@ class FluidFabric:
         # each queue pair moves at its share of its most loaded link
         through = x * np.min(np.where(real, self._ratio[hop], 1.0), axis=1) if n else x
         delivered = through * dt / 8.0
-        # marking on the queue each port holds, combined over the path
-        p_link = self._marking(new_q)
+        # marking on the queue each port held over the step, combined over the path
+        p_link = self._marking((q + new_q) / 2.0)  # the queue the step's packets met, on average
         keep = np.prod(np.where(real, 1.0 - p_link[np.minimum(hop, self.n_links - 1)], 1.0), axis=1)
         p_path = 1.0 - keep if n else keep
         packets = delivered * 8.0 / self.mtu_bits
