@@ -285,13 +285,13 @@ class FlowSession(Session):
             outside.append(
                 f"collective types interleaved on one fabric ({', '.join(sorted(types))}): the "
                 "fluid reaction points cut deeper than the packet simulator's where they meet "
-                "(moe_mix's 10 steps: job time 1.2-3.3x the simulator's), so busbw and job "
+                "(moe_mix's 10 steps: job time 1.5-2.9x the simulator's), so busbw and job "
                 "time read low"
             )
         elif types - VALIDATED_TYPES:
             outside.append(
                 f"{', '.join(sorted(types - VALIDATED_TYPES))}: validated on All-Reduce and "
-                "All-to-All alone (an 8:1 incast read its job time 24% over the simulator's)"
+                "All-to-All alone (an 8:1 incast read its job time 30% over the simulator's)"
             )
         return {"validated_against": "docs/flow-level.md", "outside_validated": outside}
 
