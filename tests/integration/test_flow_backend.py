@@ -8,6 +8,7 @@ outside what was validated said so in the summary."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +119,20 @@ def test_what_it_does_not_model_is_refused_in_one_line(
         )
     assert "\n" not in str(err.value) and "--backend sim" in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_past_its_simulated_time_limit_ends_partial_and_says_why(tmp_path: Path) -> None:
+    """The loop shared with the packet simulator (emulator.backends.simulated_time): the limit
+    stops the run, its results are written, partial, with the reason."""
+    scenario = shipped("allreduce_only.yaml", 1)
+    scenario = dataclasses.replace(
+        scenario, sim=dataclasses.replace(scenario.sim, time_limit_s=1e-4)
+    )
+    with pytest.raises(Exception, match="the flow-level run had not finished the plan"):
+        run_scenario(
+            scenario,
+            RunOptions(out_dir=tmp_path / "out", progress=False, backend="flow", report=False),
+        )
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["partial"] is True
+    assert "had not finished the plan after 0.0001 s" in summary["stopped_by"]

@@ -12,7 +12,6 @@ trustworthy is in docs/flow-level.md; a run outside that says so in its summary.
 from __future__ import annotations
 
 import resource
-import time
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from emulator.backends.base import (
     SessionReport,
     TimescaleRequest,
 )
+from emulator.backends.simulated_time import run_in_simulated_time
 from emulator.errors import ScenarioError
 from emulator.events import FlowFinished, FlowStarted, NicSample, PortSample, RunEvent
 from emulator.flow.model import FluidFabric, FluidLinks, StepResult
@@ -193,49 +193,22 @@ class FlowSession(Session):
             max_rates_bps=[getattr(p, "max_rate_bps", None) for p in context.planned.profiles],
             on_step=self._count,
         )
-        interval_s = scenario.sim.sample_interval_us * 1e-6
-        limit_s = scenario.sim.time_limit_s or max(1.0, 100 * context.planned.ideal.job_time_s)
-        error: BaseException | None = None
-        started = time.perf_counter()
-        cpu0 = time.process_time()
-        last_progress = started
-        job.on_samples(self._samples(0.0))
-        try:
-            replay.start()
-            t = 0.0
-            while not replay.done:
-                context.interrupts.check()
-                if t >= limit_s:
-                    raise ScenarioError(
-                        f"the flow-level run had not finished the plan after {limit_s:g} s of "
-                        f"simulated time (sim.time_limit_s): {len(replay.released)} flows "
-                        f"released, {len(replay.finished)} finished"
-                    )
-                t += interval_s
-                replay.advance(t)
-                if pending:
-                    job.on_events(pending[:])
-                    pending.clear()
-                job.on_samples(self._samples(replay.now))
-                now = time.perf_counter()
-                if now - last_progress > 0.5:
-                    last_progress = now
-                    job.progress.update(job.state(0.0))
-        except (KeyboardInterrupt, ScenarioError) as exc:
-            context.interrupts.pending = False
-            error = exc
-        finally:
-            if pending:
-                job.on_events(pending[:])
-            self.wall_s = time.perf_counter() - started
-            job.progress.done(job.state(0.0))
+        loop = run_in_simulated_time(
+            context,
+            job,
+            replay,
+            pending,
+            lambda t: self._samples(replay.now),  # the fluid replay's own clock (it may stop early)
+            what="the flow-level run",
+        )
+        self.wall_s = loop.wall_s
         return SessionReport(
-            metadata=self._engine_metadata(replay, time.process_time() - cpu0),
+            metadata=self._engine_metadata(replay, loop.cpu_s),
             not_applicable=("drops_in_lossless_fabric", "retransmissions_in_lossless_fabric"),
             leaves_out=LEAVES_OUT,
             lossless=True,
             extra={"time": "simulated", "flow_level": self._validity()},
-            error=error,
+            error=loop.error,
         )
 
     def _count(self, result: StepResult) -> None:

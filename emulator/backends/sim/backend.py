@@ -16,7 +16,6 @@ Determinism: every random draw comes from generators seeded by `run.seed` (salte
 from __future__ import annotations
 
 import resource
-import time
 from typing import Any
 
 from collectors.capture import LINKTYPE_IPV4, Packet, write_pcap
@@ -32,6 +31,7 @@ from emulator.backends.base import (
 )
 from emulator.backends.link_events import LinkEventRunner, flows_crossing
 from emulator.backends.link_events import resolve as resolve_link_events
+from emulator.backends.simulated_time import run_in_simulated_time
 from emulator.backends.streams import stream_extra, stream_sinks, stream_sources
 from emulator.errors import ScenarioError
 from emulator.events import (
@@ -46,7 +46,7 @@ from emulator.events import (
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
 from emulator.sim.fabric import SimFabric, SimFabricParams, build_fabric
-from emulator.sim.replay import FlowRecord, ReplayOutputs, SimReplay, SimulationStopped
+from emulator.sim.replay import FlowRecord, ReplayOutputs, SimReplay
 from emulator.timescale.tdf import TdfChoice
 from emulator.transport.qp_counters import recv_qp_counters, send_qp_counters
 from emulator.transport.stream import StreamSink, StreamSource
@@ -199,51 +199,19 @@ class SimSession(Session):
             for action in self.links.actions:
                 self.fabric.sim.at(action.at_s, self.links.apply, action, action.at_s)
         sources, sinks = self._start_streams()
-        interval_s = scenario.sim.sample_interval_us * 1e-6
-        limit_s = scenario.sim.time_limit_s or max(1.0, 100 * context.planned.ideal.job_time_s)
-        wall_limit_s = scenario.run.deadline_s
-        error: BaseException | None = None
-        started = time.perf_counter()
-        cpu0 = time.process_time()
-        last_progress = started
-        job.on_samples(self._samples(0.0))
-        try:
-            replay.start()
-            t = 0.0
-            while not replay.done:
-                context.interrupts.check()
-                if t >= limit_s:
-                    raise SimulationStopped(
-                        f"the simulation had not finished the plan after {limit_s:g} s of "
-                        f"simulated time (sim.time_limit_s): {len(replay.released)} flows "
-                        f"released, {len(replay.finished)} finished"
-                    )
-                if wall_limit_s is not None and time.perf_counter() - started > wall_limit_s:
-                    raise SimulationStopped(
-                        f"the simulation took longer than run.deadline_s ({wall_limit_s:g} s "
-                        f"of wall time) at {t * 1e3:.3f} ms of simulated time"
-                    )
-                t += interval_s
-                replay.advance(t)
-                if pending:
-                    job.on_events(pending[:])
-                    pending.clear()
-                job.on_samples(self._samples(t))
-                now = time.perf_counter()
-                if now - last_progress > 0.5:
-                    last_progress = now
-                    job.progress.update(job.state(self._throughput_bps(t)))
-        except (KeyboardInterrupt, SimulationStopped) as exc:
-            context.interrupts.pending = False
-            error = exc
-        finally:
-            if pending:
-                job.on_events(pending[:])
-            self.wall_s = time.perf_counter() - started
-            job.progress.done(job.state(0.0))
+        loop = run_in_simulated_time(
+            context,
+            job,
+            replay,
+            pending,
+            self._samples,
+            what="the simulation",
+            throughput_bps=self._throughput_bps,
+        )
+        self.wall_s = loop.wall_s
         conns = replay.connections.values()
         return SessionReport(
-            metadata=self._engine_metadata(replay, time.process_time() - cpu0),
+            metadata=self._engine_metadata(replay, loop.cpu_s),
             queue_pairs=qp_rows(
                 {key: c.conn_id for key, c in replay.connections.items()},
                 {c.conn_id + 1: send_qp_counters(c.sender, c.cnps_received, c.dscp) for c in conns},
@@ -262,7 +230,7 @@ class SimSession(Session):
                 "pfc": self._pfc_summary(),
                 **stream_extra(scenario, sources, sinks),
             },
-            error=error,
+            error=loop.error,
             captures=self._captures(),
         )
 
