@@ -6,6 +6,7 @@ after the run is killed and `emulate clean` reads its state file."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -123,30 +124,16 @@ def test_moe_mix_fabric_built_by_mininet_reads_as_the_netns_one(
         assert mininet_busbw == pytest.approx(netns_busbw, rel=0.10), ctype
 
 
-TWO_ROUTERS_SCENARIO = """\
-name: two_routers
-workload:
-  generate:
-    kind: moe_mix
-    ranks: 4
-    expert_parallel_size: 2
-    dispatch_bytes: 262144
-    allreduce_bytes: 1048576
-    iterations: 2
-    overlap: true
-fabric:
-  kind: mininet
-  hosts: [h1, h2, h3, h4]
-  host_link_gbps: 100
-  switch: {ecn: {kmin_bytes: 20000, kmax_bytes: 200000, pmax: 0.2}}
-transport:
-  congestion_control: dcqcn
-  path_mtu_bytes: 1024
-metrics:
-  prometheus: {enabled: false}
-run:
-  time_dilation: auto
-"""
+def two_routers_example() -> Any:
+    """docs/examples/mininet_two_routers.py, the documented script: its topology, routes and
+    scenario are what these tests run (importing it needs Mininet)."""
+    path = REPO / "docs" / "examples" / "mininet_two_routers.py"
+    spec = importlib.util.spec_from_file_location("mininet_two_routers", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 # what mininet.util.fixLimits raises system-wide when a Mininet object starts: put back after
 FIX_LIMITS_SYSCTLS = (
@@ -168,16 +155,12 @@ FIX_LIMITS_SYSCTLS = (
 def two_routers(mininet: Any, fabric_env: str) -> Iterator[Any]:
     """A user's network, built with Mininet's own API as a Mininet script would: r1 and r2
     (Linux routers), h1 h2 behind r1, h3 h4 behind r2, 100 Mb/s TCLinks; stopped after."""
-    sys.path.insert(0, str(REPO / "docs" / "examples"))
-    try:
-        from mininet_two_routers import TwoRouters, add_routes
-    finally:
-        sys.path.remove(str(REPO / "docs" / "examples"))
+    example = two_routers_example()
     saved = {k: Path(f"/proc/sys/{k}").read_text() for k in FIX_LIMITS_SYSCTLS}
-    net = mininet.Mininet(topo=TwoRouters(), controller=None, autoSetMacs=True)
+    net = mininet.Mininet(topo=example.TwoRouters(), controller=None, autoSetMacs=True)
     try:
         net.start()
-        add_routes(net)
+        example.add_routes(net)
         yield net
     finally:
         net.stop()
@@ -199,7 +182,7 @@ def test_a_users_mininet_network_runs_a_scenario(
     net = two_routers
     assert tso_of(net, "h1") == "on"
     path = tmp_path / "scenario.yaml"
-    path.write_text(TWO_ROUTERS_SCENARIO)
+    path.write_text(two_routers_example().SCENARIO)
     result = run_on_mininet(net, path, out_dir=tmp_path / "out", prefix=fabric_env, report=False)
     summary, out = result.summary, result.out_dir
     assert not result.partial
@@ -231,7 +214,7 @@ def test_a_host_the_network_does_not_have_is_refused_in_one_line(
     from emulator.mininet import run_on_mininet
 
     path = tmp_path / "scenario.yaml"
-    path.write_text(TWO_ROUTERS_SCENARIO.replace("h4]", "h9]"))
+    path.write_text(two_routers_example().SCENARIO.replace("h4]", "h9]"))
     with pytest.raises(ScenarioError, match=r"fabric.hosts: no node 'h9' in the Mininet network"):
         run_on_mininet(two_routers, path, out_dir=tmp_path / "out", prefix=fabric_env)
     assert not [ns for ns in existing_netns() if ns.startswith(fabric_env)]
