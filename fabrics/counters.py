@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabrics.ecn.ebpf import ClassCounters
+from fabrics.ecn.markers import MarkCounters
 from fabrics.iproute import run, tc
 from fabrics.netns import LiveFabric
-from fabrics.queues import LEAF_HANDLE, ROOT_HANDLE
+from fabrics.queues import LEAF_HANDLE, ROOT_HANDLE, EgressPort
 
 
 @dataclass(frozen=True)
@@ -70,22 +71,42 @@ def read_port_counters(
             by_ns[port.netns] = _qdisc_stats(port.netns)
         stats = by_ns[port.netns].get(port.dev, {})
         root = stats.get("root", {})
-        marks = live.marker.read(port, stats)
-        out[(port.node, port.dev)] = PortCounters(
-            node=port.node,
-            dev=port.dev,
+        out[(port.node, port.dev)] = port_counters(
+            port,
+            live.marker.read(port, stats),
             tx_bytes=int(root.get("bytes", 0)),
             tx_packets=int(root.get("packets", 0)),
             drops=int(root.get("drops", 0)),
             backlog_bytes=int(root.get("backlog", 0)),
-            ecn_marks=marks.marks if marks else 0,
-            phantom_queue_bytes=marks.queue_bytes if marks else None,
-            peak_phantom_queue_bytes=marks.peak_queue_bytes if marks else None,
-            phantom_overflows=marks.overflows if marks else None,
-            loss_drops=marks.loss_drops if marks else 0,
-            pause_s=getattr(marks, "pause_s", None) if marks else None,
-            pause_events=getattr(marks, "pause_events", None) if marks else None,
-            by_class=marks.by_class if marks else None,
-            rate_bps=port.rate_bps,
         )
     return out
+
+
+def port_counters(
+    port: EgressPort,
+    marks: MarkCounters | None,
+    *,
+    tx_bytes: int,
+    tx_packets: int,
+    drops: int,
+    backlog_bytes: int,
+) -> PortCounters:
+    """A port's counters from its queue's readings and its marker's (None: the marker cannot
+    tell); shared by the emulated Clos and a user's Mininet switches (fabrics/user_mininet.py)."""
+    return PortCounters(
+        node=port.node,
+        dev=port.dev,
+        tx_bytes=tx_bytes,
+        tx_packets=tx_packets,
+        drops=drops,
+        backlog_bytes=backlog_bytes,
+        ecn_marks=marks.marks if marks else 0,
+        phantom_queue_bytes=marks.queue_bytes if marks else None,
+        peak_phantom_queue_bytes=marks.peak_queue_bytes if marks else None,
+        phantom_overflows=marks.overflows if marks else None,
+        loss_drops=marks.loss_drops if marks else 0,
+        pause_s=getattr(marks, "pause_s", None) if marks else None,
+        pause_events=getattr(marks, "pause_events", None) if marks else None,
+        by_class=marks.by_class if marks else None,
+        rate_bps=port.rate_bps,
+    )

@@ -227,7 +227,7 @@ def _ipv4(host: Any) -> str:
         ) from None
 
 
-def _link_bps(intf: Any) -> float | None:
+def link_bps(intf: Any) -> float | None:
     """The rate Mininet shaped an interface to (a TCLink's bw, Mb/s), or None."""
     bw = (getattr(intf, "params", None) or {}).get("bw")
     return float(bw) * 1e6 if bw else None
@@ -240,7 +240,7 @@ def _rate_warnings(spec: MininetSpec, hosts: list[Any], rate_scale: float) -> li
     unshaped = []
     for host in hosts:
         intf = host.defaultIntf()
-        have = _link_bps(intf)
+        have = link_bps(intf)
         if have is None:
             unshaped.append(str(intf))
         elif abs(have - want) > RATE_TOLERANCE * want:
@@ -294,7 +294,7 @@ def _switch_ports(
             dev = str(intf)
             if dev == "lo":
                 continue
-            rate_bps = _link_bps(intf) or spec.port_rate_bps * rate_scale
+            rate_bps = link_bps(intf) or spec.port_rate_bps * rate_scale
             target_gbps = rate_bps / rate_scale / 1e9
             kmin, kmax = spec.switch.ecn.thresholds_bytes(target_gbps)
             ecn = (
@@ -344,7 +344,7 @@ def read_ports(live: LiveMininet) -> list[Any]:
     """The read switch ports' counters (fabrics.counters.PortCounters): bytes and packets sent
     from the interface, drops from its root qdisc and the interface, the root qdisc's backlog,
     the marker's marks and phantom queue."""
-    from fabrics.counters import PortCounters
+    from fabrics.counters import port_counters
 
     by_ns: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     out = []
@@ -354,23 +354,14 @@ def read_ports(live: LiveMininet) -> list[Any]:
         links, qdiscs = by_ns[port.netns]
         link = links.get(port.dev, {})
         root = qdiscs.get(port.dev, {})
-        marks = live.marker.read(port, {})
         out.append(
-            PortCounters(
-                node=port.node,
-                dev=port.dev,
+            port_counters(
+                port,
+                live.marker.read(port, {}),
                 tx_bytes=int(link.get("bytes", 0)),
                 tx_packets=int(link.get("packets", 0)),
                 drops=int(root.get("drops", 0)) + int(link.get("dropped", 0)),
                 backlog_bytes=int(root.get("backlog", 0)),
-                ecn_marks=marks.marks if marks else 0,
-                phantom_queue_bytes=marks.queue_bytes if marks else None,
-                peak_phantom_queue_bytes=marks.peak_queue_bytes if marks else None,
-                phantom_overflows=marks.overflows if marks else None,
-                pause_s=getattr(marks, "pause_s", None) if marks else None,
-                pause_events=getattr(marks, "pause_events", None) if marks else None,
-                by_class=marks.by_class if marks else None,
-                rate_bps=port.rate_bps,
             )
         )
     return out

@@ -102,21 +102,21 @@ def mininet_timescale(request: TimescaleRequest) -> TdfChoice:
     setting = scenario.run.time_dilation
     if setting != "auto":
         return TdfChoice(float(setting), "scenario", peak_bps)
+    from fabrics.user_mininet import link_bps
+
     net = _NETWORK.get()
-    rates = set()
-    for name in spec.hosts:
-        node = getattr(net, "nameToNode", {}).get(name) if net is not None else None
-        bw = (getattr(node.defaultIntf(), "params", None) or {}).get("bw") if node else None
-        rates.add(float(bw) if bw else None)
+    nodes = getattr(net, "nameToNode", {}) if net is not None else {}
+    rates = {link_bps(nodes[n].defaultIntf()) if n in nodes else None for n in spec.hosts}
     if len(rates) != 1 or None in rates:
         raise ScenarioError(
             "run.time_dilation: auto on a Mininet network takes the factor from the ranks' links "
             "(host_link_gbps over their TCLink bw), and they do not all have one rate; give "
             "the factor as a number"
         )
-    (mbps,) = rates
-    assert mbps is not None
-    tdf = max(1.0, spec.host_link_gbps * 1e3 / mbps)
+    (bps,) = rates
+    assert bps is not None
+    tdf = max(1.0, spec.rank_rate_bps / bps)
+    mbps = bps / 1e6
     return TdfChoice(tdf, "mininet links", peak_bps, bound_by=f"the hosts' links: {mbps:g} Mb/s")
 
 
