@@ -95,13 +95,16 @@ def test_pfc_incast_toward_a_software_switch_under_test(fabric_env: str, tmp_pat
         settings = BmwgSettings(
             repeats=1,
             progress=False,
-            params=("n=3", "duration_us=300000", "message_kb=256"),
+            # 600 ms: goodput averaged over more of DCQCN's recovery in real time (at 300 ms CI
+            # once read 44 Mb/s while the machine was busy; quiet runs read more)
+            params=("n=3", "duration_us=600000", "message_kb=256"),
             fabric_prefix=fabric_env,
         )
         result = run_bmwg("pfc-incast", path, tmp_path / "out", settings)
     print(result.text)
     (row,) = result.document["results"]["rows"]
     (run,) = result.document["results"]["runs"]
+    print("goodput Mb/s", run["kpis"]["goodput_gbps"] * 1e3)
     # three senders into one 100 Mb/s port: it carries what DCQCN lets through, the switch marks
     assert 50 < run["kpis"]["goodput_gbps"] * 1e3 <= 100 and run["kpis"]["ecn_marking_ratio"] > 0
     if run["verdict"] == "ok":
