@@ -59,7 +59,7 @@ DRIVER = "driver"  # the CPU samples of the machine the coordinator runs on
 class ClusterSession(Session):
     def __init__(self, context: BackendContext, cluster: ClusterSpec, plan: ClusterPlan) -> None:
         from emulator.backends.cluster.connect import connect, place, release
-        from emulator.backends.cluster.server import source_fingerprint
+        from emulator.backends.cluster.sources import source_fingerprint
 
         self.context = context
         self.cluster = cluster

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import multiprocessing
 import os
 import socket
@@ -25,9 +24,9 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
 from typing import Any
 
+from emulator.backends.cluster.sources import source_fingerprint
 from emulator.engine.params import OffloadChoice
 from emulator.engine.worker import worker_main
 from emulator.engine.worker_spec import WorkerSpec
@@ -37,17 +36,6 @@ from fabrics.ownership import STATE_DIR_ENV, clean_state, state_path
 
 TAKE_MAX_ITEMS = 512  # messages per `take` reply (a reply is one Ray object)
 STOP_GRACE_S = 1.0
-
-
-def source_fingerprint() -> str:
-    """A hash of the project's Python sources: driver and servers must run the same code."""
-    root = Path(__file__).resolve().parents[2]
-    digest = hashlib.sha256()
-    for package in ("emulator", "fabrics", "collectors"):
-        for path in sorted((root / package).rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 class EngineServer:
