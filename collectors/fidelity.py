@@ -56,6 +56,12 @@ class FidelityLimits:
         min=0,
         internal=True,  # the backend's fabric says (fabric metadata shaper_burst_bytes)
     )
+    reordering_by: str = param(
+        "",
+        doc="what in the scenario moves a flow's packets onto different paths (a switch tier "
+        "spraying, flowlets, adaptive routing, per-packet entropy); empty: nothing does",
+        internal=True,  # the run says, from the scenario's fabric and transport
+    )
 
 
 @dataclass(frozen=True)
@@ -103,21 +109,29 @@ def _retransmissions(tables: RunTables, limits: FidelityLimits) -> Finding:
     if sum(retx):
         return Finding(
             f"{sum(retx)} packets were retransmitted in a fabric the scenario calls lossless"
-            + _reordered(tables)
+            + _reordered(tables, limits.reordering_by)
         )
     return OK
 
 
-def _reordered(tables: RunTables) -> str:
+def _reordered(tables: RunTables, reordering_by: str) -> str:
     """Why, when no switch dropped anything but receivers saw gaps: the packets arrived out of
-    order. The emulated fabric routes a flow on one path and queues it FIFO at every hop (veth
-    rings drained by NAPI, one HTB and FIFO per port, static neighbours), so the reordering
-    happened on this machine outside what the fabric models; go-back-N took it for loss."""
+    order. With every tier on ECMP and one source port per queue pair, the emulated fabric routes
+    a flow on one path and queues it FIFO at every hop (veth rings drained by NAPI, one HTB and
+    FIFO per port, static neighbours), so the reordering happened on this machine outside what
+    the fabric models; go-back-N took it for loss. When the scenario spreads a flow over paths
+    (`reordering_by`), that is what reordered it."""
     if "sequence_errors" not in tables.queue_pairs.column_names:
         return ""
     gaps = sum(n or 0 for n in column(tables.queue_pairs, "sequence_errors"))
     if not gaps or sum(port_growth(tables, "drops").values()):
         return ""
+    if reordering_by:
+        return (
+            f", with no drop counted at a switch port's queue: {gaps} packets arrived out of "
+            f"sequence (the scenario's {reordering_by} sends a flow's packets over several "
+            "paths, and a go-back-N receiver takes a reordered packet for a lost one)"
+        )
     return (
         f", with no drop counted at a switch port's queue: {gaps} packets arrived out of sequence "
         "(reordered on this machine, since the fabric keeps each flow on one path and in order, "

@@ -182,6 +182,8 @@ def run_planned(
         limits = dataclasses.replace(limits, lossless=False)
     if burst := fabric_metadata.get("shaper_burst_bytes"):
         limits = dataclasses.replace(limits, nic_burst_bytes=int(burst))
+    if spreading := reordering_causes(scenario):
+        limits = dataclasses.replace(limits, reordering_by=spreading)
     fidelity = assess_fidelity(
         tables,
         limits,
@@ -280,3 +282,23 @@ def run_planned(
         raise error
     failed = sum(v.status == "FAIL" for v in verdicts)
     return RunResult(writer.target, summary, partial, failed)
+
+
+def reordering_causes(scenario: Scenario) -> str:
+    """What in the scenario spreads a flow's packets over paths ("" for nothing): the switch
+    tiers whose load balancing is not ECMP, and per-packet entropy."""
+    causes: list[str] = []
+    tiers = getattr(scenario.fabric, "tiers", {})
+    by_mode: dict[str, list[str]] = {}
+    for name, tier in tiers.items():
+        mode = tier.load_balancing.mode
+        if mode != "ecmp":
+            by_mode.setdefault(mode, []).append(name.replace("_", " "))
+    for mode, names in by_mode.items():
+        what = {"spray": "packet spraying", "flowlet": "flowlet switching"}.get(
+            mode, f"{mode} routing"
+        )
+        causes.append(f"{what} at the {' and '.join(names)} tier{'s' if len(names) > 1 else ''}")
+    if scenario.transport.entropy == "per_packet":
+        causes.append("per-packet entropy")
+    return " and ".join(causes)

@@ -14,6 +14,8 @@ from collectors.samples import CpuRow, NicRow, PortRow
 from collectors.tables import RunTables
 from emulator.errors import EnvironmentProblem
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def flow(retx: int) -> FlowRecord:
     return FlowRecord(
@@ -120,6 +122,41 @@ def test_retransmissions_without_a_switch_drop_are_put_down_to_reordering() -> N
     assert not any("out of sequence" in r for r in assess_fidelity(dropped).reasons)
     in_order = RunTables.from_rows(flows=[flow(4)], ports=clean, queue_pairs=[qp(0)])
     assert not any("out of sequence" in r for r in assess_fidelity(in_order).reasons)
+    assert "reordered on this machine" in reason
+
+
+def test_reordering_the_scenario_asks_for_is_named_not_put_down_to_the_machine() -> None:
+    """A sprayed fabric reorders by design: the reason names the spraying, not this machine."""
+    clean = [port(0.0, 0), port(1.0, 0)]
+    reordered = RunTables.from_rows(flows=[flow(4)], ports=clean, queue_pairs=[qp(4)])
+    limits = FidelityLimits(reordering_by="packet spraying at the leaf and spine tiers")
+    [reason] = assess_fidelity(reordered, limits).reasons
+    assert reason.startswith("4 packets were retransmitted in a fabric the scenario calls lossless")
+    assert "the scenario's packet spraying at the leaf and spine tiers sends a flow's" in reason
+    assert "on this machine" not in reason
+
+
+def test_the_run_names_what_in_the_scenario_spreads_a_flow() -> None:
+    import dataclasses
+
+    from emulator.run.execute import reordering_causes
+    from emulator.scenario import load_scenario
+    from fabrics.spec import LoadBalancingSpec
+
+    base = load_scenario(ROOT / "scenarios" / "moe_mix.yaml")
+    assert reordering_causes(base) == ""
+    fabric = base.fabric
+    spray = dataclasses.replace(fabric.leaf, load_balancing=LoadBalancingSpec(mode="spray"))
+    adaptive = dataclasses.replace(fabric.spine, load_balancing=LoadBalancingSpec(mode="adaptive"))
+    both = dataclasses.replace(base, fabric=dataclasses.replace(fabric, leaf=spray, spine=adaptive))
+    assert (
+        reordering_causes(both)
+        == "packet spraying at the leaf tier and adaptive routing at the spine tier"
+    )
+    entropy = dataclasses.replace(
+        base, transport=dataclasses.replace(base.transport, entropy="per_packet")
+    )
+    assert reordering_causes(entropy) == "per-packet entropy"
 
 
 def test_a_check_without_data_is_unknown_never_ok() -> None:
