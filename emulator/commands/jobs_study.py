@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from pathlib import Path
@@ -45,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from emulator.errors import InputError
     from emulator.studies.jobs import study as jobs_study
-    from emulator.studies.launch import default_out_dir
+    from emulator.studies.launch import default_out_dir, study_pool
 
     if args.tdf is not None and not args.tdf >= 1.0:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
@@ -55,13 +56,15 @@ def main(args: argparse.Namespace) -> int:
     )
     # With --json stdout carries one document: each run's own table goes to stderr instead.
     stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    with stdout:
+    say = functools.partial(print, file=sys.stderr)
+    with stdout, study_pool(args.cluster, say) as pool:
         result = jobs_study.run_study(
             Path(args.scenario),
             out,
             settings,
             runner=jobs_study.run_with_pipeline,  # looked up now: tests replace it
-            say=lambda line: print(line, file=sys.stderr),
+            say=say,
+            pool=pool,
         )
     print(json.dumps(result.to_json(), indent=2) if args.json else result.text)
     if result.report is not None and not args.json:

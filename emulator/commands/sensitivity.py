@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from pathlib import Path
@@ -52,20 +53,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    """--backend and --tdf of a study whose runs are `what` (each rate, each condition)."""
+    """--backend, --tdf and --cluster of a study whose runs are `what` (each rate, each
+    condition)."""
     parser.add_argument(
         "--backend",
-        choices=("netns", "sim"),
+        choices=("netns", "sim", "flow"),
         default=None,
         help=f"what runs {what} (default: the scenario's run.backend): netns, the emulated "
-        "Clos (root); sim, the packet-level simulation (no --tdf)",
+        "Clos (root); sim, the packet-level simulation (no --tdf); flow, the Clos at flow "
+        "level",
     )
+    add_cluster_argument(parser)
     parser.add_argument(
         "--tdf",
         type=float,
         metavar="X",
         help="time dilation factor of every emulated run (default: the scenario's "
         "run.time_dilation)",
+    )
+
+
+def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
+    """--cluster of a study: its runs as tasks over a Ray cluster."""
+    parser.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run the study's runs as tasks over the Ray cluster at ADDRESS (host:port of its "
+        "head), a core each, gathered into the study folder; simulated-time backends (sim, "
+        "flow) only; the cluster must require Ray's token (docs/cluster.md)",
     )
 
 
@@ -82,7 +97,7 @@ def add_include_flagged(parser: argparse.ArgumentParser, what: str = "the checks
 
 def main(args: argparse.Namespace) -> int:
     from emulator.errors import InputError
-    from emulator.studies.launch import default_out_dir, refuse_with_reuse
+    from emulator.studies.launch import default_out_dir, refuse_with_reuse, study_pool
     from emulator.studies.sensitivity import study as sensitivity
 
     if args.tdf is not None and not args.tdf >= 1.0:
@@ -99,6 +114,7 @@ def main(args: argparse.Namespace) -> int:
                 ("--link-gbps", args.link_gbps),
                 ("--backend", args.backend),
                 ("--tdf", args.tdf),
+                ("--cluster", args.cluster),
             )
         )
         with stdout:
@@ -112,15 +128,17 @@ def main(args: argparse.Namespace) -> int:
             raise InputError("--link-gbps: give the rates, e.g. --link-gbps 400,200,100")
         rates = sensitivity.parse_rates(args.link_gbps)
         settings = sensitivity.RunSettings(args.backend, args.tdf, not args.no_progress)
-        with stdout:
+        say = functools.partial(print, file=sys.stderr)
+        with stdout, study_pool(args.cluster, say) as pool:
             result = sensitivity.run_study(
                 Path(args.scenario),
                 rates,
                 out,
                 settings,
                 runner=sensitivity.run_at_rate,  # looked up now: tests replace it
-                say=lambda line: print(line, file=sys.stderr),
+                say=say,
                 include_flagged=args.include_flagged,
+                pool=pool,
             )
     print(json.dumps(result.to_json(), indent=2) if args.json else result.text)
     if result.report is not None and not args.json:

@@ -65,7 +65,7 @@ INTERFERENCE_HELP = "All-Reduce alone, All-to-All alone and both mixed, with rep
 
 
 def add_interference_arguments(parser: argparse.ArgumentParser) -> None:
-    from emulator.commands.sensitivity import add_include_flagged
+    from emulator.commands.sensitivity import add_cluster_argument, add_include_flagged
     from emulator.studies.interference.study import DEFAULT_REPEATS, ROLES, SCENARIO_SETS
 
     parser.add_argument(
@@ -82,11 +82,13 @@ def add_interference_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=("netns", "sim"),
+        choices=("netns", "sim", "flow"),
         default=None,
         help="what runs every scenario (overrides their run.backend): netns, the emulated Clos; "
-        "sim, the packet-level simulation (no root, simulated time, no --tdf)",
+        "sim, the packet-level simulation (no root, simulated time, no --tdf); flow, the Clos "
+        "at flow level",
     )
+    add_cluster_argument(parser)
     parser.add_argument(
         "--reference",
         choices=("sim",),
@@ -170,14 +172,18 @@ def main(args: argparse.Namespace) -> int:
         STUDIES,
         run_with_pipeline,
     )
-    from emulator.studies.launch import default_out_dir
+    from emulator.studies.launch import default_out_dir, study_pool
 
     if args.tdf is not None and not args.tdf >= 1.0:
         raise InputError(f"--tdf {args.tdf:g}: must be at least 1")
-    if args.backend == "sim" and args.tdf is not None:
-        raise InputError("--tdf: a simulation runs in simulated time, it has no dilation factor")
-    if args.reference is not None and args.backend == "sim":
-        raise InputError("--reference sim: the runs are simulated already (--backend sim)")
+    if args.backend in ("sim", "flow") and args.tdf is not None:
+        raise InputError(
+            f"--tdf: a {args.backend} run is in simulated time, it has no dilation factor"
+        )
+    if args.reference is not None and args.backend in ("sim", "flow"):
+        raise InputError(
+            f"--reference sim: the runs are simulated already (--backend {args.backend})"
+        )
     if args.repeats is not None and args.repeats < 1:
         raise InputError(f"--repeats {args.repeats}: must be at least 1")
     scenarios = {
@@ -192,22 +198,26 @@ def main(args: argparse.Namespace) -> int:
         or args.repeats is not None
         or args.scenario_set
         or args.reference
+        or args.cluster
     ):
         raise InputError(
             "--reuse takes finished runs: it excludes --tdf, --repeats, --scenario-set, "
-            "--reference and scenario paths"
+            "--reference, --cluster and scenario paths"
         )
     out = Path(args.out) if args.out else default_out_dir()
     # With --json stdout carries one document: each run's own table goes to stderr instead.
     stdout = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    with stdout:
+    say = functools.partial(print, file=sys.stderr)
+    with stdout, study_pool(args.cluster, say) as pool:
         result = STUDIES["interference"](
             out,
             scenarios=scenarios,
             reuse=reuse,
             tdf=args.tdf,
             progress=not args.no_progress,
-            say=lambda line: print(line, file=sys.stderr),
+            say=say,
+            pool=pool,
+            backend=args.backend,
             repeats=args.repeats if args.repeats is not None else DEFAULT_REPEATS,
             scenario_set=args.scenario_set or "main",
             runner=functools.partial(

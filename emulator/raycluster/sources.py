@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[3]  # emulator/backends/cluster/ -> the checkout
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # emulator/raycluster/ -> the checkout
 PACKAGES = ("emulator", "fabrics", "collectors")
 
 

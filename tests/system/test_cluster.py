@@ -362,9 +362,10 @@ def test_emulate_clean_restores_a_server_after_a_sigkill_of_its_actor(
     server, pointed at its state folder, releases what its actor made."""
     import ray
 
-    from emulator.backends.cluster.connect import connect, place, release
+    from emulator.backends.cluster.connect import place, release
     from emulator.backends.cluster.placement import plan_cluster
-    from emulator.backends.cluster.sources import source_fingerprint
+    from emulator.raycluster.join import connect
+    from emulator.raycluster.sources import source_fingerprint
 
     scenario = load_scenario(_scenario(lab, tmp_path, split=True))
     cluster = dataclasses.replace(scenario.run.cluster, address=lab.address)

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.system
 REPO = Path(__file__).resolve().parents[2]
 DRIVER = (
     "import sys\n"
-    "from emulator.backends.cluster.connect import connect\n"
+    "from emulator.raycluster.join import connect\n"
     "from emulator.errors import EnvironmentProblem\n"
     "try:\n"
     "    connect(sys.argv[1])\n"

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from emulator.backends import backend_name
-from emulator.backends.cluster.connect import (
+from emulator.backends.cluster.placement import plan_cluster
+from emulator.errors import EnvironmentProblem, ScenarioError
+from emulator.raycluster.join import (
     check_security,
     cluster_auth_problem,
     parse_address,
     token_problem,
 )
-from emulator.backends.cluster.placement import plan_cluster
-from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.scenario import load_scenario
 from emulator.scenario.cluster import SERVER_RESOURCE_PREFIX, ClusterSpec, ServerSpec, UnderlaySpec
 from fabrics.spec import ClosSpec

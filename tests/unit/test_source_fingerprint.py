@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from emulator.backends.cluster.sources import PROJECT_ROOT, source_fingerprint
+from emulator.raycluster.sources import PROJECT_ROOT, source_fingerprint
 
 
 def _tree(root: Path, text: str) -> Path:

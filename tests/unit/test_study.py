@@ -624,3 +624,58 @@ def test_runs_table_shows_a_missing_tdf_as_a_dash_and_a_factor_without_noise() -
     rows = runs_table(runs).splitlines()
     assert "None" not in rows[2] and " - " in rows[2]
     assert " 9700 " in rows[3] and "9700.0" not in rows[3]
+
+
+class _DeferredPool:
+    """A pool whose runs execute elsewhere and finish in reverse order (a cluster's tasks)."""
+
+    remote = True
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._calls: list[tuple[Path, Any]] = []
+
+    def submit(self, line: str, out_dir: Path, call: Any) -> None:
+        self.lines.append(line)
+        self._calls.append((out_dir, call))
+
+    def results(self) -> list[Path]:
+        done = {out_dir: call(out_dir) for out_dir, call in reversed(self._calls)}
+        folders = [done[out_dir] for out_dir, _ in self._calls]
+        self._calls = []
+        return folders
+
+
+def test_runs_finishing_in_any_order_elsewhere_come_back_to_their_roles(
+    folders: dict[str, list[Path]], tmp_path: Path
+) -> None:
+    source = roles(folders, "ar_alone", "a2a_alone", "mixed_interfering")
+    progress_seen: list[bool] = []
+
+    def runner(
+        scenario: Path, out_dir: Path, tdf: float | None, progress: bool, seed: int | None
+    ) -> Path:
+        progress_seen.append(progress)
+        role, _, seed_text = out_dir.name.partition("-seed")
+        return source[role][int(seed_text)]
+
+    pool = _DeferredPool()
+    result = run_study(
+        tmp_path / "study", progress=True, runner=runner, repeats=2, pool=pool, backend="sim"
+    )
+    assert progress_seen == [False] * 6  # no terminal of ours where they run
+    assert len(pool.lines) == 6
+    assert [(r.role, r.seed, r.folder) for r in result.runs] == [
+        (role, k, source[role][k]) for role in ROLES for k in range(2)
+    ]
+    assert all(c.shown for c in result.checks)
+
+
+def test_a_study_of_emulated_runs_over_a_cluster_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    from emulator.errors import InputError
+
+    with pytest.raises(InputError, match="--cluster: its runs take the netns backend"):
+        run_study(tmp_path / "study", runner=run_with_pipeline, pool=_DeferredPool())
+    assert not (tmp_path / "study").exists()

@@ -86,7 +86,7 @@ def test_reuse_with_three_folders_is_one_repeat_per_role(calls: list[dict[str, A
         (
             ["--reuse-allreduce-only", "a", "--reuse-alltoall-only", "t", "--reuse-mixed", "m",
              "--repeats", "2"],
-            "excludes --tdf, --repeats, --scenario-set, --reference and scenario paths",
+            "excludes --tdf, --repeats, --scenario-set, --reference, --cluster and scenario paths",
         ),
         (["--reuse", "a", "t", "m", "--scenario-set", "ecmp"], "--scenario-set"),
         (["--reuse", "a", "t", "m", "--tdf", "10"], "excludes --tdf"),

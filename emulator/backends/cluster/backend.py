@@ -32,7 +32,6 @@ from emulator.backends.base import (
     TimescaleRequest,
 )
 from emulator.backends.cluster.bridge import RemoteLauncher, ServerLink
-from emulator.backends.cluster.connect import check_security, ray_shutdown
 from emulator.backends.cluster.placement import ClusterPlan, cluster_of, plan_cluster
 from emulator.backends.cluster.timescale import servers_tdf
 from emulator.backends.dut.backend import real_time, refuse_dilation
@@ -45,6 +44,7 @@ from emulator.engine.plan import RankEndpoint
 from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.events import CpuSample, NicSample, RunEvent
 from emulator.planning.attribution import class_names, classes_json
+from emulator.raycluster.join import check_security, ray_shutdown
 from emulator.scenario.cluster import ClusterSpec
 from emulator.scenario.model import Scenario
 from emulator.timescale.probe import placement_key
@@ -58,8 +58,9 @@ DRIVER = "driver"  # the CPU samples of the machine the coordinator runs on
 
 class ClusterSession(Session):
     def __init__(self, context: BackendContext, cluster: ClusterSpec, plan: ClusterPlan) -> None:
-        from emulator.backends.cluster.connect import connect, place, release
-        from emulator.backends.cluster.sources import source_fingerprint
+        from emulator.backends.cluster.connect import place, release
+        from emulator.raycluster.join import connect
+        from emulator.raycluster.sources import source_fingerprint
 
         self.context = context
         self.cluster = cluster

@@ -1,5 +1,6 @@
 """Several "servers" on this machine, for the tests and the bench: a Ray cluster whose nodes each
-offer one server's resource, and underlay namespaces joined by a veth standing for their NICs.
+offer one server's resource, and underlay namespaces joined by a veth standing for their NICs;
+or just a Ray cluster of a few nodes (local_ray: a study's runs as tasks).
 
 Ray's token authentication is on (its address is this machine's non-loopback IP, which Ray
 uses even for a local cluster), unless a test asks for a cluster without it (to see it refused).
@@ -50,11 +51,12 @@ def _sh(*args: str) -> None:
 
 
 @contextlib.contextmanager
-def local_cluster(
-    state_dir: Path, servers: tuple[str, str] = ("a", "b"), *, token_auth: bool = True
-) -> Iterator[LocalCluster]:
-    """Two servers (a head node with no CPUs, one node per server) and their underlays; with
-    token_auth False, a cluster that lets anyone in (what a run must refuse)."""
+def local_ray(
+    node_resources: list[dict[str, float]], *, cpus_per_node: int = 1, token_auth: bool = True
+) -> Iterator[str]:
+    """A Ray cluster on this machine: a head with no CPUs and one node per entry of
+    `node_resources` (its custom resources), each with `cpus_per_node` cores; yields its
+    address. With token_auth False, a cluster that lets anyone in (what a run must refuse)."""
     saved = {k: os.environ.get(k) for k in AUTH_ENV}
     if token_auth:
         os.environ["RAY_AUTH_MODE"] = "token"
@@ -63,13 +65,40 @@ def local_cluster(
         os.environ["RAY_AUTH_MODE"] = "disabled"
         os.environ.pop("RAY_AUTH_TOKEN", None)
     _reload_ray_auth()
-    from ray.cluster_utils import Cluster
+    cluster = None
+    try:
+        from ray.cluster_utils import Cluster
 
+        cluster = Cluster(
+            initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+        )
+        for resources in node_resources:
+            cluster.add_node(num_cpus=cpus_per_node, resources=resources)
+        yield str(cluster.address)
+    finally:
+        import ray
+
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _reload_ray_auth()
+
+
+@contextlib.contextmanager
+def local_cluster(
+    state_dir: Path, servers: tuple[str, str] = ("a", "b"), *, token_auth: bool = True
+) -> Iterator[LocalCluster]:
+    """Two servers (a head node with no CPUs, one node per server) and their underlays; with
+    token_auth False, a cluster that lets anyone in (what a run must refuse)."""
     tag = os.getpid() % 100000
     names = {s: f"ul{s}{tag}" for s in servers}
     addresses = {s: f"10.251.0.{i + 1}" for i, s in enumerate(servers)}
     made: list[str] = []
-    cluster = None
     try:
         for ns in names.values():
             made.append(ns)
@@ -84,30 +113,16 @@ def local_cluster(
             # receive in order on NAPI, as the fabric's own veths do (fabrics/README.md)
             _sh("ip", "netns", "exec", ns, "ethtool", "-K", UNDERLAY_IFNAME, "gro", "on",
                 "tso", "off")  # fmt: skip
-        cluster = Cluster(
-            initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
-        )
-        for server in servers:
-            cluster.add_node(num_cpus=1, resources={f"{SERVER_RESOURCE_PREFIX}{server}": 1})
-        yield LocalCluster(
-            str(cluster.address),
-            {s: (names[s], addresses[s]) for s in servers},
-            state_dir,
-        )
+        resources = [{f"{SERVER_RESOURCE_PREFIX}{server}": 1.0} for server in servers]
+        with local_ray(resources, token_auth=token_auth) as address:
+            yield LocalCluster(
+                address,
+                {s: (names[s], addresses[s]) for s in servers},
+                state_dir,
+            )
     finally:
-        import ray
-
-        ray.shutdown()
-        if cluster is not None:
-            cluster.shutdown()
         for ns in made:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        _reload_ray_auth()
 
 
 def _reload_ray_auth() -> None:

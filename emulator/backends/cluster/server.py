@@ -26,12 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from emulator.backends.cluster.sources import source_fingerprint
 from emulator.engine.params import OffloadChoice
 from emulator.engine.worker import worker_main
 from emulator.engine.worker_spec import WorkerSpec
 from emulator.engine.xdp_ports import ledger_answer, ledger_items
 from emulator.events import RunEvent
+from emulator.raycluster.sources import source_fingerprint
 from fabrics.ownership import STATE_DIR_ENV, clean_state, state_path
 
 TAKE_MAX_ITEMS = 512  # messages per `take` reply (a reply is one Ray object)

@@ -22,8 +22,9 @@ CALIBRATE_TIMEOUT_S = 900.0  # a first calibration of a shape on a server takes 
 
 def servers_tdf(scenario: Scenario, options: BackendOptions) -> TdfChoice:
     """Join the cluster, place its actors, take each server's curve, release them."""
-    from emulator.backends.cluster.connect import connect, place, ray_shutdown, release
-    from emulator.backends.cluster.sources import source_fingerprint
+    from emulator.backends.cluster.connect import place, release
+    from emulator.raycluster.join import connect, ray_shutdown
+    from emulator.raycluster.sources import source_fingerprint
 
     cluster = cluster_of(scenario, options)
     plan = plan_cluster(cluster, scenario.fabric, options.fabric_prefix)

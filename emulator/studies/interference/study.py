@@ -56,6 +56,7 @@ from emulator.studies.interference.text import (
     runs_table,
     study_notes,
 )
+from emulator.studies.pool import LocalPool, RunPool, check_pool_backend
 from emulator.studies.stats.bootstrap import BOOTSTRAP_METHOD, DEFAULT_BOOTSTRAP, BootstrapSpec
 from emulator.studies.stats.flags import judged_runs
 from emulator.studies.stats.units import collective_units, timing_resolution_s
@@ -195,13 +196,17 @@ def run_study(
     scenario_set: str = "main",
     reference: str | None = None,
     include_flagged: bool = False,
+    pool: RunPool | None = None,
+    backend: str | None = None,
 ) -> StudyResult:
     """Run `repeats` runs of each condition (or reuse finished ones: role -> results folders,
     one per repeat), then write the study into out_dir. scenario_set: the shipped scenarios of
     each role (SCENARIO_SETS), before `scenarios` replaces any. reference "sim": the runner also
     simulated each run (into <run folder>-reference-sim); those are judged as a study of their
     own in out_dir/reference-sim/ and set beside the emulated checks. include_flagged: judge
-    the runs the project flagged too (module docstring)."""
+    the runs the project flagged too (module docstring). pool: where the runs execute (default
+    here, one after another; emulator.studies.pool); backend: the runs' backend when the runner
+    overrides the scenarios' (a cluster takes only the simulated-time ones)."""
     study_of = functools.partial(analyse, include_flagged=include_flagged)
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: must be at least 1")
@@ -216,22 +221,53 @@ def run_study(
         if not path.is_file():
             raise InputError(f"{path}: no such scenario file (the study's {role} run)")
     base = {role: scenario_seed(paths[role]) for role in ROLES}
+    pool = pool if pool is not None else LocalPool(say)
+    for role in ROLES if pool.remote else ():
+        check_pool_backend(pool, _scenario_backend(paths[role], backend), paths[role])
     prepare_out_dir(out_dir)
     folders: dict[str, list[Path]] = {role: [] for role in ROLES}
     seeds: dict[str, list[int | None]] = {role: [] for role in ROLES}
+    order: list[str] = []
     for k in range(repeats):  # interleaved: a drift of the machine hits every condition alike
         for role in ROLES:
             seed = base[role] + k
-            say(f"study: running {role}, repeat {k + 1} of {repeats} (seed {seed}): {paths[role]}")
-            run_dir = out_dir / RUNS / f"{role}-seed{seed}"
-            folders[role].append(runner(paths[role], run_dir, tdf, progress, seed))
+            pool.submit(
+                f"study: running {role}, repeat {k + 1} of {repeats} (seed {seed}): {paths[role]}",
+                out_dir / RUNS / f"{role}-seed{seed}",
+                functools.partial(
+                    _role_run, runner, paths[role], tdf, progress and not pool.remote, seed
+                ),
+            )
+            order.append(role)
             seeds[role].append(seed)
+    for role, folder in zip(order, pool.results(), strict=True):
+        folders[role].append(folder)
     if reference is None:
         return study_of(folders, out_dir, thresholds, seeds, bootstrap)
     simulated = {role: [reference_folder(f) for f in runs] for role, runs in folders.items()}
     prepare_out_dir(out_dir / REFERENCE_DIR)
     ref = study_of(simulated, out_dir / REFERENCE_DIR, thresholds, seeds, bootstrap)
     return study_of(folders, out_dir, thresholds, seeds, bootstrap, reference=ref)
+
+
+def _role_run(
+    runner: Runner,
+    path: Path,
+    tdf: float | None,
+    progress: bool,
+    seed: int | None,
+    out_dir: Path,
+) -> Path:
+    """One role's run into out_dir (a pool's call: out_dir last)."""
+    return runner(path, out_dir, tdf, progress, seed)
+
+
+def _scenario_backend(path: Path, override: str | None) -> str:
+    """The backend a run of the scenario takes (run.backend auto resolved), or `override`."""
+    from emulator.backends import backend_name
+    from emulator.scenario import load_scenario
+
+    return backend_name(load_scenario(path), override)
 
 
 def reference_folder(folder: Path) -> Path:

@@ -22,6 +22,7 @@ from emulator.errors import InputError
 from emulator.studies.jobs import JOBS_JSON, JOBS_TEXT
 from emulator.studies.jobs.analysis import ALL, JobsRun, MetricRow, analyse
 from emulator.studies.jobs.text import render
+from emulator.studies.pool import LocalPool, RunPool, scenario_run
 from emulator.studies.stats.bootstrap import BOOTSTRAP_METHOD, DEFAULT_BOOTSTRAP, BootstrapSpec
 from emulator.studies.stats.flags import NO_FIDELITY
 from emulator.studies.stats.units import timing_resolution_s
@@ -83,7 +84,9 @@ def run_folder(out_dir: Path, condition: str, seed: int) -> Path:
     return out_dir / RUNS / f"{condition}-seed{seed}"
 
 
-def check_study(scenario_path: Path, out_dir: Path, settings: JobsSettings) -> Scenario:
+def check_study(
+    scenario_path: Path, out_dir: Path, settings: JobsSettings, pool: RunPool | None = None
+) -> Scenario:
     """Everything a run would otherwise fail on late: the file, its jobs, the backend."""
     from emulator.scenario import load_scenario
     from emulator.studies.launch import check_backend
@@ -103,7 +106,7 @@ def check_study(scenario_path: Path, out_dir: Path, settings: JobsSettings) -> S
             f"{scenario_path}: workloads: a job named {ALL!r} would share its runs' folders with "
             "the study's all-jobs condition; rename it"
         )
-    check_backend(scenario, scenario_path, settings.backend, settings.tdf)
+    check_backend(scenario, scenario_path, settings.backend, settings.tdf, pool)
     if (out_dir / JOBS_JSON).exists():
         raise InputError(
             f"{out_dir}: already holds a jobs study ({JOBS_JSON}); choose another --out"
@@ -150,11 +153,14 @@ def run_study(
     runner: Runner = run_with_pipeline,
     say: Callable[[str], None] = lambda line: None,
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+    pool: RunPool | None = None,
 ) -> JobsStudyResult:
-    """Check, run every condition `repeats` times (interleaved), analyse, write."""
+    """Check, run every condition `repeats` times (interleaved; over a cluster all at once,
+    `pool`), analyse, write."""
     from collectors.results import DIR_MODE
 
-    scenario = check_study(scenario_path, out_dir, settings)
+    pool = pool if pool is not None else LocalPool(say)
+    scenario = check_study(scenario_path, out_dir, settings, pool)
     runs_of = conditions(scenario)
     base = scenario.run.seed
     for k in range(settings.repeats):
@@ -162,13 +168,20 @@ def run_study(
             if run_folder(out_dir, name, base + k).exists():
                 raise InputError(f"{run_folder(out_dir, name, base + k)}: exists already")
     out_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    runs: list[JobsRun] = []
+    order: list[tuple[str, int]] = []
     for k in range(settings.repeats):
         for name, variant in runs_of.items():
             seed = base + k
-            say(f"jobs study: running {name}, repeat {k + 1} of {settings.repeats} (seed {seed})")
-            folder = runner(_seeded(variant, seed), run_folder(out_dir, name, seed), settings)
-            runs.append(_loaded(name, seed, folder))
+            pool.submit(
+                f"jobs study: running {name}, repeat {k + 1} of {settings.repeats} (seed {seed})",
+                run_folder(out_dir, name, seed),
+                scenario_run(pool, runner, _seeded(variant, seed), settings),
+            )
+            order.append((name, seed))
+    runs = [
+        _loaded(name, seed, folder)
+        for (name, seed), folder in zip(order, pool.results(), strict=True)
+    ]
     return write_study(runs, out_dir, scenario_path, bootstrap, settings.include_flagged)
 
 

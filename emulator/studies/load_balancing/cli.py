@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import sys
 from pathlib import Path
@@ -81,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from emulator.errors import InputError
-    from emulator.studies.launch import default_out_dir, refuse_with_reuse
+    from emulator.studies.launch import default_out_dir, refuse_with_reuse, study_pool
     from emulator.studies.load_balancing import study
 
     if args.tdf is not None and not args.tdf >= 1.0:
@@ -100,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
                 ("--backend", args.backend),
                 ("--tdf", args.tdf),
                 ("--reference", args.reference),
+                ("--cluster", args.cluster),
             )
         )
         with stdout:
@@ -117,14 +119,16 @@ def main(args: argparse.Namespace) -> int:
             args.include_flagged,
             args.reference,
         )
-        with stdout:
+        say = functools.partial(print, file=sys.stderr)
+        with stdout, study_pool(args.cluster, say) as pool:
             result = study.run_study(
                 Path(args.scenario),
                 out,
                 settings,
                 args.conditions,
                 runner=study.run_with_pipeline,  # looked up now: tests replace it
-                say=lambda line: print(line, file=sys.stderr),
+                say=say,
+                pool=pool,
             )
     print(json.dumps(result.to_json(), indent=2) if args.json else result.text)
     if result.report is not None and not args.json:

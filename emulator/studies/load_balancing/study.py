@@ -50,6 +50,7 @@ from emulator.studies.load_balancing.conditions import (
     variant,
 )
 from emulator.studies.load_balancing.runs import RESEND_REASON, LbRun, read_run
+from emulator.studies.pool import LocalPool, RunPool, scenario_run
 from emulator.studies.stats.bootstrap import BOOTSTRAP_METHOD, DEFAULT_BOOTSTRAP, BootstrapSpec
 from emulator.studies.stats.verdict import Check
 
@@ -125,7 +126,11 @@ class Plan:
 
 
 def plan_study(
-    scenario_path: Path, conditions: str | None, out_dir: Path, settings: LbSettings
+    scenario_path: Path,
+    conditions: str | None,
+    out_dir: Path,
+    settings: LbSettings,
+    pool: RunPool | None = None,
 ) -> Plan:
     """Every check a run would otherwise fail on late: the file, its fabric, the conditions,
     each variant on its backend, the study folder."""
@@ -146,7 +151,7 @@ def plan_study(
     variants = {c.name: variant(scenario, c, scenario_path) for c in chosen}
     for name, scenario_of in variants.items():
         where = Path(f"{scenario_path} ({name})")
-        check_backend(scenario_of, where, settings.backend, settings.tdf)
+        check_backend(scenario_of, where, settings.backend, settings.tdf, pool)
     if (out_dir / STUDY_JSON).exists() or (out_dir.exists() and not out_dir.is_dir()):
         prepare_out_dir(out_dir)  # refuses it, in its words
     for k in range(settings.repeats):
@@ -166,30 +171,33 @@ def run_study(
     say: Callable[[str], None] = lambda line: None,
     thresholds: LbThresholds = DEFAULT_LB_THRESHOLDS,
     bootstrap: BootstrapSpec = DEFAULT_BOOTSTRAP,
+    pool: RunPool | None = None,
 ) -> LbStudyResult:
-    """Plan, run every condition `repeats` times (interleaved), analyse and write."""
-    plan = plan_study(scenario_path, conditions, out_dir, settings)
+    """Plan, run every condition `repeats` times (interleaved; over a cluster all at once,
+    `pool`), analyse and write."""
+    pool = pool if pool is not None else LocalPool(say)
+    plan = plan_study(scenario_path, conditions, out_dir, settings, pool)
     if conditions is not None and BASELINE not in [c.strip() for c in conditions.split(",")]:
         say(f"load-balancing study: {BASELINE} added, the baseline every condition is against")
     created = not out_dir.exists()
     prepare_out_dir(out_dir)
     base = plan.scenario.run.seed
-    ran: list[tuple[str, int | None, Path]] = []
+    order: list[tuple[str, int]] = []
     try:
         for k in range(settings.repeats):  # interleaved: a drift of the machine hits them all
             for name, scenario in plan.variants.items():
                 seed = base + k
-                say(
-                    f"load-balancing study: running {name}, repeat {k + 1} of {settings.repeats} "
-                    f"(seed {seed}, {plan.backend})"
-                )
                 run = dataclasses.replace(scenario.run, seed=seed)
-                folder = runner(
-                    dataclasses.replace(scenario, run=run),
+                pool.submit(
+                    f"load-balancing study: running {name}, repeat {k + 1} of "
+                    f"{settings.repeats} (seed {seed}, {plan.backend})",
                     run_folder(out_dir, name, seed),
-                    settings,
+                    scenario_run(pool, runner, dataclasses.replace(scenario, run=run), settings),
                 )
-                ran.append((name, seed, folder))
+                order.append((name, seed))
+        ran: list[tuple[str, int | None, Path]] = [
+            (name, seed, folder) for (name, seed), folder in zip(order, pool.results(), strict=True)
+        ]
     except BaseException:
         # A first run refused at its start (a busy exporter port) leaves no empty study folder.
         if created and out_dir.is_dir() and not any(out_dir.iterdir()):

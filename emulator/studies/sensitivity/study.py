@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from emulator.errors import InputError
+from emulator.studies.pool import LocalPool, RunPool, scenario_run
 from emulator.studies.sensitivity import SENSITIVITY_JSON, SENSITIVITY_TEXT
 from emulator.studies.sensitivity.analysis import (
     DEFAULT_TOLERANCE,
@@ -240,18 +241,24 @@ def run_study(
     say: Callable[[str], None] = lambda line: None,
     tolerance: Tolerance = DEFAULT_TOLERANCE,
     include_flagged: bool = False,
+    pool: RunPool | None = None,
 ) -> SensitivityResult:
-    """Check everything, then run the scenario at each rate (in order) and analyse."""
+    """Check everything, then run the scenario at each rate (in order; or all at once over a
+    cluster, `pool`) and analyse."""
     from collectors.results import DIR_MODE
 
-    scenarios = check_study(scenario_path, rates_gbps, out_dir, settings)
+    pool = pool if pool is not None else LocalPool(say)
+    scenarios = check_study(scenario_path, rates_gbps, out_dir, settings, pool)
     created = not out_dir.exists()
     out_dir.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    runs = []
     try:
         for n, (rate, scenario) in enumerate(zip(rates_gbps, scenarios, strict=True), start=1):
-            say(f"sensitivity: running {scenario_path} at {rate:g} Gb/s ({n} of {len(rates_gbps)})")
-            runs.append(load_rate_run(runner(scenario, run_folder(out_dir, rate), settings)))
+            pool.submit(
+                f"sensitivity: running {scenario_path} at {rate:g} Gb/s ({n} of {len(rates_gbps)})",
+                run_folder(out_dir, rate),
+                scenario_run(pool, runner, scenario, settings),
+            )
+        runs = [load_rate_run(folder) for folder in pool.results()]
     except BaseException:
         # A first run refused at its start (a busy exporter port) leaves no empty study folder.
         if created and not any(out_dir.iterdir()):
@@ -261,7 +268,11 @@ def run_study(
 
 
 def check_study(
-    scenario_path: Path, rates_gbps: Sequence[float], out_dir: Path, settings: RunSettings
+    scenario_path: Path,
+    rates_gbps: Sequence[float],
+    out_dir: Path,
+    settings: RunSettings,
+    pool: RunPool | None = None,
 ) -> list[Scenario]:
     """The scenario at each rate, after every check a run would otherwise fail late on."""
     from emulator.scenario import load_scenario
@@ -271,7 +282,7 @@ def check_study(
         raise InputError(f"{scenario_path}: no such scenario file")
     scenario = load_scenario(scenario_path)
     scenarios = [at_rate(scenario, rate, scenario_path) for rate in rates_gbps]
-    check_backend(scenarios[0], scenario_path, settings.backend, settings.tdf)
+    check_backend(scenarios[0], scenario_path, settings.backend, settings.tdf, pool)
     prepare_out_dir(out_dir, rates_gbps)
     return scenarios
 

@@ -1,0 +1,2 @@
+"""Ray clusters, whatever runs on them: joining one safely (join) and which code a process
+runs (sources)."""
