@@ -6,7 +6,9 @@ Run from the repository root: `python -m bench.flow [--sim-128] [--json PATH]`.
 Each run is its own child process (`python -m bench.flow --child BACKEND SCENARIO`), which
 prints its wall time, summary.json's replay wall time and its own peak RSS. Scenarios:
 scenarios/moe_mix.yaml (16 hosts) on both backends; scenarios/moe_mix_128.yaml (128 hosts) on
-the flow level, and on the packet simulator with --sim-128 (it takes minutes there). The live
+the flow level, and on the packet simulator with --sim-128 (it takes minutes there);
+scenarios/moe_mix_1024.yaml (1,024 ranks, three tiers, 2 steps) on the flow level with --1024
+(about ten minutes and 1.6 GB). The live
 exporter is off on both sides. Printed: a row per (scenario, backend), the ratio sim / flow of
 the replay's wall time per scenario (#39's target at 128 hosts: at least 100), and busbw and job
 time side by side. Nothing is asserted.
@@ -30,7 +32,11 @@ from emulator.run.pipeline import run_scenario
 from emulator.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
-SCENARIOS = {16: REPO / "scenarios" / "moe_mix.yaml", 128: REPO / "scenarios" / "moe_mix_128.yaml"}
+SCENARIOS = {
+    16: REPO / "scenarios" / "moe_mix.yaml",
+    128: REPO / "scenarios" / "moe_mix_128.yaml",
+    1024: REPO / "scenarios" / "moe_mix_1024.yaml",  # three tiers, flow level only
+}
 
 
 def child(backend: str, scenario_path: str) -> None:
@@ -82,6 +88,9 @@ def main() -> int:
     parser.add_argument(
         "--sim-128", action="store_true", help="also simulate 128 hosts packet by packet"
     )
+    parser.add_argument(
+        "--1024", dest="r1024", action="store_true", help="also the 1,024-rank scenario (flow)"
+    )
     parser.add_argument("--json", type=Path, help="write the numbers here")
     args = parser.parse_args()
     if args.child:
@@ -89,6 +98,8 @@ def main() -> int:
         return 0
     runs: list[dict[str, Any]] = []
     for hosts, path in SCENARIOS.items():
+        if hosts == 1024 and not args.r1024:
+            continue
         backends = ("flow", "sim") if hosts == 16 or args.sim_128 else ("flow",)
         for backend in backends:
             row = {"hosts": hosts, "backend": backend, **measure(backend, path)}

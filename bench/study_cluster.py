@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m bench.study_cluster")
     parser.add_argument("--rates", default="400,300,200,100", help="one run per rate")
-    parser.add_argument("--iterations", type=int, default=4, help="training steps per run")
+    parser.add_argument("--iterations", type=int, default=16, help="training steps per run")
     args = parser.parse_args(argv)
     runs = len(args.rates.split(","))
     with tempfile.TemporaryDirectory(prefix="bench-study-cluster-") as tmp:
