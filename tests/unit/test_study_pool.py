@@ -131,3 +131,19 @@ def test_an_absolute_member_name_lands_inside_the_folder(tmp_path: Path) -> None
     unpack(_tar(_member(str(tmp_path / "outside.txt"))), out)
     assert not (tmp_path / "outside.txt").exists()
     assert (out / str(tmp_path / "outside.txt").lstrip("/")).read_bytes() == b"x"
+
+
+def test_a_node_running_other_code_refuses_the_run_before_it_starts(tmp_path: Path) -> None:
+    from emulator.studies.ray_pool import run_task
+
+    ran: list[Path] = []
+
+    def call(out_dir: Path) -> Path:
+        ran.append(out_dir)
+        return out_dir
+
+    with pytest.raises(
+        EnvironmentProblem, match=r"runs other code .* the driver's 0000000000000000"
+    ):
+        run_task(call, "0" * 16)
+    assert ran == []
