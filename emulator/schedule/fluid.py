@@ -56,11 +56,6 @@ class FluidNetwork:
         self.recomputes = 0
 
     @property
-    def capacity(self) -> dict[Hashable, float]:
-        """Link -> bytes/s, of every link a flow's path named."""
-        return {link: float(self._capacity[i]) for link, i in self._link_index.items()}
-
-    @property
     def active(self) -> int:
         return sum(len(self._heaps[c]) for c in self._class_of.values()) + len(self._instant)
 
@@ -192,10 +187,10 @@ class FluidNetwork:
         # Done within float noise: a byte fraction, or a time step below clock resolution.
         slack = self._rate[live] * _TIME_EPS * max(1.0, t)
         left = self._head[live] - service[live]
-        due = live[left <= np.maximum(slack, _REL_EPS * self._head[live])]
-        for c in due.tolist():  # in the order the classes were made
+        is_due = left <= np.maximum(slack, _REL_EPS * self._head[live])
+        # in the order the classes were made
+        for c, limit in zip(live[is_due].tolist(), slack[is_due].tolist(), strict=True):
             heap = self._heaps[c]
-            limit = max(self._rate[c] * _TIME_EPS * max(1.0, t), 0.0)
             while heap and heap[0][0] - service[c] <= max(limit, _REL_EPS * heap[0][0]):
                 done.append(heapq.heappop(heap)[1])
                 self._members[c] -= 1

@@ -116,7 +116,6 @@ class RayPool:
         self._pending: list[_Pending] = []
         self._task: Any = None
         self._fingerprint = ""
-        self.placements: dict[Path, dict[str, Any]] = {}  # results folder -> node, pid, wall_s
 
     def __enter__(self) -> RayPool:
         from emulator.raycluster.join import connect
@@ -161,11 +160,9 @@ class RayPool:
                 answer = self._answer(run)
                 unpack(answer["archive"], run.out_dir)
                 run.done = True
-                placed = {k: answer[k] for k in ("node_id", "hostname", "pid", "wall_s")}
-                self.placements[run.out_dir] = placed
                 self._say(
-                    f"  done on node {placed['node_id'][:8]} ({placed['hostname']}) in "
-                    f"{placed['wall_s']:.1f} s: {run.out_dir}"
+                    f"  done on node {answer['node_id'][:8]} ({answer['hostname']}) in "
+                    f"{answer['wall_s']:.1f} s: {run.out_dir}"
                 )
         self._pending = []
         return [p.out_dir for p in pending]

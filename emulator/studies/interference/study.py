@@ -155,13 +155,6 @@ def run_with_pipeline(
     return result.out_dir
 
 
-def scenario_seed(path: Path) -> int:
-    """The scenario's own run.seed: the first repeat's seed."""
-    from emulator.scenario import load_scenario
-
-    return load_scenario(path).run.seed
-
-
 def default_scenarios(scenario_set: str = "main") -> dict[str, Path]:
     names = SCENARIO_SETS.get(scenario_set)
     if names is None:
@@ -207,6 +200,9 @@ def run_study(
     the runs the project flagged too (module docstring). pool: where the runs execute (default
     here, one after another; emulator.studies.pool); backend: the runs' backend when the runner
     overrides the scenarios' (a cluster takes only the simulated-time ones)."""
+    from emulator.backends import backend_name
+    from emulator.scenario import load_scenario
+
     study_of = functools.partial(analyse, include_flagged=include_flagged)
     if repeats < 1:
         raise InputError(f"--repeats {repeats}: must be at least 1")
@@ -220,10 +216,11 @@ def run_study(
     for role, path in paths.items():
         if not path.is_file():
             raise InputError(f"{path}: no such scenario file (the study's {role} run)")
-    base = {role: scenario_seed(paths[role]) for role in ROLES}
+    loaded = {role: load_scenario(paths[role]) for role in ROLES}
+    base = {role: loaded[role].run.seed for role in ROLES}
     pool = pool if pool is not None else LocalPool(say)
     for role in ROLES if pool.remote else ():
-        check_pool_backend(pool, _scenario_backend(paths[role], backend), paths[role])
+        check_pool_backend(pool, backend_name(loaded[role], backend), paths[role])
     prepare_out_dir(out_dir)
     folders: dict[str, list[Path]] = {role: [] for role in ROLES}
     seeds: dict[str, list[int | None]] = {role: [] for role in ROLES}
@@ -260,14 +257,6 @@ def _role_run(
 ) -> Path:
     """One role's run into out_dir (a pool's call: out_dir last)."""
     return runner(path, out_dir, tdf, progress, seed)
-
-
-def _scenario_backend(path: Path, override: str | None) -> str:
-    """The backend a run of the scenario takes (run.backend auto resolved), or `override`."""
-    from emulator.backends import backend_name
-    from emulator.scenario import load_scenario
-
-    return backend_name(load_scenario(path), override)
 
 
 def reference_folder(folder: Path) -> Path:
