@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -85,8 +86,11 @@ def run_moe(builder: str, tmp_path: Path, prefix: str) -> dict[str, Any]:
         RunOptions(out_dir=tmp_path / builder, progress=False, fabric_prefix=prefix, report=False),
     )
     assert not result.partial
-    flows = pq.read_table(result.out_dir / "flows.parquet").to_pylist()
-    return {"summary": result.summary, "flows": flows}
+    return {
+        "summary": result.summary,
+        "flows": pq.read_table(result.out_dir / "flows.parquet").to_pylist(),
+        "collectives": pq.read_table(result.out_dir / "collectives.parquet").to_pylist(),
+    }
 
 
 def node_shells() -> list[int]:
@@ -118,10 +122,29 @@ def test_moe_mix_fabric_built_by_mininet_reads_as_the_netns_one(
     assert all(f["end_s"] is not None for r in runs.values() for f in r["flows"])
     for name, run in runs.items():
         print(name, {c: round(v["busbw_mean_bytes_per_s"] / 1e9, 2) for c, v in run["summary"]["collectives"].items()}, run["summary"]["fidelity"]["verdict"])  # fmt: skip
-    for ctype, stats in runs["netns"]["summary"]["collectives"].items():
-        netns_busbw = stats["busbw_mean_bytes_per_s"]
-        mininet_busbw = runs["mininet"]["summary"]["collectives"][ctype]["busbw_mean_bytes_per_s"]
-        assert mininet_busbw == pytest.approx(netns_busbw, rel=0.10), ctype
+    # Compared instance by instance (the same collective of the same iteration in both runs),
+    # by the median ratio: an All-to-All that met the All-Reduce in one run and not in the other
+    # reads ~40% apart (the interference the main job measures), and with four or five such
+    # instances out of twelve the means of two identical fabrics differed by 10% (CI, 2026-11-28).
+    for ctype in runs["netns"]["summary"]["collectives"]:
+        pairs = paired_busbw(runs, ctype)
+        print(ctype, [(round(n / 1e9, 1), round(m / 1e9, 1)) for n, m in pairs])
+        ratio = statistics.median(m / n for n, m in pairs)
+        assert ratio == pytest.approx(1.0, rel=0.10), (ctype, ratio)
+
+
+def paired_busbw(runs: dict[str, Any], ctype: str) -> list[tuple[float, float]]:
+    """(netns, mininet) busbw of each instance of one collective type, by collective id."""
+    by_id = {
+        b: {
+            c["collective_id"]: c["busbw_bytes_per_s"]
+            for c in r["collectives"]
+            if c["collective_type"] == ctype
+        }
+        for b, r in runs.items()
+    }
+    assert by_id["netns"].keys() == by_id["mininet"].keys() and by_id["netns"], ctype
+    return [(by_id["netns"][i], by_id["mininet"][i]) for i in sorted(by_id["netns"])]
 
 
 def two_routers_example() -> Any:
