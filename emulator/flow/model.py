@@ -13,7 +13,8 @@ so one step is one decrease check), vectorized over every queue pair and every d
 - a switch port marks with the DCQCN law on its queue (emulator.transport.marking: 0 up to Kmin,
   linear to Pmax at Kmax, 1 above), a queue pair's packets are marked with the path's combined
   probability, and its notification point sends a CNP in a step if at least one of the step's
-  packets was marked (at most one CNP per min_time_between_cnps, which the step is): a seeded
+  packets was marked (at most one CNP per min_time_between_cnps, which the step is; the packets
+  paced, so a queue pair below a packet a step has one in that fraction of steps): a seeded
   draw per queue pair and step, so CNPs arrive as discrete events, as in the packet simulator;
 - the reaction point applies NVIDIA's rules (emulator.transport.dcqcn, the same parameters):
   the first CNP starts it (alpha at its initial value), a CNP in a step cuts the rate at the
@@ -39,6 +40,19 @@ import numpy as np
 from emulator.transport.dcqcn_params import ALPHA_SCALE, DcqcnParams
 
 NO_LINK = -1  # padding in a path
+# what a queue pair's reaction point keeps (FluidFabric's per-queue-pair arrays)
+REACTION_STATE = (
+    "rc",
+    "rt",
+    "alpha",
+    "rp_on",
+    "inc_since",
+    "timer_s",
+    "bytes_since",
+    "t_events",
+    "b_events",
+    "line_bps",
+)
 
 
 @dataclass(frozen=True)
@@ -55,9 +69,11 @@ class FluidLinks:
 
 @dataclass
 class StepResult:
-    """What one step moved: bytes each queue pair delivered, the CNPs drawn, the expected CE
-    packets, and per link the bytes it sent and the packets it marked."""
+    """What one step moved: for the step's live queue pairs (`qps`, their indices: the active
+    and the recovering ones), the bytes each delivered, the CNPs drawn and the expected CE
+    packets; per link the bytes it sent and the packets it marked."""
 
+    qps: np.ndarray
     delivered_bytes: np.ndarray
     cnps: np.ndarray
     ce_packets: np.ndarray
@@ -89,6 +105,22 @@ def max_min_share(demand: np.ndarray, group: np.ndarray, capacity: np.ndarray) -
     out = np.empty_like(demand)
     out[order] = share
     return out
+
+
+def cnp_probability(keep: np.ndarray, packets: np.ndarray) -> np.ndarray:
+    """The chance of a CNP in a step for a queue pair sending `packets` paced packets a step,
+    each marked with probability 1 - `keep`, when the step is min_time_between_cnps: the long-run
+    rate of emulator.transport.dcqcn.NotificationPoint (a CNP for a CE packet, none within the
+    interval after one; NVIDIA's DCQCN). After a CNP the next ceil(packets) - 1 packets fall in
+    the interval, then it takes 1/p packets on average to meet a marked one: r / (ceil(r) - 1 +
+    1/p) a step. A queue pair at a quarter of a packet a step behind a queue above Kmax gets a
+    CNP in a quarter of the steps; one at 2.5 packets a step, in 5 of 6."""
+    p_mark = 1.0 - keep
+    marked = (p_mark > 0) & (packets > 0)
+    rate = np.zeros_like(packets)
+    r, p = packets[marked], p_mark[marked]
+    rate[marked] = r / (np.ceil(r) - 1.0 + 1.0 / p)
+    return np.minimum(rate, 1.0)
 
 
 class FluidFabric:
@@ -185,16 +217,21 @@ class FluidFabric:
 
     # -- one step ---------------------------------------------------------------------------
     def step(self) -> StepResult:
+        """One step over the live queue pairs: the active ones and those whose reaction point
+        still runs (an idle queue pair recovers its rate as a NIC's does). The others send
+        nothing and change nothing, so a run whose phases open many queue pairs pays each step
+        for those in play, not for every one it ever opened."""
         n, dt, links = self.n, self.dt, self.links
-        path = self.path[:n]
+        live = np.flatnonzero(self.active[:n] | self.rp_on[:n])
+        m = len(live)
+        path = self.path[live]
         hop = np.where(path >= 0, path, self.n_links)  # padding -> the spare slot
         real = path >= 0
         # the NIC arbiter: each NIC's line rate over its queue pairs, max-min fair (its round
         # robin: a queue pair below its fair share keeps its rate, the rest share what is left)
-        x = np.where(self.active[:n], self.rc[:n], 0.0)
-        nic = path[:, 0] if n else np.zeros(0, dtype=np.int64)
+        x = np.where(self.active[live], self.rc[live], 0.0)
         cap = links.capacity_bps
-        x = max_min_share(x, nic, cap) if n else x
+        x = max_min_share(x, path[:, 0], cap) if m else x
         # each hop's arrival: the rate limited by the hops before it (their last step's share)
         shares = self._ratio[hop]
         upstream = np.ones_like(shares)
@@ -220,19 +257,18 @@ class FluidFabric:
         self._paused_now = pfc
         self.queue_bytes = new_q
         # each queue pair moves at its share of its most loaded link
-        through = x * np.min(np.where(real, self._ratio[hop], 1.0), axis=1) if n else x
+        through = x * np.min(np.where(real, self._ratio[hop], 1.0), axis=1) if m else x
         delivered = through * dt / 8.0
         # marking on the queue each port held over the step, combined over the path
         p_link = self._marking((q + new_q) / 2.0)  # the queue the step's packets met, on average
         keep = np.prod(np.where(real, 1.0 - p_link[np.minimum(hop, self.n_links - 1)], 1.0), axis=1)
-        p_path = 1.0 - keep if n else keep
+        p_path = 1.0 - keep if m else keep
         packets = delivered * 8.0 / self.mtu_bits
-        with np.errstate(invalid="ignore"):
-            p_step = 1.0 - np.power(keep, packets)  # at least one marked packet in the step
-        cnps = (self.rng.random(n) < p_step) & (packets > 0) & self.reacts
-        self.react(cnps, delivered)
+        p_step = cnp_probability(keep, packets)
+        cnps = (self.rng.random(m) < p_step) & (packets > 0) & self.reacts
+        self.react(cnps, delivered, live)
         link_marks = arrivals * dt / self.mtu_bits * p_link
-        return StepResult(delivered, cnps, packets * p_path, sent * dt / 8.0, link_marks)
+        return StepResult(live, delivered, cnps, packets * p_path, sent * dt / 8.0, link_marks)
 
     def _marking(self, q: np.ndarray) -> np.ndarray:
         links = self.links
@@ -242,19 +278,41 @@ class FluidFabric:
         p = np.where(q > links.kmax_bytes, 1.0, np.where(q > links.kmin_bytes, linear, 0.0))
         return np.nan_to_num(p, nan=0.0)
 
-    def react(self, cnp: np.ndarray, delivered: np.ndarray) -> None:
-        """The reaction point of every queue pair for one step (one rate-decrease period)."""
-        n = self.n
-        rc, rt, alpha, on = self.rc[:n], self.rt[:n], self.alpha[:n], self.rp_on[:n]
+    def react(self, cnp: np.ndarray, delivered: np.ndarray, qps: np.ndarray | None = None) -> None:
+        """The reaction point of the queue pairs `qps` (all when None; `cnp` and `delivered`
+        are theirs, in that order) for one step (one rate-decrease period)."""
+        sel = np.arange(self.n) if qps is None else qps
+        state = {name: getattr(self, name)[sel] for name in REACTION_STATE}
+        self._react(cnp, delivered, **state)
+        for name, values in state.items():
+            getattr(self, name)[sel] = values
+
+    def _react(
+        self,
+        cnp: np.ndarray,
+        delivered: np.ndarray,
+        *,
+        rc: np.ndarray,
+        rt: np.ndarray,
+        alpha: np.ndarray,
+        rp_on: np.ndarray,
+        inc_since: np.ndarray,
+        timer_s: np.ndarray,
+        bytes_since: np.ndarray,
+        t_events: np.ndarray,
+        b_events: np.ndarray,
+        line_bps: np.ndarray,
+    ) -> None:
+        on = rp_on
         first = cnp & ~on
         if first.any():
             # the episode's first CNP starts the reaction point: alpha at its initial value
             # (this CNP adds nothing to it), and its cut keeps the target (the line rate)
             on |= first
             alpha[first] = self.dcqcn.initial_alpha_value / ALPHA_SCALE
-            self.inc_since[:n][first] = False
+            inc_since[first] = False
             if self._first_rate is not None:
-                rc[first] = rt[first] = np.minimum(self._first_rate, self.line_bps[:n][first])
+                rc[first] = rt[first] = np.minimum(self._first_rate, line_bps[first])
         # alpha: (1-g) per alpha period, + g for the period with a CNP
         later = cnp & ~first
         alpha[on] = alpha[on] * self._decay + np.where(later[on], self._g, 0.0)
@@ -262,22 +320,22 @@ class FluidFabric:
         # an increase event since the last cut (or with clamp_tgt_rate)
         cut = cnp & on
         if cut.any():
-            inc = self.inc_since[:n]
+            inc = inc_since
             clamp = cut & (inc | self.dcqcn.clamp_tgt_rate)
             rt[clamp] = rc[clamp]
             inc[cut] = False
             lowered = rc[cut] * (1.0 - alpha[cut] / 2.0)
             floor = np.maximum(rc[cut] * self._min_dec, self._min_rate)
             rc[cut] = np.maximum(lowered, floor)
-            self.timer_s[:n][cut] = 0.0
-            self.bytes_since[:n][cut] = 0.0
-            self.t_events[:n][cut] = 0.0
-            self.b_events[:n][cut] = 0.0
+            timer_s[cut] = 0.0
+            bytes_since[cut] = 0.0
+            t_events[cut] = 0.0
+            b_events[cut] = 0.0
         # increase events from the timer and the byte counter, since the last cut
         grow = on & ~cut
         if grow.any():
-            timer = self.timer_s[:n]
-            sent = self.bytes_since[:n]
+            timer = timer_s
+            sent = bytes_since
             slack = 1e-9  # a step sum that lands on a period boundary counts as reaching it
             t_new = np.floor((timer + self.dt) / self._timer_s + slack) - np.floor(
                 timer / self._timer_s + slack
@@ -289,11 +347,11 @@ class FluidFabric:
             sent += np.where(grow, delivered, 0.0)
             t_new = np.where(grow, t_new, 0.0)
             b_new = np.where(grow, b_new, 0.0)
-            t_ev, b_ev = self.t_events[:n], self.b_events[:n]
+            t_ev, b_ev = t_events, b_events
             t_ev += t_new
             b_ev += b_new
             event = (t_new + b_new) > 0
-            inc = self.inc_since[:n]
+            inc = inc_since
             inc |= b_new > 0
             if self.dcqcn.clamp_tgt_rate_after_time_inc:
                 inc |= t_new > 0
@@ -302,7 +360,7 @@ class FluidFabric:
             hyper = event & (np.minimum(t_ev, b_ev) > f)
             additive = event & ~fast & ~hyper
             rt += np.where(additive, self._ai, 0.0) + np.where(hyper, self._hai, 0.0)
-            line = self.line_bps[:n]
+            line = line_bps
             np.minimum(rt, line, out=rt)
             rc[event] = (rt[event] + rc[event]) / 2.0
             # back within rpg_min_rate of line rate: the rate limiter is released

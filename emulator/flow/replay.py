@@ -25,11 +25,12 @@ from fabrics.topology import Topology
 
 @dataclass
 class FlowCounts:
-    """What one flow (message) counted while it was its queue pair's head."""
+    """A flow (message): its bytes and, once it ends, what it counted as its queue pair's head
+    (while it is the head, FlowReplay counts for it in arrays)."""
 
     flow_id: int
     started_s: float
-    remaining_bytes: float
+    size_bytes: float
     packets: int  # its packets at the path MTU (no retransmissions: the model is lossless)
     ce: float = 0.0
     cnps: int = 0
@@ -89,6 +90,10 @@ class FlowReplay:
         self._completions: list[tuple[float, int, Finished]] = []  # (due, seq, what)
         self._seq = 0
         self.steps = 0
+        # the head message of each queue pair (by fabric index): bytes left, CE and CNPs so far
+        self._left = np.zeros(64)
+        self._ce = np.zeros(64)
+        self._cnps = np.zeros(64, dtype=np.int64)
 
     @property
     def done(self) -> bool:
@@ -129,30 +134,49 @@ class FlowReplay:
         self.on_step(result)
         self.steps += 1
         end = self.now + fabric.dt
-        active = np.flatnonzero(fabric.active[: fabric.n])
-        queue_delay: np.ndarray | None = None
-        for i in active:
+        # the heads' counts, vectorized: a step of an All-to-All moves every queue pair
+        qps, moved = result.qps, result.delivered_bytes
+        self._ensure(fabric.n)
+        self._left[qps] -= moved
+        self._ce[qps] += result.ce_packets
+        self._cnps[qps] += result.cnps
+        ends = np.flatnonzero(fabric.active[qps] & (self._left[qps] <= 1e-6))
+        if not len(ends):
+            return
+        queue_delay = fabric.queue_bytes * 8.0 / fabric.links.capacity_bps
+        for k in ends:
+            i = int(qps[k])
             qp = self.by_index[i]
-            head = qp.queue[0]
-            moved = float(result.delivered_bytes[i])
-            head.ce += float(result.ce_packets[i])
-            head.cnps += int(result.cnps[i])
-            head.remaining_bytes -= moved
-            if head.remaining_bytes > 1e-6:
-                continue
-            if queue_delay is None:
-                queue_delay = fabric.queue_bytes * 8.0 / fabric.links.capacity_bps
+            head = qp.queue.popleft()
+            left = float(self._left[i])
             # the last byte left within the step; it then waits in the path's queues
-            overshoot = -head.remaining_bytes / moved if moved > 0 else 0.0
+            step_bytes = float(moved[k])
+            overshoot = -left / step_bytes if step_bytes > 0 else 0.0
             last_s = end - overshoot * fabric.dt
             due = last_s + float(queue_delay[qp.path].sum()) + qp.latency_s
-            qp.queue.popleft()
+            head.ce, head.cnps = float(self._ce[i]), int(self._cnps[i])
             self._complete(due, head)
             if qp.queue:
-                nxt = qp.queue[0]
-                nxt.remaining_bytes += min(0.0, head.remaining_bytes)  # bytes already sent
+                # the next message starts with the bytes already sent past this one's end
+                self._begin(i, qp.queue[0].size_bytes + min(0.0, left))
             else:
                 fabric.active[i] = False
+
+    def _ensure(self, n: int) -> None:
+        """Room for `n` queue pairs in the heads' count arrays."""
+        if n > len(self._left):
+            size = max(n, 2 * len(self._left))
+            for name in ("_left", "_ce", "_cnps"):
+                old = getattr(self, name)
+                new = np.zeros(size, dtype=old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+
+    def _begin(self, index: int, remaining_bytes: float) -> None:
+        """A queue pair's next message becomes its head: its counts start from zero."""
+        self._left[index] = remaining_bytes
+        self._ce[index] = 0.0
+        self._cnps[index] = 0
 
     def _complete(self, due: float, head: FlowCounts) -> None:
         what = Finished(head.flow_id, due, max(1, round(head.packets)), round(head.ce), head.cnps)
@@ -188,6 +212,9 @@ class FlowReplay:
         qp = self._queue_pair(flow)
         packets = max(1, -(-flow.bytes // self.mtu_bytes))
         qp.queue.append(FlowCounts(flow.id, now, float(flow.bytes), packets))
+        if len(qp.queue) == 1:
+            self._ensure(self.fabric.n)
+            self._begin(qp.index, float(flow.bytes))
         self.fabric.active[qp.index] = True
         self.on_started(flow.id, now)
 

@@ -10,8 +10,8 @@ import random
 import numpy as np
 import pytest
 
-from emulator.flow.model import FluidFabric, FluidLinks, max_min_share
-from emulator.transport.dcqcn import ReactionPoint
+from emulator.flow.model import FluidFabric, FluidLinks, cnp_probability, max_min_share
+from emulator.transport.dcqcn import NotificationPoint, ReactionPoint
 from emulator.transport.dcqcn_params import DcqcnParams
 from emulator.transport.marking import EcnMarker
 from emulator.transport.params import EcnMarkingParams
@@ -157,3 +157,31 @@ def test_no_congestion_control_never_draws_a_cnp() -> None:
         result = model.step()
         assert not result.cnps.any()
     assert (model.rc[:2] == 100e9).all()
+
+
+@pytest.mark.parametrize("packets_per_step", [0.1, 0.25, 0.7, 1.0, 2.5])
+@pytest.mark.parametrize("p_mark", [0.05, 0.5, 1.0])
+def test_cnps_per_step_follow_the_notification_point_on_paced_packets(
+    packets_per_step: float, p_mark: float
+) -> None:
+    """The packet model's notification point (a CNP for a CE packet, at most one per
+    min_time_between_cnps: NVIDIA's DCQCN), fed paced packets each marked with p_mark, sends a
+    CNP in the fraction of 4 us intervals the fluid law gives (a queue pair below a packet a
+    step behind a full queue gets one in that fraction of steps, not in every step; one at 2.5
+    packets a step in 5 steps of 6, the interval after a CNP passing over the next two)."""
+    params = DcqcnParams()
+    interval = params.min_time_between_cnps_us * 1e-6
+    rng = random.Random(7)
+    np_ = NotificationPoint(params)
+    steps = 20_000
+    gap = interval / packets_per_step
+    with_cnp: set[int] = set()
+    t = gap * 0.5
+    while t < steps * interval:
+        if rng.random() < p_mark and np_.on_ce(now=t):
+            with_cnp.add(int(t / interval))
+        t += gap
+    measured = len(with_cnp) / steps
+    fluid = float(cnp_probability(np.array([1.0 - p_mark]), np.array([packets_per_step]))[0])
+    # 20,000 steps: the measured fraction's standard error is under 0.004
+    assert measured == pytest.approx(fluid, rel=0.05, abs=0.01), (measured, fluid)
