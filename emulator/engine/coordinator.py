@@ -25,7 +25,7 @@ from typing import Any
 
 from emulator.engine.af_xdp_setup import AfXdpUnavailable
 from emulator.engine.clock import DilatedClock
-from emulator.engine.driver import DelayLike, FlowDriver
+from emulator.engine.driver import DelayLike, FlowDriver, is_delay
 from emulator.engine.launch import Launcher, LocalLauncher, WorkerProcess
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import (
@@ -329,7 +329,7 @@ class Coordinator:
         same_server / cross_server."""
         by_worker: dict[int, list[EngineFlow]] = {}
         for action in actions:
-            if isinstance(action, DelayLike):
+            if is_delay(action):
                 heapq.heappush(delays, (now + action.delay_s, action.token))
                 continue
             # the driver releases a flow once its dependencies completed: none left to wait for

@@ -3,6 +3,6 @@ emulator.schedule.driver). The coordinator runs the delays (wall time = delay x 
 
 from __future__ import annotations
 
-from emulator.schedule.driver import DelayLike, FlowDriver, FlowLike
+from emulator.schedule.driver import DelayLike, FlowDriver, FlowLike, is_delay
 
-__all__ = ["DelayLike", "FlowDriver", "FlowLike"]
+__all__ = ["DelayLike", "FlowDriver", "FlowLike", "is_delay"]

