@@ -258,7 +258,7 @@ class FlowSession(Session):
             outside.append(
                 f"collective types interleaved on one fabric ({', '.join(sorted(types))}): the "
                 "fluid reaction points cut deeper than the packet simulator's where they meet "
-                "(moe_mix's 10 steps: job time 1.5-2.9x the simulator's), so busbw and job "
+                "(moe_mix's 10 steps: job time 2.0-3.1x the simulator's), so busbw and job "
                 "time read low"
             )
         elif types - VALIDATED_TYPES:
