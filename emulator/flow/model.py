@@ -1,10 +1,12 @@
 """The fluid fabric: queue pairs as rates under DCQCN, switch ports as fluid queues, in steps.
 
 What it computes, per step of `dt` (the reaction point's rate-decrease period, 4 us by default,
-so one step is one decrease check), vectorized over every queue pair and every directed link:
+so one step is one decrease check), vectorized over the live queue pairs (those with bytes to
+send and those whose reaction point still recovers; the others change nothing) and every
+directed link:
 
-- each active queue pair sends at its DCQCN current rate, its NIC's line rate shared among the
-  NIC's queue pairs in proportion to their rates (the NIC arbiter);
+- each active queue pair sends at its DCQCN current rate, its NIC's line rate shared max-min
+  fair among the NIC's queue pairs (the NIC arbiter);
 - a link's arrivals are the rates of the queue pairs crossing it, each limited by the links it
   crossed before (their last step's share, a step's lag); above the link's rate the excess
   queues, below it the queue drains (a fluid queue: Zhu et al., "ECN or Delay: Lessons Learnt
