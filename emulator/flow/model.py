@@ -42,7 +42,8 @@ import numpy as np
 from emulator.transport.dcqcn_params import ALPHA_SCALE, DcqcnParams
 
 NO_LINK = -1  # padding in a path
-# what a queue pair's reaction point keeps (FluidFabric's per-queue-pair arrays)
+# what a queue pair's reaction point keeps and changes (FluidFabric's per-queue-pair arrays;
+# its line rate it only reads)
 REACTION_STATE = (
     "rc",
     "rt",
@@ -53,7 +54,6 @@ REACTION_STATE = (
     "bytes_since",
     "t_events",
     "b_events",
-    "line_bps",
 )
 
 
@@ -285,7 +285,7 @@ class FluidFabric:
         are theirs, in that order) for one step (one rate-decrease period)."""
         sel = np.arange(self.n) if qps is None else qps
         state = {name: getattr(self, name)[sel] for name in REACTION_STATE}
-        self._react(cnp, delivered, **state)
+        self._react(cnp, delivered, line_bps=self.line_bps[sel], **state)
         for name, values in state.items():
             getattr(self, name)[sel] = values
 

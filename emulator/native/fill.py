@@ -64,6 +64,8 @@ class NativeFill:
                 min_share,
             )
         )
+        if levels == -2:
+            raise ValueError("emulator.native._fill: the incidence is not sorted by class")
         if levels < 0:
             raise MemoryError("emulator.native._fill: out of memory")
         return levels

@@ -120,3 +120,22 @@ def test_without_the_extension_the_numpy_levels_run(monkeypatch: pytest.MonkeyPa
     net.add(1, 1, 2, 0, 1_000_000)
     assert net.next_completion() == pytest.approx(0.002)
     np.testing.assert_allclose(net._rate[:1], [0.5e9])
+
+
+@needs_native
+def test_an_incidence_not_sorted_by_class_is_refused() -> None:
+    """fill.c sums in the incidence's order by walking classes in order: unsorted, it refuses
+    rather than give rates that differ from numpy's."""
+    native = fluid.NativeFill.load()
+    assert native is not None
+    with pytest.raises(ValueError, match="not sorted by class"):
+        native.fill(
+            np.array([1, 0]),
+            np.array([0, 0]),
+            np.array([1.0, 1.0]),
+            np.array([1e9]),
+            np.zeros(2, dtype=np.uint8),
+            np.zeros(2),
+            tie=1e-12,
+            min_share=1e-9,
+        )
