@@ -96,8 +96,24 @@ run_checks_and_tests() {
   "$py" -m ruff format --check .
   log "mypy"
   "$py" -m mypy
-  log "pytest"
+  if (($#)); then
+    log "pytest $*"
+    pytest_phase "$py" "$@"
+    return
+  fi
+  # The pure tests (unit, integration) on both cores; then the system tests one at a time:
+  # they replay in real time, and a second test beside them would make their runs late.
   local rc=0
+  log "pytest: unit and integration tests, 2 processes"
+  pytest_phase "$py" -m "not system" -n 2 || rc=$?
+  log "pytest: system tests, one at a time"
+  pytest_phase "$py" -m system || rc=$?
+  return $rc
+}
+
+pytest_phase() {
+  local py=$1 rc=0
+  shift
   "$py" -m pytest "$@" || rc=$?
   if [[ $rc -eq 5 ]]; then
     log "pytest collected no tests: that is a failure, not a pass"; exit 1

@@ -25,6 +25,7 @@ import pytest
 from emulator.run import RunOptions, run_scenario
 from emulator.scenario import load_scenario
 from emulator.timescale.curve import CACHE_ENV
+from tests.system.noise import Try, on_a_noisy_machine
 from tests.system.runs import stop_run
 
 pytestmark = pytest.mark.system
@@ -201,22 +202,34 @@ def test_shrunken_moe_mix_end_to_end(
     # The verdict tells a run that held from one that did not: 3x the factor auto chose is well
     # clear of the edge (ok: ticks on time for DCQCN's timers, no pacing deficit, and no drops or
     # retransmissions in the lossless fabric); an eighth of it is far below (degraded, and the
-    # reasons name the engine's workers)
-    verdicts = {}
-    for factor in (3.0, 1 / 8):
+    # reasons name the engine's workers). The workers are busy ~14% of the time at 3x, so what
+    # still turns that run degraded is the machine stopping them: a CI VM once held one flow's
+    # last bytes ~50 ms (its p99 FCT +9.3%). That run must read ok in a majority of tries.
+    def run_at(factor: float, label: str) -> dict:
         tdf = round(summary["tdf"] * factor)
         path.write_text(MINI % tdf + "compute: {stragglers: {1: 3.0}}\n")
         held = run_scenario(
             load_scenario(path),
-            RunOptions(out_dir=tmp_path / f"out-{tdf}", progress=False, fabric_prefix=fabric_env),
+            RunOptions(out_dir=tmp_path / f"out-{label}", progress=False, fabric_prefix=fabric_env),
         ).summary
-        verdicts[factor] = held["fidelity"]
         print(f"TDF {tdf}:", json.dumps(held["fidelity"]), json.dumps(held["totals"]))
-        if factor > 1:
-            assert held["fidelity"] == {"verdict": "ok", "reasons": [], "unknown": []}
-            assert held["totals"]["switch_drops"] == 0
-            assert held["totals"]["retransmitted_packets"] == 0
-    late = verdicts[1 / 8]
+        return held
+
+    def clear_of_the_edge(attempt: Try) -> None:
+        held = run_at(3.0, f"3x-{attempt.index}")
+        attempt.note(
+            tdf=held["tdf"],
+            verdict=held["fidelity"]["verdict"],
+            reasons=held["fidelity"]["reasons"],
+            drops=held["totals"]["switch_drops"],
+            resent=held["totals"]["retransmitted_packets"],
+        )
+        assert held["fidelity"] == {"verdict": "ok", "reasons": [], "unknown": []}
+        assert held["totals"]["switch_drops"] == 0
+        assert held["totals"]["retransmitted_packets"] == 0
+
+    on_a_noisy_machine(clear_of_the_edge, what="3x the auto factor reads ok")
+    late = run_at(1 / 8, "eighth")["fidelity"]
     assert late["verdict"] == "degraded" and late["unknown"] == []
     assert any(r.startswith("engine worker") for r in late["reasons"]), late["reasons"]
     assert _netns() == before
