@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from collectors.attribution import AttributionTable
 from collectors.live import LiveMetrics, RunInfo
 from collectors.records import CollectiveMeta, FlowMeta, RecordBuilder
@@ -29,9 +31,11 @@ from emulator.events import (
     FlowProgress,
     FlowStarted,
     NicSample,
+    NicSamples,
     PortAttribution,
     PortClassSample,
     PortSample,
+    PortSamples,
     RateSample,
     RunEvent,
 )
@@ -59,6 +63,9 @@ class RunRecorder:
         self._credited: dict[int, tuple[int, ...]] = {}
         self._port_prev: dict[tuple[str, str], tuple[int, int, int, int]] = {}
         self._pause_prev: dict[tuple[str, str], tuple[float, float]] = {}
+        # PortSamples, by its ports tuple: the previous counters and pauses, and the totals
+        self._columns_prev: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._columns_totals: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.cpu_rows: list[CpuRow] = []
         self.attribution = AttributionTable()
 
@@ -90,6 +97,8 @@ class RunRecorder:
                 list(self.nic.rows),
                 list(self.ports.rows),
                 list(self.cpu_rows),
+                nic_columns=list(self.nic.columns),
+                port_columns=list(self.ports.columns),
                 attribution=list(self.attribution.rows),
                 marks=list(self.attribution.marks),
                 attribution_measured=self.attribution.measured,
@@ -164,6 +173,19 @@ class RunRecorder:
             self.live.nic_bytes[key] += row.delta_bytes
             self.live.nic_utilization[key] = row.utilization
 
+    def _nics(self, event: NicSamples) -> None:
+        """_nic's work for every NIC counter at once."""
+        columns = self.nic.add_columns(event)
+        if not len(columns.index):
+            return
+        keys = [event.nics[i] for i in columns.index.tolist()]
+        live = self.live
+        for key, delta, util in zip(
+            keys, columns.delta_bytes.tolist(), columns.utilization.tolist(), strict=True
+        ):
+            live.nic_bytes[key] += delta
+            live.nic_utilization[key] = util
+
     def _port(self, event: PortSample) -> None:
         row = self.ports.add(event)
         key = (row.switch, row.port)
@@ -188,6 +210,34 @@ class RunRecorder:
             self._pause_prev[key] = pause_now
         self.live.port_queue_bytes[key] = row.queue_bytes
         self.live.port_utilization[key] = row.utilization
+
+    def _ports(self, event: PortSamples) -> None:
+        """_port's work for every port at once: the same totals, pauses, queue and utilization
+        (numpy over the ports; the live dictionaries updated in one call each)."""
+        columns = self.ports.add_columns(event)
+        key, n = id(event.ports), len(event.ports)
+        now = np.stack(
+            [columns.tx_bytes, columns.tx_packets, columns.ecn_marks, columns.drops], axis=1
+        )
+        pause_now = None
+        if columns.pause_s is not None and columns.pause_events is not None:
+            pause_now = np.stack([columns.pause_s, columns.pause_events.astype(float)], axis=1)
+        prev = self._columns_prev.get(key)
+        totals, pauses = self._columns_totals.setdefault(
+            key, (np.zeros((n, 4), dtype=np.int64), np.zeros((n, 2)))
+        )
+        if prev is not None:
+            # a counter that went backwards was reset: its new value is what it counted since
+            totals += np.where(now >= prev[0], now - prev[0], now)
+            if pause_now is not None and prev[1] is not None:
+                pauses += np.where(pause_now >= prev[1], pause_now - prev[1], pause_now)
+        self._columns_prev[key] = (now, pause_now)
+        live = self.live
+        live.port_totals.update(zip(event.ports, totals.tolist(), strict=True))
+        if pause_now is not None:
+            live.port_pause.update(zip(event.ports, pauses.tolist(), strict=True))
+        live.port_queue_bytes.update(zip(event.ports, columns.queue_bytes.tolist(), strict=True))
+        live.port_utilization.update(zip(event.ports, columns.utilization.tolist(), strict=True))
 
     def _attribution(self, event: PortAttribution) -> None:
         collectives, flows = self.builder.collectives, self.builder.flows
@@ -230,7 +280,9 @@ def _handlers() -> dict[type, Callable[[RunRecorder, Any], None]]:
         CollectiveMemberFinished: RunRecorder._member_finished,
         RateSample: RunRecorder._rate,
         NicSample: RunRecorder._nic,
+        NicSamples: RunRecorder._nics,
         PortSample: RunRecorder._port,
+        PortSamples: RunRecorder._ports,
         PortAttribution: RunRecorder._attribution,
         PortClassSample: RunRecorder._class_sample,
         CpuSample: RunRecorder._cpu,

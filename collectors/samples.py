@@ -13,7 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from emulator.events import NicSample, PortSample
+import numpy as np
+
+from emulator.events import NicSample, NicSamples, PortSample, PortSamples
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +59,61 @@ def utilization(delta_bytes: int, interval_s: float, line_rate_bps: float) -> fl
     return delta_bytes * 8.0 / (interval_s * line_rate_bps)
 
 
+@dataclass(frozen=True, eq=False)
+class NicColumns:
+    """NicRow's columns for the NICs of one NicSamples event that have a row (`index` into its
+    `nics`: those with a previous reading, earlier and not above this one)."""
+
+    time_s: float
+    nics: tuple[tuple[int, str], ...]
+    index: np.ndarray
+    bytes: np.ndarray
+    delta_bytes: np.ndarray
+    interval_s: np.ndarray
+    utilization: np.ndarray
+
+
 class NicTable:
-    """Rows of NIC samples; line_rate_bps is the emulated (target) NIC rate."""
+    """Rows of NIC samples; line_rate_bps is the emulated (target) NIC rate.
+
+    Samples come one NIC counter at a time (NicSample: `rows`) or all at once (NicSamples:
+    `columns`, the same values as arrays). A NIC is read one way or the other in a run."""
 
     def __init__(self, line_rate_bps: float) -> None:
         self.line_rate_bps = line_rate_bps
         self.rows: list[NicRow] = []
+        self.columns: list[NicColumns] = []
         self._last: dict[tuple[int, str], tuple[float, int]] = {}
+        # by the NicSamples' nics tuple: its last reading (time of each, bytes)
+        self._last_columns: dict[
+            int, tuple[tuple[tuple[int, str], ...], np.ndarray, np.ndarray]
+        ] = {}
+
+    def add_columns(self, sample: NicSamples) -> NicColumns:
+        """NicSamples as rows where `add` would make one (element by element, the same values)."""
+        now = np.asarray(sample.bytes, dtype=np.int64)
+        n = len(sample.nics)
+        last = self._last_columns.get(id(sample.nics))
+        if last is None:
+            index = np.zeros(0, dtype=np.int64)
+            delta = np.zeros(0, dtype=np.int64)
+            interval = np.zeros(0)
+        else:
+            _, last_t, last_b = last
+            index = np.flatnonzero((now >= last_b) & (sample.time_s > last_t))
+            delta = now[index] - last_b[index]
+            interval = sample.time_s - last_t[index]
+        self._last_columns[id(sample.nics)] = (sample.nics, np.full(n, sample.time_s), now)
+        rate = self.line_rate_bps
+        with np.errstate(divide="ignore", invalid="ignore"):
+            util = (
+                np.where(interval > 0.0, delta * 8.0 / (interval * rate), 0.0)
+                if rate > 0.0
+                else np.zeros(len(index))
+            )
+        columns = NicColumns(sample.time_s, sample.nics, index, now[index], delta, interval, util)
+        self.columns.append(columns)
+        return columns
 
     def add(self, sample: NicSample) -> NicRow | None:
         key = (sample.rank, sample.direction)
@@ -86,13 +136,76 @@ class NicTable:
         return row
 
 
+@dataclass(frozen=True, eq=False)
+class PortColumns:
+    """PortRow's columns for one PortSamples event (the rows of every port at one instant),
+    kept as arrays: `ports` names each entry (PortSamples.ports)."""
+
+    time_s: float
+    ports: tuple[tuple[str, str], ...]
+    tx_bytes: np.ndarray
+    tx_packets: np.ndarray
+    ecn_marks: np.ndarray
+    drops: np.ndarray
+    queue_bytes: np.ndarray
+    delta_bytes: np.ndarray
+    interval_s: np.ndarray
+    utilization: np.ndarray
+    pause_s: np.ndarray | None
+    pause_events: np.ndarray | None
+
+
 class PortTable:
-    """Rows of switch-port samples; default_line_rate_bps where a sample carries no rate."""
+    """Rows of switch-port samples; default_line_rate_bps where a sample carries no rate.
+
+    Samples come one port at a time (PortSample: `rows`) or every port at once (PortSamples:
+    `columns`, the same values as arrays). A port is read one way or the other in a run."""
 
     def __init__(self, default_line_rate_bps: float) -> None:
         self.default_line_rate_bps = default_line_rate_bps
         self.rows: list[PortRow] = []
+        self.columns: list[PortColumns] = []
         self._last: dict[tuple[str, str], tuple[float, int]] = {}
+        # by the PortSamples' ports tuple: its last reading (time, tx_bytes)
+        self._last_columns: dict[int, tuple[tuple[tuple[str, str], ...], float, np.ndarray]] = {}
+
+    def add_columns(self, sample: PortSamples) -> PortColumns:
+        """PortSamples as columns, with each port's difference to its previous reading and its
+        utilization: what `add` computes per port, element by element (the same float
+        operations, so the same values)."""
+        tx = np.asarray(sample.tx_bytes, dtype=np.int64)
+        n = len(sample.ports)
+        delta = np.zeros(n, dtype=np.int64)
+        interval = np.zeros(n)
+        last = self._last_columns.get(id(sample.ports))
+        if last is not None and sample.time_s > last[1]:
+            grew = tx >= last[2]
+            delta = np.where(grew, tx - last[2], 0)
+            interval = np.where(grew, sample.time_s - last[1], 0.0)
+        self._last_columns[id(sample.ports)] = (sample.ports, sample.time_s, tx)
+        rate = np.asarray(sample.line_rate_bps, dtype=float)
+        rate = np.where(rate > 0, rate, self.default_line_rate_bps)
+        ok = (interval > 0.0) & (rate > 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            util = np.where(ok, delta * 8.0 / (interval * rate), 0.0)
+        columns = PortColumns(
+            time_s=sample.time_s,
+            ports=sample.ports,
+            tx_bytes=tx,
+            tx_packets=np.asarray(sample.tx_packets, dtype=np.int64),
+            ecn_marks=np.asarray(sample.ecn_marks, dtype=np.int64),
+            drops=np.asarray(sample.drops, dtype=np.int64),
+            queue_bytes=np.asarray(sample.queue_bytes, dtype=np.int64),
+            delta_bytes=delta,
+            interval_s=interval,
+            utilization=util,
+            pause_s=None if sample.pause_s is None else np.asarray(sample.pause_s, dtype=float),
+            pause_events=None
+            if sample.pause_events is None
+            else np.asarray(sample.pause_events, dtype=np.int64),
+        )
+        self.columns.append(columns)
+        return columns
 
     def add(self, sample: PortSample) -> PortRow:
         key = (sample.switch, sample.port)

@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors.attribution import AttributionRow, MarkRow
 from collectors.queue_pairs import QpRow
 from collectors.records import CollectiveRecord, FlowRecord
-from collectors.samples import CpuRow, NicRow, PortRow
+from collectors.samples import CpuRow, NicColumns, NicRow, PortColumns, PortRow
 from emulator.errors import InputError
 
 _ARROW_TYPES: dict[str, Any] = {
@@ -62,6 +63,79 @@ def to_table(rows: Sequence[Any], cls: type) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=schema)
 
 
+def nic_table(rows: Sequence[NicRow], columns: Sequence[NicColumns] = ()) -> pa.Table:
+    """The NIC table: rows sampled one counter at a time, then those sampled as columns."""
+    table = to_table(rows, NicRow)
+    if not columns:
+        return table
+    schema = table.schema
+    names: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # by nics tuple: ranks and directions
+    parts = [table] if len(table) else []
+    for c in columns:
+        if id(c.nics) not in names:
+            names[id(c.nics)] = (
+                np.array([rank for rank, _ in c.nics], dtype=np.int64),
+                np.array([d for _, d in c.nics], dtype=object),
+            )
+        ranks, directions = names[id(c.nics)]
+        arrays = {
+            "time_s": np.full(len(c.index), c.time_s),
+            "rank": ranks[c.index],
+            "direction": directions[c.index],
+            "bytes": c.bytes,
+            "delta_bytes": c.delta_bytes,
+            "interval_s": c.interval_s,
+            "utilization": c.utilization,
+        }
+        parts.append(
+            pa.Table.from_arrays(
+                [pa.array(arrays[f.name], type=f.type) for f in schema], schema=schema
+            )
+        )
+    return pa.concat_tables(parts) if parts else table
+
+
+def ports_table(rows: Sequence[PortRow], columns: Sequence[PortColumns] = ()) -> pa.Table:
+    """The ports table: rows sampled one port at a time, then those sampled as columns (a run
+    samples its ports one way; each PortColumns keeps its ports' order)."""
+    table = to_table(rows, PortRow)
+    if not columns:
+        return table
+    schema = table.schema
+    names: dict[int, tuple[pa.Array, pa.Array]] = {}  # by ports tuple: its switch and port names
+    parts = [table] if len(table) else []
+    for c in columns:
+        if id(c.ports) not in names:
+            names[id(c.ports)] = (
+                pa.array([sw for sw, _ in c.ports], type=pa.string()),
+                pa.array([port for _, port in c.ports], type=pa.string()),
+            )
+        switch, port = names[id(c.ports)]
+        n = len(c.ports)
+        none = pa.nulls(n)
+        arrays = {
+            "time_s": pa.array(np.full(n, c.time_s)),
+            "switch": switch,
+            "port": port,
+            "tx_bytes": c.tx_bytes,
+            "tx_packets": c.tx_packets,
+            "ecn_marks": c.ecn_marks,
+            "drops": c.drops,
+            "queue_bytes": c.queue_bytes,
+            "delta_bytes": c.delta_bytes,
+            "interval_s": c.interval_s,
+            "utilization": c.utilization,
+            "pause_s": none if c.pause_s is None else c.pause_s,
+            "pause_events": none if c.pause_events is None else c.pause_events,
+        }
+        parts.append(
+            pa.Table.from_arrays(
+                [pa.array(arrays[f.name], type=f.type) for f in schema], schema=schema
+            )
+        )
+    return pa.concat_tables(parts)
+
+
 @dataclass(frozen=True)
 class RunTables:
     flows: pa.Table
@@ -85,6 +159,8 @@ class RunTables:
         cpu: Sequence[CpuRow] = (),
         queue_pairs: Sequence[QpRow] = (),
         *,
+        nic_columns: Sequence[NicColumns] = (),
+        port_columns: Sequence[PortColumns] = (),
         attribution: Sequence[AttributionRow] = (),
         marks: Sequence[MarkRow] = (),
         attribution_measured: bool = False,
@@ -92,8 +168,8 @@ class RunTables:
         return cls(
             flows=to_table(flows, FlowRecord),
             collectives=to_table(collectives, CollectiveRecord),
-            nic=to_table(nic, NicRow),
-            ports=to_table(ports, PortRow),
+            nic=nic_table(nic, nic_columns),
+            ports=ports_table(ports, port_columns),
             cpu=to_table(cpu, CpuRow),
             queue_pairs=to_table(queue_pairs, QpRow),
             attribution=to_table(attribution, AttributionRow),

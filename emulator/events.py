@@ -10,7 +10,10 @@ started, so a progress event repeated or lost never double-counts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Direction = Literal["tx", "rx"]
 
@@ -128,6 +131,41 @@ class PortSample:
     pause_events: int | None = None
 
 
+@dataclass(frozen=True, eq=False)
+class NicSamples:
+    """Every NIC counter of a run read at one instant, as columns (NicSample for each entry of
+    `nics`, the same tuple object at every sample of a run): cumulative `bytes` (int64)."""
+
+    time_s: float
+    nics: tuple[tuple[int, Direction], ...]  # (rank, direction)
+    bytes: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class PortSamples:
+    """Every port of a fabric read at one instant, as columns: what one PortSample per port
+    says, for a simulated-time backend that reads thousands of ports every sample interval (a
+    1,024-rank Clos has 8,192 egress ports: one event, not 8,192).
+
+    `ports` is each entry's (switch, port), the same tuple object at every sample of a run (the
+    collectors keep each port's previous reading by it); the arrays are aligned with it:
+    cumulative tx_bytes, tx_packets, ecn_marks, drops and pause_events (int64), queue_bytes
+    (int64, instantaneous), line_rate_bps and pause_s (float64); pause_s and pause_events are
+    None when the fabric cannot tell.
+    """
+
+    time_s: float
+    ports: tuple[tuple[str, str], ...]
+    tx_bytes: np.ndarray
+    tx_packets: np.ndarray
+    ecn_marks: np.ndarray
+    drops: np.ndarray
+    queue_bytes: np.ndarray
+    line_rate_bps: np.ndarray
+    pause_s: np.ndarray | None = None
+    pause_events: np.ndarray | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class CpuSample:
     """Share of the machine's CPU time that was busy (not idle or waiting for I/O) over the
@@ -196,7 +234,9 @@ RunEvent = (
     | CollectiveMemberFinished
     | RateSample
     | NicSample
+    | NicSamples
     | PortSample
+    | PortSamples
     | PortAttribution
     | PortClassSample
     | CpuSample

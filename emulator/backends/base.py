@@ -20,7 +20,8 @@ registry (emulator.backends.BACKENDS) and asks it, in this order:
 4. `Session.run(job)` replays: take flows from `job.driver` (emulator.schedule.driver.FlowDriver:
    which flow may start when, completions handed back), send what happens to `job.on_events` in
    target time (emulator.events: FlowStarted, FlowFinished, RateSample, ...), send counter
-   samples (NicSample, PortSample with pause-equivalents, CpuSample) to `job.on_samples`, and tick
+   samples (NicSample, PortSample with pause-equivalents, CpuSample; or NicSamples and
+   PortSamples, every NIC or port at once as arrays) to `job.on_samples`, and tick
    `job.progress` now and then. Return when the driver is drained, the deadline passed or the run
    was interrupted; never raise for those: put the exception in `SessionReport.error` so the run
    still writes its partial results (then it re-raises it). `Backend.failures` names the
