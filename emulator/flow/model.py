@@ -161,6 +161,9 @@ class FluidFabric:
         self.alpha = np.zeros(cap)
         self.rp_on = np.zeros(cap, dtype=bool)  # DCQCN started (first CNP seen)
         self.active = np.zeros(cap, dtype=bool)  # has bytes to send
+        # bytes it has left to send (inf: unbounded); a step sends at most that much, so a
+        # message's end does not send past it (a step at 400 Gb/s is 200 KB)
+        self.backlog = np.zeros(cap)
         self.timer_s = np.zeros(cap)  # since the last cut
         self.bytes_since = np.zeros(cap)
         self.t_events = np.zeros(cap)
@@ -191,6 +194,7 @@ class FluidFabric:
         self.n += 1
         self.path[i, : len(path)] = path
         self.line_bps[i] = self.rc[i] = self.rt[i] = line_rate_bps
+        self.backlog[i] = np.inf
         self.alpha[i] = self.dcqcn.initial_alpha_value / ALPHA_SCALE
         return i
 
@@ -203,6 +207,7 @@ class FluidFabric:
             "alpha",
             "rp_on",
             "active",
+            "backlog",
             "timer_s",
             "bytes_since",
             "t_events",
@@ -231,7 +236,9 @@ class FluidFabric:
         real = path >= 0
         # the NIC arbiter: each NIC's line rate over its queue pairs, max-min fair (its round
         # robin: a queue pair below its fair share keeps its rate, the rest share what is left)
-        x = np.where(self.active[live], self.rc[live], 0.0)
+        x = np.where(
+            self.active[live], np.minimum(self.rc[live], self.backlog[live] * 8.0 / dt), 0.0
+        )
         cap = links.capacity_bps
         x = max_min_share(x, path[:, 0], cap) if m else x
         # each hop's arrival: the rate limited by the hops before it (their last step's share)
@@ -248,24 +255,38 @@ class FluidFabric:
         limit = np.minimum(links.xoff_bytes, links.buffer_bytes)
         held = grown >= limit  # PFC (or a full buffer): the queue stays at its limit
         new_q = np.clip(grown, 0.0, limit)
-        sent = (arrivals * dt / 8.0 + q - new_q) * 8.0 / dt  # what the link sent, b/s
+        # what the queue took in: arrivals, less what PFC held back upstream at its limit (the
+        # senders keep it: lossless); what the link sent: that, plus what the queue drained
+        accepted = arrivals - np.maximum(grown - limit, 0.0) * 8.0 / dt
+        sent = accepted + (q - new_q) * 8.0 / dt  # b/s
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(arrivals > sent, sent / arrivals, 1.0)
+            admitted = np.where(held & (arrivals > 0), accepted / arrivals, 1.0)
         ratio = np.where(np.isfinite(ratio), ratio, 1.0)
+        admitted = np.where(np.isfinite(admitted), admitted, 1.0)
         self._ratio[: self.n_links] = ratio
         pfc = held & np.isfinite(links.xoff_bytes)
         self.pauses += pfc & ~self._paused_now
         self.paused_s += np.where(pfc, dt, 0.0)
         self._paused_now = pfc
         self.queue_bytes = new_q
-        # each queue pair moves at its share of its most loaded link
+        # What each queue pair's source sends: its rate, held back only where PFC (or a full
+        # buffer) holds a queue on its path; the rest of what it sends above a link's rate waits
+        # in that link's queue (and a message's last byte then waits the path's queues before it
+        # arrives: FlowReplay). Crediting only the link's share instead, while the queue also grew
+        # by the excess, counted the queued bytes twice: a message took twice as long to send
+        # behind a 2:1 collision and its queue grew past what the packet simulator's did.
+        hold = np.append(admitted, 1.0)  # the padding slot
+        sent_src = x * np.min(np.where(real, hold[hop], 1.0), axis=1) if m else x
+        delivered = sent_src * dt / 8.0
+        self.backlog[live] = np.maximum(self.backlog[live] - delivered, 0.0)
+        # what reaches the receiver now: each queue pair's share of its most loaded link (FIFO)
         through = x * np.min(np.where(real, self._ratio[hop], 1.0), axis=1) if m else x
-        delivered = through * dt / 8.0
         # marking on the queue each port held over the step, combined over the path
         p_link = self._marking((q + new_q) / 2.0)  # the queue the step's packets met, on average
         keep = np.prod(np.where(real, 1.0 - p_link[np.minimum(hop, self.n_links - 1)], 1.0), axis=1)
         p_path = 1.0 - keep if m else keep
-        packets = delivered * 8.0 / self.mtu_bits
+        packets = through * dt / self.mtu_bits
         p_step = cnp_probability(keep, packets)
         cnps = (self.rng.random(m) < p_step) & (packets > 0) & self.reacts
         self.react(cnps, delivered, live)

@@ -109,12 +109,17 @@ class FlowReplay:
             self._fire(self.now)
             if self.done:
                 break
-            busy = bool(self.fabric.active[: self.fabric.n].any())
-            if not busy and not self._delays and not self._completions:
+            fabric = self.fabric
+            sending = bool(fabric.active[: fabric.n].any())
+            if not sending and not self._delays and not self._completions:
                 if self.driver.unstall():
                     self._poll()
                     continue
                 raise self.driver.stall_error()
+            # the fabric also moves while a reaction point recovers its rate (as a NIC's does
+            # while its queue pair is idle) or a queue drains: jumping over those left queues
+            # full and rates cut across a compute gap or a wait for a completion
+            busy = sending or bool(fabric.rp_on[: fabric.n].any() or fabric.queue_bytes.any())
             if not busy:
                 # nothing sends: jump to the next timer (a compute delay or a completion)
                 due = min(
@@ -215,6 +220,7 @@ class FlowReplay:
         if len(qp.queue) == 1:
             self._ensure(self.fabric.n)
             self._begin(qp.index, float(flow.bytes))
+        self.fabric.backlog[qp.index] += flow.bytes
         self.fabric.active[qp.index] = True
         self.on_started(flow.id, now)
 
@@ -233,6 +239,7 @@ class FlowReplay:
         if 0 < flow.profile < len(self.max_rates_bps):
             line = min(line, self.max_rates_bps[flow.profile] or line)  # a profile's cap
         index = self.fabric.add(path, line)
+        self.fabric.backlog[index] = 0.0  # its messages' bytes, as they are posted
         qp = QueuePair(index, flow.src, latency, path)
         self.qps[key] = qp
         self.by_index.append(qp)

@@ -72,6 +72,46 @@ def test_one_collective_type_reads_as_the_packet_simulator(
     assert flow["fidelity"]["leaves_out"] and flow["engine"]["queue_pairs"] > 0
 
 
+TWO_ON_ONE_UPLINK = """\
+name: two_on_one_uplink
+fabric:
+  kind: clos
+  hosts_per_leaf: 4
+  leaves: 2
+  spines: 1
+  parallel_links: 1
+  host_link_gbps: 400
+  fabric_link_gbps: 400
+traffic:
+  - {name: x, kind: pairs, pairs: [[0, 4], [1, 5]], bytes_per_pair: 16777216}
+transport:
+  congestion_control: dcqcn
+  path_mtu_bytes: 4096
+metrics:
+  prometheus: {enabled: false}
+"""
+
+
+def test_two_queue_pairs_on_one_uplink_read_as_the_packet_simulator(tmp_path: Path) -> None:
+    """Two queue pairs share one 400G uplink, each sending 1 MiB messages, the next when the
+    last completed: the queue each pair of messages builds (1 MB) drains while they wait for
+    their completions. The first model read this 1.33x long with 13 CNPs against the
+    simulator's 4 (it jumped over the waits with its queue full and its reaction points frozen,
+    sent past a message's end, and counted queued bytes twice); measured now 716.4 against
+    705.8 us, 3 CNPs against 4."""
+    path = tmp_path / "two.yaml"
+    path.write_text(TWO_ON_ONE_UPLINK)
+    scenario = load_scenario(path)
+    flow = run(scenario, "flow", tmp_path / "flow")
+    sim = run(scenario, "sim", tmp_path / "sim")
+    print("flow", flow["job_time_s"], flow["totals"], "sim", sim["job_time_s"], sim["totals"])
+    assert flow["job_time_s"] == pytest.approx(sim["job_time_s"], rel=0.05)
+    ours = pq.read_table(tmp_path / "flow" / "flows.parquet").column("fct_s").to_pylist()
+    theirs = pq.read_table(tmp_path / "sim" / "flows.parquet").column("fct_s").to_pylist()
+    assert sorted(ours)[len(ours) // 2] == pytest.approx(sorted(theirs)[len(theirs) // 2], rel=0.1)
+    assert flow["totals"]["cnps"] <= 2 * max(sim["totals"]["cnps"], 1)
+
+
 # A 3-tier Clos (2 pods of 2 leaves x 8 hosts, 2 spines a pod, 2 super spines, 4 x 400G
 # parallel links: 1:1 at every tier), 32 ranks, expert-parallel groups of 16 split over the four
 # leaves (their All-to-All crosses the super spines), data-parallel pairs across the pods; ECMP on
@@ -112,8 +152,8 @@ metrics:
 
 def test_three_tiers_read_as_the_packet_simulator(tmp_path: Path) -> None:
     """The All-to-All alone on a 3-tier Clos, across the super spines: no queue reaches Kmin, and
-    the flow level reads as the simulator (measured: busbw 1.046x, job time 0.989x, FCT p50
-    0.978x, seeds 0-2 alike)."""
+    the flow level reads as the simulator (measured: busbw 1.029x, job time 0.991x, FCT p50
+    0.995x, seeds 0-2 alike)."""
     path = tmp_path / "a2a.yaml"
     path.write_text(THREE_TIERS.format(only="include_allreduce: false"))
     scenario = load_scenario(path)
@@ -132,9 +172,9 @@ def test_three_tiers_read_as_the_packet_simulator(tmp_path: Path) -> None:
 
 def test_where_dcqcn_acts_the_run_says_it_is_outside_what_was_validated(tmp_path: Path) -> None:
     """The All-Reduce alone on the same fabric: rings collide on ECMP uplinks and DCQCN acts.
-    Busbw and FCT p50 still agree (measured over seeds 0-2: busbw 0.93-0.98x, FCT p50
-    1.02-1.06x) but the job time reads long (1.08-1.16x; 1.32-1.39x on the 2-tier ECMP
-    placement), and the run says so."""
+    The fluid reaction points draw fewer CNPs than the simulator's (0.69-0.73x over seeds 0-2)
+    and the run reads fast: job time 0.887-0.939x, busbw 1.10-1.18x, FCT p50 0.84-0.88x. It must
+    say so, and stay within what it says."""
     path = tmp_path / "ar.yaml"
     path.write_text(THREE_TIERS.format(only="include_alltoall: false"))
     scenario = load_scenario(path)
@@ -142,13 +182,13 @@ def test_where_dcqcn_acts_the_run_says_it_is_outside_what_was_validated(tmp_path
     sim = run(scenario, "sim", tmp_path / "sim")
     ours, theirs = flow["collectives"]["ALL_REDUCE"], sim["collectives"]["ALL_REDUCE"]
     print("flow", flow["job_time_s"], ours, "sim", sim["job_time_s"], theirs)
-    assert ours["cnps"] > 0 and theirs["cnps"] > 0
-    assert ours["busbw_mean_bytes_per_s"] == pytest.approx(
-        theirs["busbw_mean_bytes_per_s"], rel=0.10
-    )
-    assert ours["fct_p50_s"] == pytest.approx(theirs["fct_p50_s"], rel=0.20)
+    assert 0 < ours["cnps"] < theirs["cnps"]
     (said,) = flow["flow_level"]["outside_validated"]
-    assert said.startswith(f"DCQCN acted ({ours['cnps']} CNPs)") and "job time" in said
+    assert said.startswith(f"DCQCN acted ({ours['cnps']} CNPs)")
+    # what the warning quotes: busbw up to 18% high, FCT p50 up to 16% low, job 0.88-1.08x
+    assert 1.0 <= ours["busbw_mean_bytes_per_s"] / theirs["busbw_mean_bytes_per_s"] <= 1.18
+    assert 0.84 <= ours["fct_p50_s"] / theirs["fct_p50_s"] <= 1.0
+    assert 0.88 <= flow["job_time_s"] / sim["job_time_s"] <= 1.08
 
 
 @pytest.fixture(scope="module")

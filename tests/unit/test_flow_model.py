@@ -67,9 +67,12 @@ def test_the_marking_law_is_the_packet_models() -> None:
         assert ours == pytest.approx(marker.probability(int(q)), abs=1e-9), q
 
 
-def test_a_fluid_queue_grows_by_the_excess_and_serves_in_proportion() -> None:
+def test_a_fluid_queue_grows_by_the_excess_and_the_sources_send_at_their_rate() -> None:
     """Two queue pairs from two NICs at 100 Gb/s into one 100 Gb/s link: the link sends its
-    rate, each gets half, the queue grows by the excess every step."""
+    rate, the queue grows by the excess every step, and each source sends at its own rate (a
+    lossless queue below XOFF holds nobody back: what a source sends above its share waits in
+    the queue; it was credited only its share while the queue also grew, counting those bytes
+    twice)."""
     lk = links(100e9, 100e9, 100e9)  # NIC a, NIC b, the shared link
     model = fabric(lk)
     model.reacts = False
@@ -80,8 +83,23 @@ def test_a_fluid_queue_grows_by_the_excess_and_serves_in_proportion() -> None:
         result = model.step()
         assert model.queue_bytes[2] == pytest.approx(100e9 * DT / 8 * k)
         assert result.link_tx_bytes[2] == pytest.approx(100e9 * DT / 8)
-    # from the second step on, each moves at half the link (its share of the FIFO)
-    assert result.delivered_bytes[:2] == pytest.approx([100e9 * DT / 16] * 2)
+        assert result.delivered_bytes[:2] == pytest.approx([100e9 * DT / 8] * 2)
+    # what reaches the receivers is the link's rate, half each: the packets (CE, CNPs) of a step
+    assert result.ce_packets.sum() == 0
+
+
+def test_a_queue_pair_sends_no_more_than_it_has_left() -> None:
+    """A step sends at most a queue pair's backlog: a message that ends inside a step does not
+    send the rest of the step at line rate into the queues (200 KB at 400 Gb/s)."""
+    model = fabric(links(400e9, 400e9))
+    model.reacts = False
+    i = model.add([0, 1], 400e9)
+    model.backlog[i] = 50_000.0
+    model.active[i] = True
+    result = model.step()
+    assert result.delivered_bytes[0] == pytest.approx(50_000.0)
+    assert model.backlog[i] == 0.0
+    assert result.link_tx_bytes[1] == pytest.approx(50_000.0)
 
 
 def test_pfc_holds_the_queue_at_xoff_and_counts_the_pause() -> None:
@@ -92,9 +110,11 @@ def test_pfc_holds_the_queue_at_xoff_and_counts_the_pause() -> None:
     for nic in (0, 1):
         model.active[model.add([nic, 2], 100e9)] = True
     for _ in range(10):
-        model.step()
+        result = model.step()
     assert model.queue_bytes[2] == pytest.approx(100_000)
     assert model.pauses[2] == 1 and model.paused_s[2] > 0
+    # held at XOFF, the sources send at their share of the link: PFC's back pressure
+    assert result.delivered_bytes[:2] == pytest.approx([100e9 * DT / 16] * 2)
 
 
 def rp_after(events: list[tuple[float, str]], params: DcqcnParams, line: float) -> float:
