@@ -150,17 +150,24 @@ metrics:
 """
 
 
+def three_tiers(tmp_path: Path, only: str, ctype: str) -> tuple[dict[str, Any], ...]:
+    """THREE_TIERS with one collective type on the flow level and the packet simulator: both
+    summaries, then that type's statistics in each."""
+    path = tmp_path / "three_tiers.yaml"
+    path.write_text(THREE_TIERS.format(only=only))
+    scenario = load_scenario(path)
+    flow = run(scenario, "flow", tmp_path / "flow")
+    sim = run(scenario, "sim", tmp_path / "sim")
+    ours, theirs = flow["collectives"][ctype], sim["collectives"][ctype]
+    print("flow", flow["job_time_s"], ours, "sim", sim["job_time_s"], theirs)
+    return flow, sim, ours, theirs
+
+
 def test_three_tiers_read_as_the_packet_simulator(tmp_path: Path) -> None:
     """The All-to-All alone on a 3-tier Clos, across the super spines: no queue reaches Kmin, and
     the flow level reads as the simulator (measured: busbw 1.029x, job time 0.991x, FCT p50
     0.995x, seeds 0-2 alike)."""
-    path = tmp_path / "a2a.yaml"
-    path.write_text(THREE_TIERS.format(only="include_allreduce: false"))
-    scenario = load_scenario(path)
-    flow = run(scenario, "flow", tmp_path / "flow")
-    sim = run(scenario, "sim", tmp_path / "sim")
-    ours, theirs = flow["collectives"]["ALL_TO_ALL"], sim["collectives"]["ALL_TO_ALL"]
-    print("flow", flow["job_time_s"], ours, "sim", sim["job_time_s"], theirs)
+    flow, sim, ours, theirs = three_tiers(tmp_path, "include_allreduce: false", "ALL_TO_ALL")
     assert flow["job_time_s"] == pytest.approx(sim["job_time_s"], rel=0.10)
     assert ours["busbw_mean_bytes_per_s"] == pytest.approx(
         theirs["busbw_mean_bytes_per_s"], rel=0.10
@@ -175,13 +182,7 @@ def test_where_dcqcn_acts_the_run_says_it_is_outside_what_was_validated(tmp_path
     The fluid reaction points draw fewer CNPs than the simulator's (0.69-0.73x over seeds 0-2)
     and the run reads fast: job time 0.887-0.939x, busbw 1.10-1.18x, FCT p50 0.84-0.88x. It must
     say so, and stay within what it says."""
-    path = tmp_path / "ar.yaml"
-    path.write_text(THREE_TIERS.format(only="include_alltoall: false"))
-    scenario = load_scenario(path)
-    flow = run(scenario, "flow", tmp_path / "flow")
-    sim = run(scenario, "sim", tmp_path / "sim")
-    ours, theirs = flow["collectives"]["ALL_REDUCE"], sim["collectives"]["ALL_REDUCE"]
-    print("flow", flow["job_time_s"], ours, "sim", sim["job_time_s"], theirs)
+    flow, sim, ours, theirs = three_tiers(tmp_path, "include_alltoall: false", "ALL_REDUCE")
     assert 0 < ours["cnps"] < theirs["cnps"]
     (said,) = flow["flow_level"]["outside_validated"]
     assert said.startswith(f"DCQCN acted ({ours['cnps']} CNPs)")
