@@ -10,8 +10,9 @@ directed link:
 - a link's arrivals are the rates of the queue pairs crossing it, each limited by the links it
   crossed before (their last step's share, a step's lag); above the link's rate the excess
   queues, below it the queue drains (a fluid queue: Zhu et al., "ECN or Delay: Lessons Learnt
-  from Analysis of DCQCN and TIMELY", CoNEXT 2016, section 3); a queue pair moves at its share
-  of its most loaded link (the queue's FIFO serves arrivals in proportion);
+  from Analysis of DCQCN and TIMELY", CoNEXT 2016, section 3); what leaves a queue is its
+  arrivals' share (a FIFO serves them in proportion), while a source sends at its rate (at most
+  its backlog) and what it sends above its share waits in the queue;
 - a switch port marks with the DCQCN law on its queue (emulator.transport.marking: 0 up to Kmin,
   linear to Pmax at Kmax, 1 above), a queue pair's packets are marked with the path's combined
   probability, and its notification point sends a CNP in a step if at least one of the step's

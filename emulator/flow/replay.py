@@ -3,10 +3,10 @@ pair's messages in order, completions handed back, what each flow counted.
 
 A queue pair (src, dst, QP, UDP source port) gets its path from the same ECMP hash as the
 fabric's (fabrics.topology.Topology.path, the kernel's choice with a fixed seed) and keeps its
-DCQCN state across its messages, as a NIC's QP does. A message completes when its last byte is
-delivered, plus the queueing its last byte meets on the path (each queue's bytes over its link's
-rate) and the path's serialization and propagation: the same instant the packet simulator would
-see the last byte arrive, to within a step.
+DCQCN state across its messages, as a NIC's QP does. A message completes when its source has
+sent its last byte, plus the queueing that byte meets on the path (each queue's bytes over its
+link's rate) and the path's serialization and propagation: the same instant the packet simulator
+would see the last byte arrive, to within a step.
 """
 
 from __future__ import annotations
