@@ -8,7 +8,7 @@ prints its wall time, summary.json's replay wall time and its own peak RSS. Scen
 scenarios/moe_mix.yaml (16 hosts) on both backends; scenarios/moe_mix_128.yaml (128 hosts) on
 the flow level, and on the packet simulator with --sim-128 (it takes minutes there);
 scenarios/moe_mix_1024.yaml (1,024 ranks, three tiers, 2 steps) on the flow level with --1024
-(about 6 minutes and 3.1 GB). The live
+(about 3 minutes and 1.9 GB here on 2026-11-29). The live
 exporter is off on both sides. Printed: a row per (scenario, backend), the ratio sim / flow of
 the replay's wall time per scenario (#39's target at 128 hosts: at least 100), and busbw and job
 time side by side. Nothing is asserted.
