@@ -216,12 +216,10 @@ class RunRecorder:
         (numpy over the ports; the live dictionaries updated in one call each)."""
         columns = self.ports.add_columns(event)
         key, n = id(event.ports), len(event.ports)
-        now = np.stack(
-            [columns.tx_bytes, columns.tx_packets, columns.ecn_marks, columns.drops], axis=1
-        )
+        now = np.stack([event.tx_bytes, event.tx_packets, event.ecn_marks, event.drops], axis=1)
         pause_now = None
-        if columns.pause_s is not None and columns.pause_events is not None:
-            pause_now = np.stack([columns.pause_s, columns.pause_events.astype(float)], axis=1)
+        if event.pause_s is not None and event.pause_events is not None:
+            pause_now = np.stack([event.pause_s, event.pause_events.astype(float)], axis=1)
         prev = self._columns_prev.get(key)
         totals, pauses = self._columns_totals.setdefault(
             key, (np.zeros((n, 4), dtype=np.int64), np.zeros((n, 2)))
@@ -236,7 +234,7 @@ class RunRecorder:
         live.port_totals.update(zip(event.ports, totals.tolist(), strict=True))
         if pause_now is not None:
             live.port_pause.update(zip(event.ports, pauses.tolist(), strict=True))
-        live.port_queue_bytes.update(zip(event.ports, columns.queue_bytes.tolist(), strict=True))
+        live.port_queue_bytes.update(zip(event.ports, event.queue_bytes.tolist(), strict=True))
         live.port_utilization.update(zip(event.ports, columns.utilization.tolist(), strict=True))
 
     def _attribution(self, event: PortAttribution) -> None:

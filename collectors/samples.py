@@ -138,21 +138,13 @@ class NicTable:
 
 @dataclass(frozen=True, eq=False)
 class PortColumns:
-    """PortRow's columns for one PortSamples event (the rows of every port at one instant),
-    kept as arrays: `ports` names each entry (PortSamples.ports)."""
+    """PortRow's columns for one PortSamples event (the rows of every port at one instant): the
+    event's own readings, and each port's difference to its previous reading and utilization."""
 
-    time_s: float
-    ports: tuple[tuple[str, str], ...]
-    tx_bytes: np.ndarray
-    tx_packets: np.ndarray
-    ecn_marks: np.ndarray
-    drops: np.ndarray
-    queue_bytes: np.ndarray
+    sample: PortSamples
     delta_bytes: np.ndarray
     interval_s: np.ndarray
     utilization: np.ndarray
-    pause_s: np.ndarray | None
-    pause_events: np.ndarray | None
 
 
 class PortTable:
@@ -188,22 +180,7 @@ class PortTable:
         ok = (interval > 0.0) & (rate > 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             util = np.where(ok, delta * 8.0 / (interval * rate), 0.0)
-        columns = PortColumns(
-            time_s=sample.time_s,
-            ports=sample.ports,
-            tx_bytes=tx,
-            tx_packets=np.asarray(sample.tx_packets, dtype=np.int64),
-            ecn_marks=np.asarray(sample.ecn_marks, dtype=np.int64),
-            drops=np.asarray(sample.drops, dtype=np.int64),
-            queue_bytes=np.asarray(sample.queue_bytes, dtype=np.int64),
-            delta_bytes=delta,
-            interval_s=interval,
-            utilization=util,
-            pause_s=None if sample.pause_s is None else np.asarray(sample.pause_s, dtype=float),
-            pause_events=None
-            if sample.pause_events is None
-            else np.asarray(sample.pause_events, dtype=np.int64),
-        )
+        columns = PortColumns(sample, delta, interval, util)
         self.columns.append(columns)
         return columns
 

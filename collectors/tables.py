@@ -105,28 +105,29 @@ def ports_table(rows: Sequence[PortRow], columns: Sequence[PortColumns] = ()) ->
     names: dict[int, tuple[pa.Array, pa.Array]] = {}  # by ports tuple: its switch and port names
     parts = [table] if len(table) else []
     for c in columns:
-        if id(c.ports) not in names:
-            names[id(c.ports)] = (
-                pa.array([sw for sw, _ in c.ports], type=pa.string()),
-                pa.array([port for _, port in c.ports], type=pa.string()),
+        sample = c.sample
+        if id(sample.ports) not in names:
+            names[id(sample.ports)] = (
+                pa.array([sw for sw, _ in sample.ports], type=pa.string()),
+                pa.array([port for _, port in sample.ports], type=pa.string()),
             )
-        switch, port = names[id(c.ports)]
-        n = len(c.ports)
+        switch, port = names[id(sample.ports)]
+        n = len(sample.ports)
         none = pa.nulls(n)
         arrays = {
-            "time_s": pa.array(np.full(n, c.time_s)),
+            "time_s": pa.array(np.full(n, sample.time_s)),
             "switch": switch,
             "port": port,
-            "tx_bytes": c.tx_bytes,
-            "tx_packets": c.tx_packets,
-            "ecn_marks": c.ecn_marks,
-            "drops": c.drops,
-            "queue_bytes": c.queue_bytes,
+            "tx_bytes": sample.tx_bytes,
+            "tx_packets": sample.tx_packets,
+            "ecn_marks": sample.ecn_marks,
+            "drops": sample.drops,
+            "queue_bytes": sample.queue_bytes,
             "delta_bytes": c.delta_bytes,
             "interval_s": c.interval_s,
             "utilization": c.utilization,
-            "pause_s": none if c.pause_s is None else c.pause_s,
-            "pause_events": none if c.pause_events is None else c.pause_events,
+            "pause_s": none if sample.pause_s is None else sample.pause_s,
+            "pause_events": none if sample.pause_events is None else sample.pause_events,
         }
         parts.append(
             pa.Table.from_arrays(

@@ -265,10 +265,10 @@ class FlowSession(Session):
                 (tx / mtu).astype(np.int64),
                 self._marks.astype(np.int64),
                 np.zeros(len(self.names), dtype=np.int64),
-                fabric.queue_bytes[: len(self.names)].astype(np.int64),
+                fabric.queue_bytes.astype(np.int64),
                 self.links.capacity_bps.astype(float),
-                fabric.paused_s[: len(self.names)].astype(float),
-                fabric.pauses[: len(self.names)].astype(np.int64),
+                fabric.paused_s.astype(float),
+                fabric.pauses.astype(np.int64),
             )
         ]
         out.append(NicSamples(t, self._nics, tx[self._nic_links].astype(np.int64)))
