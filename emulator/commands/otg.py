@@ -12,6 +12,7 @@ from pathlib import Path
 
 from emulator.errors import EXIT_OK, InputError
 
+DRAIN_EXTRA_S = 30.0  # after a stopped run, its request writes the partial results' reply
 HELP = "Serve the Open Traffic Generator API (snappi) on a fabric."
 # What its work imports (C extensions, then the project), imported first with signals held
 # (emulator.cli)
@@ -86,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from emulator.otg.scenario import TrafficOptions, read_base
     from emulator.otg.server import OtgHttpServer, ServerOptions
-    from emulator.otg.service import OtgService, ServiceOptions
+    from emulator.otg.service import STOP_GRACE_S, OtgService, ServiceOptions
 
     host, _, port_text = args.listen.rpartition(":")
     host = host.strip("[]")
@@ -136,12 +137,15 @@ def main(args: argparse.Namespace) -> int:
                 gateway_macs=base.gateway_macs,
             )
         )
-        stack.callback(service.close)
         try:
             server = OtgHttpServer(server_options, service, work_dir / "tls")
         except OSError as exc:
             raise InputError(f"--listen {args.listen}: {exc.strerror or exc}") from None
         stack.callback(server.server_close)
+        # first the run is stopped, then the request that waited for it answers: no request
+        # thread is left working while the interpreter exits
+        stack.callback(server.drain, STOP_GRACE_S + DRAIN_EXTRA_S)
+        stack.callback(service.close)
         print(
             f"otg: serving {server.url} ({base.ranks} ranks from {base_path}; runs in {work_dir})",
             file=sys.stderr,

@@ -8,6 +8,7 @@ else on the network can make this machine send traffic.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hmac
 import ipaddress
@@ -15,7 +16,8 @@ import json
 import os
 import ssl
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -125,11 +127,16 @@ def _version() -> dict[str, Any]:
 
 
 class OtgHttpServer(ThreadingHTTPServer):
+    # connection threads are daemons (an idle keep-alive client must not hold the exit); a
+    # request in progress is waited for by drain() instead: a daemon thread still in pyarrow or
+    # numpy when the interpreter finalizes can abort it ("PyGILState_Release ... finalizing")
     daemon_threads = True
 
     def __init__(self, options: ServerOptions, service: OtgService, tls_dir: Path) -> None:
         self.options = options
         self.service = service
+        self._requests = threading.Condition()
+        self._in_progress = 0
         super().__init__((options.host, options.port), _Handler)
         if options.tls:
             cert, key = options.cert, options.key
@@ -146,6 +153,22 @@ class OtgHttpServer(ThreadingHTTPServer):
             self.socket = context.wrap_socket(
                 self.socket, server_side=True, do_handshake_on_connect=False
             )
+
+    @contextlib.contextmanager
+    def request_in_progress(self) -> Iterator[None]:
+        with self._requests:
+            self._in_progress += 1
+        try:
+            yield
+        finally:
+            with self._requests:
+                self._in_progress -= 1
+                self._requests.notify_all()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait (at most timeout_s) until no request is being handled; False if one still is."""
+        with self._requests:
+            return self._requests.wait_for(lambda: self._in_progress == 0, timeout=timeout_s)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection that failed (a TLS handshake, a client gone): one line, no traceback."""
@@ -201,6 +224,10 @@ class _Handler(BaseHTTPRequestHandler):
         }
 
     def _handle(self, method: str) -> None:
+        with self.server.request_in_progress():
+            self._handle_request(method)
+
+    def _handle_request(self, method: str) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         try:
             body = self._body()  # read first: a refused request must not leave it in the stream

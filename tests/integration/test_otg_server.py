@@ -132,3 +132,27 @@ def test_unsafe_listening_is_refused(options: dict[str, Any], message: str) -> N
     with pytest.raises(InputError) as info:
         ServerOptions(**options).check()
     assert str(info.value).startswith(message)
+
+
+def test_drain_waits_for_the_request_in_progress(tmp_path: Path) -> None:
+    """On shutdown the server waits for a request being handled (a traffic start whose run is
+    being stopped) so no request thread still works while the interpreter finalizes."""
+    with running(tmp_path, tls=False) as server:
+        entered, release = threading.Event(), threading.Event()
+
+        def slow_config() -> dict[str, Any]:
+            entered.set()
+            release.wait(timeout=30)
+            return {"slow": True}
+
+        server.service.get_config = slow_config  # type: ignore[method-assign]
+        replies: list[tuple[int, dict[str, Any]]] = []
+        client = threading.Thread(target=lambda: replies.append(call(server, "GET", "/config")))
+        client.start()
+        assert entered.wait(timeout=10)
+        assert server.drain(0.2) is False  # still in progress: not drained
+        release.set()
+        assert server.drain(10) is True
+        client.join(timeout=10)
+        assert replies == [(200, {"slow": True})]
+        assert server.drain(0) is True  # nothing in progress: at once
