@@ -68,8 +68,9 @@ def test_pfc_incast_on_the_emulated_fabric(fabric_env: str, tmp_path: Path) -> N
     )
     for row in rows.values():
         assert row["judged"] == 1, row
-        # N senders at line rate into one 100 Gb/s port: DCQCN shares it (the simulator reads
-        # 88 and 81 Gb/s here, this fabric 76 and 68: docs/bmwg.md), marks show
+        # N senders at line rate into one 100 Gb/s port: DCQCN shares it (76-78 and 68-77 Gb/s
+        # here; the simulator marking on arrival as this fabric does reads 76 and 75:
+        # docs/bmwg.md), marks show
         assert 50 < row["goodput_gbps"] <= 100 and row["ecn_marking_ratio"] > 0
         assert row["drops_ppm"] == 0 and row["retx_per_s"] == 0
 
