@@ -175,6 +175,12 @@ class Backend(ABC):
         """Refuse what it cannot run, before anything is planned or written (see the module)."""
         del scenario, options
 
+    def warnings(self, scenario: Scenario) -> list[str]:
+        """What it runs as asked but reads otherwise than the simulator (the run says each on
+        the terminal and in summary.json `warnings`)."""
+        del scenario
+        return []
+
     @abstractmethod
     def timescale(self, request: TimescaleRequest) -> TdfChoice:
         """The time dilation factor it runs the planned workload at (see the module)."""

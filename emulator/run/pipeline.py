@@ -186,7 +186,7 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
         prefix = stack.enter_context(trace_prefix(scenario))
         fabric = scenario.fabric
         planned = plan_workload(scenario, prefix, fabric.ranks, fabric.rank_rate_bps)
-        planned.warnings.extend(_scenario_warnings(scenario))
+        planned.warnings.extend(_scenario_warnings(scenario) + backend.warnings(scenario))
         for warning in planned.warnings:
             options.say(f"warning: {warning}")
         choice = backend.timescale(

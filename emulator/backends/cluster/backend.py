@@ -35,6 +35,7 @@ from emulator.backends.cluster.bridge import RemoteLauncher, ServerLink
 from emulator.backends.cluster.placement import ClusterPlan, cluster_of, plan_cluster
 from emulator.backends.cluster.timescale import servers_tdf
 from emulator.backends.dut.backend import real_time, refuse_dilation
+from emulator.backends.engine.caveats import transmit_turn_caveats
 from emulator.backends.engine.sampling import Sampler
 from emulator.backends.engine.session import engine_params
 from emulator.backends.engine.timescale import dilated_timescale
@@ -477,6 +478,9 @@ class ClusterBackend(Backend):
 
     name = "cluster"
     failures = (EngineFailure,)
+
+    def warnings(self, scenario: Scenario) -> list[str]:
+        return transmit_turn_caveats(scenario)
 
     def check(self, scenario: Scenario, options: BackendOptions) -> None:
         """Before anything is planned, written or joined: what the emulated fabric cannot model

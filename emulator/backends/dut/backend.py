@@ -20,6 +20,7 @@ from emulator.backends.base import (
     Session,
     TimescaleRequest,
 )
+from emulator.backends.engine.caveats import transmit_turn_caveats
 from emulator.backends.engine.session import EngineSession, bring_up, engine_params
 from emulator.backends.netns.backend import need_root, refuse_engine_entropy
 from emulator.engine.coordinator import EngineFailure
@@ -165,6 +166,9 @@ class DutEngineBackend(Backend):
     name = "dut"
 
     failures = (EngineFailure,)
+
+    def warnings(self, scenario: Scenario) -> list[str]:
+        return transmit_turn_caveats(scenario)
 
     def check(self, scenario: Scenario, options: BackendOptions) -> None:
         refuse_dilation(scenario, options)

@@ -23,6 +23,7 @@ from emulator.backends.base import (
     Session,
     TimescaleRequest,
 )
+from emulator.backends.engine.caveats import transmit_turn_caveats
 from emulator.backends.engine.session import EngineSession
 from emulator.backends.netns.backend import need_root, refuse_engine_entropy
 from emulator.engine.coordinator import EngineFailure
@@ -126,6 +127,9 @@ class MininetEngineBackend(Backend):
     name = "mininet"
 
     failures = (EngineFailure,)
+
+    def warnings(self, scenario: Scenario) -> list[str]:
+        return transmit_turn_caveats(scenario)
 
     def check(self, scenario: Scenario, options: BackendOptions) -> None:
         from fabrics.user_mininet import check_network

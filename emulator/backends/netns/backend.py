@@ -20,6 +20,7 @@ from emulator.backends.base import (
     Session,
     TimescaleRequest,
 )
+from emulator.backends.engine.caveats import transmit_turn_caveats
 from emulator.backends.engine.session import EngineSession, bring_up
 from emulator.backends.engine.timescale import dilated_timescale
 from emulator.backends.link_events import LinkEventRunner, flows_crossing
@@ -161,6 +162,9 @@ class NetnsEngineBackend(Backend):
     name = "netns"
 
     failures = (EngineFailure,)
+
+    def warnings(self, scenario: Scenario) -> list[str]:
+        return transmit_turn_caveats(scenario)
 
     def check(self, scenario: Scenario, options: BackendOptions) -> None:
         del options
