@@ -8,7 +8,9 @@ registry (emulator.backends.BACKENDS) and asks it, in this order:
 
 1. `Backend.check(scenario, options)`: refuse, before anything is planned or written, what it
    cannot run: root it needs, scenario keys it does not model, a cluster that is not safe. One
-   line naming the key (ScenarioError) or what is missing (EnvironmentProblem).
+   line naming the key (ScenarioError) or what is missing (EnvironmentProblem). Then
+   `Backend.warnings(scenario)`: what it runs as asked but reads otherwise than the simulator
+   (the run prints each and keeps it in summary.json `warnings`).
 2. `Backend.timescale(request)`: the time dilation factor it will run at (a DUT: real time; the
    simulator: simulated time; an emulated fabric: the scenario's factor, or auto: a load curve
    measured where it runs, then short replays of the scenario itself through `request.prober`,
