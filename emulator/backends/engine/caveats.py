@@ -29,7 +29,6 @@ def transmit_turn_caveats(scenario: Scenario) -> list[str]:
             f"fabric.{name}.load_balancing.mode {tier.load_balancing.mode}"
             for name, tier in fabric.tiers.items()
             if tier.load_balancing.mode in SPREADING_MODES
-            and (name != "super_spine" or fabric.pods > 1)
             and not (
                 tier.load_balancing.mode == "adaptive"
                 and tier.load_balancing.adaptive_granularity != "packet"
