@@ -23,7 +23,6 @@ from collectors.fidelity import PartScope
 from collectors.nic import NicSampler
 from collectors.queue_pairs import qp_rows
 from emulator.backends.base import (
-    Backend,
     BackendContext,
     BackendOptions,
     ReplayJob,
@@ -35,7 +34,7 @@ from emulator.backends.cluster.bridge import RemoteLauncher, ServerLink
 from emulator.backends.cluster.placement import ClusterPlan, cluster_of, plan_cluster
 from emulator.backends.cluster.timescale import servers_tdf
 from emulator.backends.dut.backend import real_time, refuse_dilation
-from emulator.backends.engine.caveats import transmit_turn_caveats
+from emulator.backends.engine.backend import EngineBackend
 from emulator.backends.engine.sampling import Sampler
 from emulator.backends.engine.session import engine_params
 from emulator.backends.engine.timescale import dilated_timescale
@@ -472,15 +471,11 @@ def _cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[-1] if text else ''}".strip(": ")
 
 
-class ClusterBackend(Backend):
+class ClusterBackend(EngineBackend):
     """The emulated Clos (or ports toward a switch under test) over the servers of a Ray
     cluster, replayed by the engine."""
 
     name = "cluster"
-    failures = (EngineFailure,)
-
-    def warnings(self, scenario: Scenario) -> list[str]:
-        return transmit_turn_caveats(scenario)
 
     def check(self, scenario: Scenario, options: BackendOptions) -> None:
         """Before anything is planned, written or joined: what the emulated fabric cannot model

@@ -14,16 +14,14 @@ from typing import Any
 
 from collectors.nic import NetlinkCounters
 from emulator.backends.base import (
-    Backend,
     BackendContext,
     BackendOptions,
     Session,
     TimescaleRequest,
 )
-from emulator.backends.engine.caveats import transmit_turn_caveats
+from emulator.backends.engine.backend import EngineBackend
 from emulator.backends.engine.session import EngineSession, bring_up, engine_params
 from emulator.backends.netns.backend import need_root, refuse_engine_entropy
-from emulator.engine.coordinator import EngineFailure
 from emulator.errors import ScenarioError
 from emulator.scenario.model import Scenario
 from emulator.timescale.tdf import TdfChoice
@@ -160,15 +158,10 @@ def real_time(request: TimescaleRequest) -> TdfChoice:
     return TdfChoice(1.0, "dut", peak_bps)
 
 
-class DutEngineBackend(Backend):
+class DutEngineBackend(EngineBackend):
     """Ranks on interfaces cabled to a switch under test, replayed by the engine."""
 
     name = "dut"
-
-    failures = (EngineFailure,)
-
-    def warnings(self, scenario: Scenario) -> list[str]:
-        return transmit_turn_caveats(scenario)
 
     def check(self, scenario: Scenario, options: BackendOptions) -> None:
         refuse_dilation(scenario, options)

@@ -17,16 +17,14 @@ from typing import Any
 
 from collectors.nic import NetlinkCounters
 from emulator.backends.base import (
-    Backend,
     BackendContext,
     BackendOptions,
     Session,
     TimescaleRequest,
 )
-from emulator.backends.engine.caveats import transmit_turn_caveats
+from emulator.backends.engine.backend import EngineBackend
 from emulator.backends.engine.session import EngineSession
 from emulator.backends.netns.backend import need_root, refuse_engine_entropy
-from emulator.engine.coordinator import EngineFailure
 from emulator.errors import ScenarioError
 from emulator.scenario.model import Scenario
 from emulator.signals import signals_deferred
@@ -121,15 +119,10 @@ def mininet_timescale(request: TimescaleRequest) -> TdfChoice:
     return TdfChoice(tdf, "mininet links", peak_bps, bound_by=f"the hosts' links: {mbps:g} Mb/s")
 
 
-class MininetEngineBackend(Backend):
+class MininetEngineBackend(EngineBackend):
     """The engine on a user's started Mininet network."""
 
     name = "mininet"
-
-    failures = (EngineFailure,)
-
-    def warnings(self, scenario: Scenario) -> list[str]:
-        return transmit_turn_caveats(scenario)
 
     def check(self, scenario: Scenario, options: BackendOptions) -> None:
         from fabrics.user_mininet import check_network

@@ -14,18 +14,16 @@ from typing import Any
 
 from collectors.nic import NetlinkCounters
 from emulator.backends.base import (
-    Backend,
     BackendContext,
     BackendOptions,
     Session,
     TimescaleRequest,
 )
-from emulator.backends.engine.caveats import transmit_turn_caveats
+from emulator.backends.engine.backend import EngineBackend
 from emulator.backends.engine.session import EngineSession, bring_up
 from emulator.backends.engine.timescale import dilated_timescale
 from emulator.backends.link_events import LinkEventRunner, flows_crossing
 from emulator.backends.link_events import resolve as resolve_link_events
-from emulator.engine.coordinator import EngineFailure
 from emulator.errors import EnvironmentProblem, ScenarioError
 from emulator.scenario.model import Scenario
 from emulator.timescale.tdf import TdfChoice
@@ -156,15 +154,10 @@ class NetnsSession(EngineSession):
         return out
 
 
-class NetnsEngineBackend(Backend):
+class NetnsEngineBackend(EngineBackend):
     """The emulated Clos in network namespaces on this machine, replayed by the engine."""
 
     name = "netns"
-
-    failures = (EngineFailure,)
-
-    def warnings(self, scenario: Scenario) -> list[str]:
-        return transmit_turn_caveats(scenario)
 
     def check(self, scenario: Scenario, options: BackendOptions) -> None:
         del options
