@@ -337,10 +337,16 @@ def plan_workload(
             scenario.streams, fabric_ranks, getattr(scenario.fabric, "mtu_bytes", None), where
         )
         n = max(n, *(max(s.src, s.dst) + 1 for s in scenario.streams))
+    network = None
+    if scenario.run.ideal == "egress_share":
+        from emulator.schedule.egress import EgressShareNetwork
+
+        network = EgressShareNetwork(line_rate_bps)
     ideal = simulate(
         driver,
         path_for_fabric(scenario.fabric, n),
         max_rate_bps=traffic.max_rate_bps if traffic is not None else None,
+        network=network,
     )
     instances = [*(job.instances if job else ()), *(traffic.instances if traffic else ())]
     by_id = {inst.id: inst for inst in instances}

@@ -211,6 +211,7 @@ def run_planned(
             "predicted_s": planned.ideal.job_time_s * choice.tdf,  # the ideal job time x TDF
         },
         "ideal_job_time_s": planned.ideal.job_time_s,
+        "ideal_model": scenario.run.ideal,  # the yardstick (run.ideal)
         "seed": scenario.run.seed,
         "world_size": planned.world_size,
         "placement": [

@@ -208,6 +208,7 @@ def run_scenario(scenario: Scenario, options: RunOptions | None = None) -> RunRe
         head = (
             f"{planned.world_size} ranks, {planned.collectives} collectives, ideal job time "
             f"{planned.ideal.job_time_s * 1e3:.3f} ms"
+            + (f" ({scenario.run.ideal})" if scenario.run.ideal != "max_min" else "")
         )
         if backend.simulated:
             options.say(f"{head}; simulated (backend {backend.name}: no dilation, simulated time)")

@@ -195,6 +195,15 @@ class RunSpec:
         doc="spread the run over the servers of a Ray cluster, one engine actor per server "
         "(README, 'Past one machine'); without servers: one machine, no Ray",
     )
+    ideal: Literal["max_min", "egress_share"] = param(
+        "max_min",
+        doc="the congestion-free yardstick a run is measured against (ideal job time and busbw): "
+        "max_min, every link shared max-min fairly (exact; its cost grows with the flows in "
+        "flight times their completion instants: hours at 16,384 ranks), or egress_share, each "
+        "NIC's egress shared among its flows and nothing else limiting them (equal to max_min "
+        "where senders' NICs are the bottleneck, optimistic where receivers or links are; "
+        "seconds at any scale): docs/flow-level.md",
+    )
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ def default_clos_spec(ranks: int, link_gbps: float = DEFAULT_LINK_GBPS) -> Any:
 
 
 def clos_path(spec: Any, ranks: int) -> PathFn:
-    from fabrics.topology import build_clos
+    from fabrics.topology import shared_clos
 
-    topology = build_clos(spec)
+    topology = shared_clos(spec)
     hosts = topology.hosts
     if len(hosts) < ranks:
         raise PlanError(

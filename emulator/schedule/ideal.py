@@ -48,14 +48,35 @@ class IdealResult:
     flow_times: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
+class Network(Protocol):
+    """What the ideal run drives: FluidNetwork (max-min over every link) or
+    emulator.schedule.egress.EgressShareNetwork (each NIC's egress shared, nothing else)."""
+
+    recomputes: int
+
+    def add(
+        self,
+        flow_id: int,
+        src: int,
+        dst: int,
+        sport: int,
+        nbytes: int,
+        max_rate_bps: float | None = None,
+    ) -> None: ...
+    def next_completion(self) -> float: ...
+    def advance(self, t: float) -> list[int]: ...
+
+
 def simulate(
     job: Driver,
     path: PathFn,
     keep_flow_times: bool = False,
     max_rate_bps: Callable[[int], float | None] | None = None,
+    network: Network | None = None,
 ) -> IdealResult:
-    """`max_rate_bps(profile)`: the cap of flows with that QP profile (None: line rate)."""
-    net = FluidNetwork(path)
+    """`max_rate_bps(profile)`: the cap of flows with that QP profile (None: line rate);
+    `network`: the yardstick (default: max-min over the links `path` gives)."""
+    net: Network = network if network is not None else FluidNetwork(path)
     delays: list[tuple[float, int]] = []
     starts: dict[int, float] = {}
     flow_times: dict[int, tuple[float, float]] = {}

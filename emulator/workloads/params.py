@@ -20,7 +20,7 @@ class MoeMixParams:
 
     kind: ClassVar[str] = "moe_mix"
 
-    ranks: int = param(8, doc="ranks (world size)", min=2, max=4096)
+    ranks: int = param(8, doc="ranks (world size)", min=2, max=32768)
     expert_parallel_size: int = param(
         4,
         doc="ranks per expert-parallel group (see expert_placement); data-parallel groups are "
@@ -107,7 +107,7 @@ class SingleCollectiveParams:
     kind: ClassVar[str] = ""
     collective: ClassVar[str] = ""
 
-    ranks: int = param(8, doc="ranks (world size)", min=2, max=4096)
+    ranks: int = param(8, doc="ranks (world size)", min=2, max=32768)
     size_bytes: int = param(
         MIB,
         doc="comm_size: the per-rank buffer as ASTRA-sim reads it (AllGather: gathered output, "

@@ -55,8 +55,9 @@ def _needs_shared_traces(path: Path) -> bool:
 
 
 # Scenarios at cluster scale: planning one takes minutes (moe_mix_1024: 639k flows, ~3 min here),
-# so `python -m bench.flow --1024` plans and runs it; here its ranks are checked without a plan.
-AT_SCALE = {"moe_mix_1024.yaml"}
+# so `python -m bench.flow --1024` (--16384) plans and runs it; here its ranks are checked
+# without a plan.
+AT_SCALE = {"moe_mix_1024.yaml", "moe_mix_16384.yaml"}
 
 
 def _world(scenario: Scenario) -> int:

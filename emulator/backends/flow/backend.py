@@ -41,7 +41,7 @@ from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
 from emulator.timescale.tdf import TdfChoice
 from fabrics.spec import ClosSpec
-from fabrics.topology import HOST_IFNAME, Topology, build_clos
+from fabrics.topology import HOST_IFNAME, Topology, shared_clos
 
 LEAVES_OUT = (
     "no packets: queue pairs are rates and ports fluid queues, stepped every "
@@ -153,7 +153,7 @@ class FlowSession(Session):
                         f"traffic profiles: {key} per queue pair: the flow-level backend runs "
                         "one transport for every queue pair; use --backend sim"
                     )
-        self.topology = build_clos(spec)
+        self.topology = shared_clos(spec)  # the plan's, with its route and hash caches
         self.links, self.link_index = fluid_links(self.topology, spec.pfc)
         self.names = tuple(self.topology.links)  # (node, dev): the ports' order in every sample
         self.marker_name = "fluid (DCQCN law on fluid queues: emulator/flow/model.py)"
