@@ -1,5 +1,7 @@
 """Every namespace, link, qdisc, address, BPF program and process the tool creates, recorded before it
-is made (a process as soon as it has a pid: a Mininet node's shell, fabrics/mininet_builder.py).
+is made (a process as soon as it has a pid: a Mininet node's shell, fabrics/mininet_builder.py),
+and the temporary folders the process holds while a fabric is up (a run's generated trace set:
+`owned_folder`), which only a killed run leaves behind.
 
 The state file (/run/chakra-emulator/state.json, mode 0600, on tmpfs so it goes away with the
 namespaces at reboot) is claimed atomically at bring-up: while it exists, another bring-up
@@ -13,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,22 @@ Resource = dict[str, Any]
 
 def state_path() -> Path:
     return Path(os.environ.get(STATE_DIR_ENV, DEFAULT_STATE_DIR)) / "state.json"
+
+
+_FOLDERS: list[str] = []  # the temporary folders this process holds now (owned_folder)
+
+
+@contextlib.contextmanager
+def owned_folder(prefix: str) -> Iterator[str]:
+    """A temporary folder, removed on exit as tempfile's are; while it exists, a ledger this
+    process claims lists it, so that `emulate clean` removes it after a SIGKILL (a killed run
+    left its generated trace set in /tmp, one per kill, before)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        _FOLDERS.append(folder)
+        try:
+            yield folder
+        finally:
+            _FOLDERS.remove(folder)
 
 
 class FabricActive(EnvironmentProblem):
@@ -80,7 +100,10 @@ class Ledger:
             raise EnvironmentProblem(f"cannot create the state file {path}: {exc}") from None
         with os.fdopen(fd, "w") as f:
             json.dump(header, f)
-        return cls(path, owner)
+        ledger = cls(path, owner)
+        if _FOLDERS:
+            ledger.record({"kind": "folder", "path": folder} for folder in _FOLDERS)
+        return ledger
 
     def record(self, items: Iterable[Resource]) -> None:
         self.resources.extend(items)
@@ -96,8 +119,10 @@ class Ledger:
 
     def release(self) -> list[str]:
         """Release everything in reverse order; remove the state file when all is gone.
-        Returns a description of each resource that existed and was removed."""
-        removed, remaining = release_resources(self.resources, one_by_one=False)
+        Returns a description of each resource that existed and was removed. The folders are
+        the owner's to remove (owned_folder, still in use at teardown): they leave the list."""
+        held = [r for r in self.resources if r["kind"] != "folder"]
+        removed, remaining = release_resources(held, one_by_one=False)
         self.resources = remaining
         if remaining:
             self._write()
@@ -192,6 +217,8 @@ def describe(r: Resource) -> str:
         return f"interface {r['name']} moved into {r['netns']}"
     if r["kind"] == "process":
         return f"process {r['pid']} ({r['name']})"
+    if r["kind"] == "folder":
+        return f"folder {r['path']}"
     return f"{r['kind']} {r.get('name')}{where}"
 
 
@@ -276,6 +303,14 @@ def _release_group(group: list[Resource], live_netns: set[str]) -> tuple[list[st
         return _release_nft(group, live_netns)
     if kind == "process":
         return _release_processes(group)
+    if kind == "folder":  # only what the state file names (a killed run's temporary folders)
+        present = [r for r in group if os.path.isdir(r["path"])]
+        for r in present:
+            shutil.rmtree(r["path"], ignore_errors=True)
+        return (
+            [describe(r) for r in present if not os.path.exists(r["path"])],
+            [r for r in present if os.path.exists(r["path"])],
+        )
     ns = group[0].get("netns")
     if kind == "offload":  # ethtool: one call each (no -batch of ip's kind)
         if ns and ns not in live_netns:

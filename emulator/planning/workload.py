@@ -11,7 +11,6 @@ identifies an instance independently of matching order: its replay pass and its 
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from emulator.traffic.schedule import TRAFFIC_ID_BASE, CombinedDriver, TrafficSc
 from emulator.traffic.spec import TrafficPattern
 from emulator.traffic.streams import check_streams, streams_end_s
 from emulator.transport.qp_profile import DEFAULT_PROFILE, QpProfile
+from fabrics.ownership import owned_folder
 
 InstanceKey = tuple[int, tuple[NodeRef, ...]]
 # the work's trace sets: one prefix, one per job (`workloads:`), or None (traffic patterns only)
@@ -271,7 +271,7 @@ def _job_prefix(
     from emulator.workloads.params import kind_of
     from emulator.workloads.registry import write_workload
 
-    with tempfile.TemporaryDirectory(prefix="emulate-run-") as folder:
+    with owned_folder("emulate-run-") as folder:  # `emulate clean` removes it after a kill
         prefix = f"{folder}/{label + '-' if label else ''}{kind_of(workload.generate)}"
         write_workload(workload.generate, prefix)
         yield prefix

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from emulator.scenario.model import Scenario
 from emulator.timescale.probe import PROBE_DELAY_LIMIT, PROBE_WALL_S
 from emulator.timescale.tdf import TdfChoice
 from emulator.timescale.verdict import engine_delay_reason, engine_delay_shares, flow_delays
+from fabrics.ownership import owned_folder
 from fabrics.spec import ClosSpec
 
 
@@ -248,7 +248,7 @@ def probe_replay(
         options, progress=False, report=False, tdf=tdf, say=lambda _m: None
     )
     choice = TdfChoice(tdf, "probe", 0.0)
-    with tempfile.TemporaryDirectory(prefix="emulate-probe-") as tmp:
+    with owned_folder("emulate-probe-") as tmp:  # `emulate clean` removes it after a kill
         writer = ResultsWriter(Path(tmp) / "probe", scenario_text="probe\n")
         try:
             with contextlib.ExitStack() as stack:

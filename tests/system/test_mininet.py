@@ -292,7 +292,12 @@ def test_emulate_clean_releases_a_killed_runs_mininet_nodes(
     path = tmp_path / "scenario.yaml"
     text = MOE_STEP.format(builder="mininet", fabric=MOE_FABRIC.format(builder="mininet"))
     path.write_text(text.replace("iterations: 3", "iterations: 200"))
-    env = {**os.environ, "CHAKRA_EMULATOR_STATE_DIR": str(tmp_path)}
+    (tmp_path / "tmp").mkdir()  # a private TMPDIR: the run's generated trace set goes there
+    env = {
+        **os.environ,
+        "CHAKRA_EMULATOR_STATE_DIR": str(tmp_path),
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "emulator.cli", "run", str(path), "--no-progress",
          "--netns-prefix", fabric_env, "--out", str(tmp_path / "out")],
@@ -325,5 +330,7 @@ def test_emulate_clean_releases_a_killed_runs_mininet_nodes(
         assert not [p for p in shells if running(p)]
         assert not [ns for ns in existing_netns() if ns.startswith(fabric_env)]
         assert not state.exists()
+        # and the trace set the run generated, which its state file names
+        assert not list((tmp_path / "tmp").iterdir())
     finally:
         stop_run(proc, tmp_path, clean_after=True)  # type: ignore[arg-type]

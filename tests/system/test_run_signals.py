@@ -211,6 +211,9 @@ def _check_clean_after_kill(
     assert clean.returncode == 0, clean.stderr
     assert _netns() == netns_before
     assert _bpf_programs() <= bpf_before
+    # the killed run's generated trace set, named in its state file, is gone too
+    assert not list((tmp_path / "tmp").iterdir()), clean.stdout
+    assert "removed folder " in clean.stdout, clean.stdout
     assert not left, f"engine workers still running 10 s after their coordinator died: {left}"
 
 
