@@ -8,7 +8,8 @@ prints its wall time, summary.json's replay wall time and its own peak RSS. Scen
 scenarios/moe_mix.yaml (16 hosts) on both backends; scenarios/moe_mix_128.yaml (128 hosts) on
 the flow level, and on the packet simulator with --sim-128 (it takes minutes there);
 scenarios/moe_mix_1024.yaml (1,024 ranks, three tiers, 2 steps) on the flow level with --1024
-(about 3 minutes and 1.9 GB here on 2026-11-29). The live
+(about 3 minutes and 1.9 GB here on 2026-11-29), scenarios/moe_mix_16384.yaml (16,384 ranks)
+with --16384 (see docs/flow-level.md for its time and memory). The live
 exporter is off on both sides. Printed: a row per (scenario, backend), the ratio sim / flow of
 the replay's wall time per scenario (#39's target at 128 hosts: at least 100), and busbw and job
 time side by side. Nothing is asserted.
@@ -36,6 +37,7 @@ SCENARIOS = {
     16: REPO / "scenarios" / "moe_mix.yaml",
     128: REPO / "scenarios" / "moe_mix_128.yaml",
     1024: REPO / "scenarios" / "moe_mix_1024.yaml",  # three tiers, flow level only
+    16384: REPO / "scenarios" / "moe_mix_16384.yaml",  # three tiers, flow level only
 }
 
 
@@ -91,6 +93,9 @@ def main() -> int:
     parser.add_argument(
         "--1024", dest="r1024", action="store_true", help="also the 1,024-rank scenario (flow)"
     )
+    parser.add_argument(
+        "--16384", dest="r16384", action="store_true", help="also the 16,384-rank scenario (flow)"
+    )
     parser.add_argument("--json", type=Path, help="write the numbers here")
     args = parser.parse_args()
     if args.child:
@@ -98,7 +103,7 @@ def main() -> int:
         return 0
     runs: list[dict[str, Any]] = []
     for hosts, path in SCENARIOS.items():
-        if hosts == 1024 and not args.r1024:
+        if (hosts == 1024 and not args.r1024) or (hosts == 16384 and not args.r16384):
             continue
         backends = ("flow", "sim") if hosts == 16 or args.sim_128 else ("flow",)
         for backend in backends:

@@ -1,6 +1,9 @@
 """Bench: plan a synthetic 1,000,000-node 16-rank trace; nodes/s and peak memory against loading it.
 
-Run from the repository root: `python -m bench.plan [--nodes N] [--ranks R] [--every K]`.
+Run from the repository root: `python -m bench.plan [--nodes N] [--ranks R] [--every K]`, or
+`python -m bench.plan --scenario scenarios/moe_mix_16384.yaml` to plan a generated scenario's
+trace on the scenario's own fabric, collectives and yardstick (run.ideal) instead (the feeder at 16,384 ranks: the
+generator writes the trace set, then loading and planning it are measured as below).
 The trace: per rank a dependency chain of 10 us compute nodes (each also waits for the node
 three back), every K-th node a 1 MiB collective (ALL_REDUCE and ALL_TO_ALL alternating) over all
 ranks. Planning (stream, match, decompose into flows, ideal fluid model on the default Clos) and
@@ -72,12 +75,22 @@ def _rss_mib() -> float:
     return _status_mib("VmHWM")
 
 
-def _plan_child(prefix: str, queue: Any) -> None:
+def _plan_child(prefix: str, queue: Any, scenario_path: str | None = None) -> None:
     from emulator.schedule.planner import plan_trace
 
+    options: dict[str, Any] = {}
+    if scenario_path is not None:
+        from emulator.scenario import load_scenario
+
+        scenario = load_scenario(Path(scenario_path))
+        options = {"fabric": scenario.fabric, "collectives": scenario.collectives}
+        if scenario.run.ideal == "egress_share":  # the scenario's yardstick (run.ideal)
+            from emulator.schedule.egress import EgressShareNetwork
+
+            options["network"] = EgressShareNetwork(scenario.fabric.rank_rate_bps)
     base = _current_rss_mib()
     start = time.perf_counter()
-    outcome = plan_trace(prefix)
+    outcome = plan_trace(prefix, **options)
     elapsed = time.perf_counter() - start
     result = outcome.result
     queue.put(
@@ -117,10 +130,33 @@ def _run_writer(prefix: Path, nodes: int, ranks: int, every: int) -> int:
     return written
 
 
-def _run(target: Any, prefix: str) -> dict[str, Any]:
+def _write_scenario_child(prefix: str, scenario_path: str, queue: Any) -> None:
+    from emulator.scenario import load_scenario
+    from emulator.workloads.registry import write_workload
+
+    scenario = load_scenario(Path(scenario_path))
+    if scenario.workload is None or scenario.workload.generate is None:
+        raise SystemExit(f"{scenario_path}: workload.generate: bench.plan needs a generated trace")
+    paths = write_workload(scenario.workload.generate, prefix)
+    queue.put(sum(1 for p in paths if p.name.endswith(".et")))
+
+
+def _run_scenario_writer(prefix: Path, scenario_path: Path) -> int:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(target=target, args=(prefix, queue))
+    process = context.Process(
+        target=_write_scenario_child, args=(str(prefix), str(scenario_path), queue)
+    )
+    process.start()
+    ranks: int = queue.get(timeout=3600)
+    process.join(timeout=60)
+    return ranks
+
+
+def _run(target: Any, prefix: str, *extra: Any) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=target, args=(prefix, queue, *extra))
     process.start()
     out: dict[str, Any] = queue.get(timeout=3600)
     process.join(timeout=60)
@@ -132,14 +168,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1_000_000)
     parser.add_argument("--ranks", type=int, default=16)
     parser.add_argument("--every", type=int, default=125, help="one collective every K nodes")
+    parser.add_argument(
+        "--scenario",
+        type=Path,
+        help="plan this scenario's generated trace on its fabric (instead of the synthetic one)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-plan-") as folder:
         prefix = Path(folder) / "synthetic"
         start = time.perf_counter()
-        nodes = _run_writer(prefix, args.nodes, args.ranks, args.every)
-        print(f"wrote {nodes} nodes in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+        if args.scenario is not None:
+            ranks = _run_scenario_writer(prefix, args.scenario)
+            print(
+                f"wrote {args.scenario}'s {ranks} rank files in {time.perf_counter() - start:.1f} s",
+                file=sys.stderr,
+            )
+        else:
+            nodes = _run_writer(prefix, args.nodes, args.ranks, args.every)
+            print(f"wrote {nodes} nodes in {time.perf_counter() - start:.1f} s", file=sys.stderr)
         load = _run(_load_child, str(prefix))
-        plan = _run(_plan_child, str(prefix))
+        plan = _run(_plan_child, str(prefix), *([str(args.scenario)] if args.scenario else []))
+        if args.scenario is not None:
+            nodes = load["nodes"]
+            print(
+                f"plan: {plan['seconds']:.1f} s, {plan['peak_mib']:.0f} MiB; "
+                f"load: {load['seconds']:.1f} s, {load['peak_mib']:.0f} MiB",
+                file=sys.stderr,
+            )
     assert plan["nodes"] == nodes == load["nodes"], (plan, load, nodes)
     plan_rate = nodes / plan["seconds"]
     load_rate = nodes / load["seconds"]

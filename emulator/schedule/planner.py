@@ -9,7 +9,7 @@ from typing import Any
 
 from emulator.schedule.fabric import default_clos_spec, describe_fabric, path_for_fabric
 from emulator.schedule.fluid import PathFn
-from emulator.schedule.ideal import IdealResult, simulate
+from emulator.schedule.ideal import IdealResult, Network, simulate
 from emulator.schedule.job import JobSchedule
 from emulator.schedule.params import CollectivesParams, ComputeParams
 from emulator.schedule.tracesource import open_trace_set
@@ -35,8 +35,10 @@ def plan_trace(
     compute: ComputeParams | None = None,
     iterations: int = 1,
     sport_seed: int = 0,
+    network: Network | None = None,
 ) -> PlanOutcome:
-    """Plan with the given fabric spec or path function (default: non-blocking Clos, 100 Gb/s)."""
+    """Plan with the given fabric spec or path function (default: non-blocking Clos, 100 Gb/s);
+    `network`: the yardstick (emulator.schedule.ideal.simulate; default max-min on the paths)."""
     compute = compute or ComputeParams()
     source = open_trace_set(prefix, comm_groups, compute)
     n = source.world_size
@@ -54,7 +56,7 @@ def plan_trace(
         sport_seed=sport_seed,
         path=path,
     )
-    result = simulate(job, path)
+    result = simulate(job, path, network=network)
     warnings: list[str] = [*source.warnings]
     for feeder in job.feeders:
         warnings.extend(feeder.warnings)
