@@ -112,6 +112,7 @@ def _plan(
     compute: Any,
     iterations: int,
     sport_seed: int = 0,
+    network: Any = None,
 ) -> Any:
     from emulator.schedule.planner import plan_trace
 
@@ -123,6 +124,7 @@ def _plan(
         compute=compute,
         iterations=iterations,
         sport_seed=sport_seed,
+        network=network,
     )
 
 
@@ -134,6 +136,7 @@ def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple
     if workload is None or scenario.traffic:
         return _plan_with_traffic(scenario, args.iterations), scenario.collectives
     iterations = args.iterations or workload.iterations
+    network = _yardstick(scenario)
     collectives = _with_algorithms(scenario.collectives, overrides)
     compute = scenario.compute
     groups = scenario.resolve(workload.comm_groups) if workload.comm_groups else None
@@ -146,8 +149,9 @@ def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple
             compute,
             iterations,
             scenario.run.seed,
+            network,
         )
-        return outcome, collectives
+        return _labelled(outcome, scenario), collectives
     from emulator.workloads.params import kind_of
     from emulator.workloads.registry import write_workload
 
@@ -155,9 +159,38 @@ def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple
         prefix = f"{folder}/{kind_of(workload.generate)}"
         write_workload(workload.generate, prefix)
         outcome = _plan(
-            prefix, groups, scenario.fabric, collectives, compute, iterations, scenario.run.seed
+            prefix,
+            groups,
+            scenario.fabric,
+            collectives,
+            compute,
+            iterations,
+            scenario.run.seed,
+            network,
         )
-        return outcome, collectives
+        return _labelled(outcome, scenario), collectives
+
+
+EGRESS_LABEL = (
+    "; yardstick: each NIC's egress shared, the fabric not seen (run.ideal: egress_share)"
+)
+
+
+def _yardstick(scenario: Any) -> Any:
+    """The network the ideal run uses (run.ideal): None for max-min on the fabric's links."""
+    if scenario.run.ideal != "egress_share":
+        return None
+    from emulator.schedule.egress import EgressShareNetwork
+
+    return EgressShareNetwork(scenario.fabric.rank_rate_bps)
+
+
+def _labelled(outcome: Any, scenario: Any) -> Any:
+    if scenario.run.ideal != "egress_share":
+        return outcome
+    import dataclasses
+
+    return dataclasses.replace(outcome, fabric=outcome.fabric + EGRESS_LABEL)
 
 
 def _plan_with_traffic(scenario: Any, iterations: int | None) -> Any:
@@ -192,7 +225,8 @@ def _plan_with_traffic(scenario: Any, iterations: int | None) -> Any:
     return PlanOutcome(
         planned.ideal,
         planned.world_size,
-        describe_fabric(scenario.fabric),
+        describe_fabric(scenario.fabric)
+        + (EGRESS_LABEL if scenario.run.ideal == "egress_share" else ""),
         planned.warnings,
         jobs,
     )

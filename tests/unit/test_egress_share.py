@@ -5,6 +5,7 @@ are the bottleneck, optimistic where a receiver is."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from emulator.schedule.egress import EgressShareNetwork
 from emulator.schedule.fabric import star_path
 from emulator.schedule.fluid import FluidNetwork
 
+REPO = Path(__file__).resolve().parents[2]
 GBPS = 400e9
 C = GBPS / 8  # bytes/s
 
@@ -98,12 +100,11 @@ def test_a_rank_to_itself_and_empty_flows_are_instant() -> None:
 
 def _ideal_job_times(name: str) -> dict[str, float]:
     import dataclasses
-    from pathlib import Path
 
     from emulator.planning.workload import plan_workload, trace_prefix
     from emulator.scenario import load_scenario
 
-    scenario = load_scenario(Path(__file__).resolve().parents[2] / "scenarios" / name)
+    scenario = load_scenario(REPO / "scenarios" / name)
     times = {}
     for ideal in ("max_min", "egress_share"):
         chosen = dataclasses.replace(scenario, run=dataclasses.replace(scenario.run, ideal=ideal))
@@ -132,3 +133,21 @@ def test_ecmp_collisions_are_what_the_egress_share_does_not_see() -> None:
     balanced = _ideal_job_times("allreduce_only.yaml")
     assert ecmp["egress_share"] == pytest.approx(balanced["max_min"], rel=1e-9)
     assert ecmp["egress_share"] < 0.5 * ecmp["max_min"]
+
+
+def test_emulate_plan_plans_with_the_scenarios_yardstick_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from emulator.cli import main
+
+    text = (REPO / "scenarios" / "allreduce_only_ecmp.yaml").read_text()
+    assert "\nrun:\n" in text
+    path = tmp_path / "ecmp_egress.yaml"
+    path.write_text(text.replace("\nrun:\n", "\nrun:\n  ideal: egress_share\n", 1))
+    assert main(["plan", str(path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["fabric"].endswith("(run.ideal: egress_share)")
+    balanced = _ideal_job_times("allreduce_only.yaml")["max_min"]
+    assert document["ideal_job_time_s"] == pytest.approx(balanced, rel=1e-9)
