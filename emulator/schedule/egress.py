@@ -127,5 +127,6 @@ class EgressShareNetwork:
             flow[2] = min(flow[1], share)
             left_capacity -= flow[2]
             left_flows -= 1
-        soonest = min(max(f[0], 0.0) / f[2] for f in flows.values())
-        heapq.heappush(self._heap, (self.now + soonest, rank, stamp))
+        soonest = min(max(f[0], 0.0) / f[2] if f[2] > 0 else math.inf for f in flows.values())
+        if soonest < math.inf:  # (a flow capped at 0 b/s never ends: the run's stall says so)
+            heapq.heappush(self._heap, (self.now + soonest, rank, stamp))
