@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 ALL_REDUCE, ALL_TO_ALL = 0, 6
@@ -75,7 +76,7 @@ def _rss_mib() -> float:
     return _status_mib("VmHWM")
 
 
-def _plan_child(prefix: str, queue: Any, scenario_path: str | None = None) -> None:
+def _plan_child(queue: Any, prefix: str, scenario_path: str | None = None) -> None:
     from emulator.schedule.planner import plan_trace
 
     options: dict[str, Any] = {}
@@ -83,11 +84,13 @@ def _plan_child(prefix: str, queue: Any, scenario_path: str | None = None) -> No
         from emulator.scenario import load_scenario
 
         scenario = load_scenario(Path(scenario_path))
-        options = {"fabric": scenario.fabric, "collectives": scenario.collectives}
-        if scenario.run.ideal == "egress_share":  # the scenario's yardstick (run.ideal)
-            from emulator.schedule.egress import EgressShareNetwork
+        from emulator.schedule.ideal import yardstick
 
-            options["network"] = EgressShareNetwork(scenario.fabric.rank_rate_bps)
+        options = {
+            "fabric": scenario.fabric,
+            "collectives": scenario.collectives,
+            "network": yardstick(scenario.run.ideal, scenario.fabric.rank_rate_bps),
+        }
     base = _current_rss_mib()
     start = time.perf_counter()
     outcome = plan_trace(prefix, **options)
@@ -105,7 +108,7 @@ def _plan_child(prefix: str, queue: Any, scenario_path: str | None = None) -> No
     )
 
 
-def _load_child(prefix: str, queue: Any) -> None:
+def _load_child(queue: Any, prefix: str) -> None:
     from emulator.chakra import load_trace_set
 
     base = _current_rss_mib()
@@ -116,21 +119,11 @@ def _load_child(prefix: str, queue: Any) -> None:
     queue.put({"seconds": elapsed, "peak_mib": _rss_mib() - base, "nodes": nodes})
 
 
-def _write_child(prefix: str, nodes: int, ranks: int, every: int, queue: Any) -> None:
+def _write_child(queue: Any, prefix: str, nodes: int, ranks: int, every: int) -> None:
     queue.put(write_trace(Path(prefix), nodes, ranks, every))
 
 
-def _run_writer(prefix: Path, nodes: int, ranks: int, every: int) -> int:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=_write_child, args=(str(prefix), nodes, ranks, every, queue))
-    process.start()
-    written: int = queue.get(timeout=3600)
-    process.join(timeout=60)
-    return written
-
-
-def _write_scenario_child(prefix: str, scenario_path: str, queue: Any) -> None:
+def _write_scenario_child(queue: Any, prefix: str, scenario_path: str) -> None:
     from emulator.scenario import load_scenario
     from emulator.workloads.registry import write_workload
 
@@ -141,24 +134,27 @@ def _write_scenario_child(prefix: str, scenario_path: str, queue: Any) -> None:
     queue.put(sum(1 for p in paths if p.name.endswith(".et")))
 
 
-def _run_scenario_writer(prefix: Path, scenario_path: Path) -> int:
+def _in_child(target: Any, *args: Any) -> Any:
+    """target(queue, *args) in a fresh process (its peak memory its own); what it puts. A child
+    that exits without putting anything fails the bench at once instead of after the timeout."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    process = context.Process(
-        target=_write_scenario_child, args=(str(prefix), str(scenario_path), queue)
-    )
+    process = context.Process(target=target, args=(queue, *args))
     process.start()
-    ranks: int = queue.get(timeout=3600)
-    process.join(timeout=60)
-    return ranks
-
-
-def _run(target: Any, prefix: str, *extra: Any) -> dict[str, Any]:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=target, args=(prefix, queue, *extra))
-    process.start()
-    out: dict[str, Any] = queue.get(timeout=3600)
+    deadline = time.monotonic() + 3600
+    while True:
+        alive = process.is_alive()  # read before the queue: what it put before exiting is there
+        try:
+            out = queue.get(timeout=1.0)
+            break
+        except Empty:
+            if not alive:
+                raise SystemExit(
+                    f"bench.plan: {target.__name__} exited {process.exitcode}"
+                ) from None
+            if time.monotonic() > deadline:
+                process.kill()
+                raise SystemExit(f"bench.plan: {target.__name__} took over an hour") from None
     process.join(timeout=60)
     return out
 
@@ -178,16 +174,16 @@ def main(argv: list[str] | None = None) -> int:
         prefix = Path(folder) / "synthetic"
         start = time.perf_counter()
         if args.scenario is not None:
-            ranks = _run_scenario_writer(prefix, args.scenario)
+            ranks = _in_child(_write_scenario_child, str(prefix), str(args.scenario))
             print(
                 f"wrote {args.scenario}'s {ranks} rank files in {time.perf_counter() - start:.1f} s",
                 file=sys.stderr,
             )
         else:
-            nodes = _run_writer(prefix, args.nodes, args.ranks, args.every)
+            nodes = _in_child(_write_child, str(prefix), args.nodes, args.ranks, args.every)
             print(f"wrote {nodes} nodes in {time.perf_counter() - start:.1f} s", file=sys.stderr)
-        load = _run(_load_child, str(prefix))
-        plan = _run(_plan_child, str(prefix), *([str(args.scenario)] if args.scenario else []))
+        load = _in_child(_load_child, str(prefix))
+        plan = _in_child(_plan_child, str(prefix), str(args.scenario) if args.scenario else None)
         if args.scenario is not None:
             nodes = load["nodes"]
             print(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from typing import Any
 
 from emulator.errors import EXIT_OK, InputError
@@ -129,46 +128,28 @@ def _plan(
 
 
 def _plan_scenario(args: argparse.Namespace, overrides: dict[str, str]) -> tuple[Any, Any]:
+    from emulator.planning.workload import trace_prefix
     from emulator.scenario import load_scenario
+    from emulator.schedule.ideal import yardstick
 
     scenario = load_scenario(args.scenario)
     workload = scenario.workload
     if workload is None or scenario.traffic:
         return _plan_with_traffic(scenario, args.iterations), scenario.collectives
-    iterations = args.iterations or workload.iterations
-    network = _yardstick(scenario)
     collectives = _with_algorithms(scenario.collectives, overrides)
-    compute = scenario.compute
     groups = scenario.resolve(workload.comm_groups) if workload.comm_groups else None
-    if workload.trace is not None:
-        outcome = _plan(
-            scenario.resolve(workload.trace),
-            groups,
-            scenario.fabric,
-            collectives,
-            compute,
-            iterations,
-            scenario.run.seed,
-            network,
-        )
-        return _labelled(outcome, scenario), collectives
-    from emulator.workloads.params import kind_of
-    from emulator.workloads.registry import write_workload
-
-    with tempfile.TemporaryDirectory(prefix="emulate-plan-") as folder:
-        prefix = f"{folder}/{kind_of(workload.generate)}"
-        write_workload(workload.generate, prefix)
+    with trace_prefix(scenario) as prefix:  # the scenario's trace, or one generated for it
         outcome = _plan(
             prefix,
             groups,
             scenario.fabric,
             collectives,
-            compute,
-            iterations,
+            scenario.compute,
+            args.iterations or workload.iterations,
             scenario.run.seed,
-            network,
+            yardstick(scenario.run.ideal, scenario.fabric.rank_rate_bps),
         )
-        return _labelled(outcome, scenario), collectives
+    return _labelled(outcome, scenario), collectives
 
 
 EGRESS_LABEL = (
@@ -176,16 +157,8 @@ EGRESS_LABEL = (
 )
 
 
-def _yardstick(scenario: Any) -> Any:
-    """The network the ideal run uses (run.ideal): None for max-min on the fabric's links."""
-    if scenario.run.ideal != "egress_share":
-        return None
-    from emulator.schedule.egress import EgressShareNetwork
-
-    return EgressShareNetwork(scenario.fabric.rank_rate_bps)
-
-
 def _labelled(outcome: Any, scenario: Any) -> Any:
+    """The outcome with its fabric line naming the yardstick when it is not max-min."""
     if scenario.run.ideal != "egress_share":
         return outcome
     import dataclasses
@@ -222,13 +195,15 @@ def _plan_with_traffic(scenario: Any, iterations: int | None) -> Any:
                     "ideal_end_s": max((r.end_s for r in mine), default=None),
                 }
             )
-    return PlanOutcome(
-        planned.ideal,
-        planned.world_size,
-        describe_fabric(scenario.fabric)
-        + (EGRESS_LABEL if scenario.run.ideal == "egress_share" else ""),
-        planned.warnings,
-        jobs,
+    return _labelled(
+        PlanOutcome(
+            planned.ideal,
+            planned.world_size,
+            describe_fabric(scenario.fabric),
+            planned.warnings,
+            jobs,
+        ),
+        scenario,
     )
 
 

@@ -23,7 +23,7 @@ from emulator.scenario.model import Scenario
 from emulator.scenario.workload_spec import WorkloadSpec
 from emulator.schedule.fabric import path_for_fabric
 from emulator.schedule.fluid import PathFn
-from emulator.schedule.ideal import IdealResult, simulate
+from emulator.schedule.ideal import IdealResult, simulate, yardstick
 from emulator.schedule.job import JobSchedule, RankJob
 from emulator.schedule.multijob import JobsSource, PlacedJob, jobs_source
 from emulator.schedule.plan import CollectiveInstance, NodeRef
@@ -337,16 +337,11 @@ def plan_workload(
             scenario.streams, fabric_ranks, getattr(scenario.fabric, "mtu_bytes", None), where
         )
         n = max(n, *(max(s.src, s.dst) + 1 for s in scenario.streams))
-    network = None
-    if scenario.run.ideal == "egress_share":
-        from emulator.schedule.egress import EgressShareNetwork
-
-        network = EgressShareNetwork(line_rate_bps)
     ideal = simulate(
         driver,
         path_for_fabric(scenario.fabric, n),
         max_rate_bps=traffic.max_rate_bps if traffic is not None else None,
-        network=network,
+        network=yardstick(scenario.run.ideal, line_rate_bps),
     )
     instances = [*(job.instances if job else ()), *(traffic.instances if traffic else ())]
     by_id = {inst.id: inst for inst in instances}

@@ -41,10 +41,6 @@ class EgressShareNetwork:
         self._instant: list[int] = []
         self._dirty: set[int] = set()
 
-    @property
-    def active(self) -> int:
-        return sum(len(f) for f in self._flows.values()) + len(self._instant)
-
     def add(
         self,
         flow_id: int,

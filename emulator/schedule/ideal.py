@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from emulator.errors import EmulatorError
+from emulator.schedule.egress import EgressShareNetwork
 from emulator.schedule.fluid import FluidNetwork, PathFn
 from emulator.schedule.job import InstanceResult, StartDelay
 from emulator.schedule.plan import Flow
@@ -65,6 +66,12 @@ class Network(Protocol):
     ) -> None: ...
     def next_completion(self) -> float: ...
     def advance(self, t: float) -> list[int]: ...
+
+
+def yardstick(ideal: str, line_rate_bps: float) -> Network | None:
+    """The network the ideal run drives for `run.ideal`: None for max-min over the fabric's
+    links (simulate's default), or each NIC's egress shared at the ranks' line rate."""
+    return EgressShareNetwork(line_rate_bps) if ideal == "egress_share" else None
 
 
 def simulate(
