@@ -18,7 +18,7 @@ import dataclasses
 import heapq
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
@@ -37,7 +37,7 @@ from emulator.engine.plan import (
     from_schedule_flow,
 )
 from emulator.engine.run_metadata import run_metadata
-from emulator.engine.worker_spec import WorkerSpec
+from emulator.engine.worker_spec import QueuePairAhead, WorkerSpec
 from emulator.engine.xdp_ports import ledger_answer, ledger_items
 from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
 from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
@@ -125,8 +125,16 @@ class Coordinator:
         tag_of: Callable[[FlowLike], int] | None = None,
         launcher: Launcher | None = None,
         on_ledger: Callable[[list[dict[str, Any]]], None] | None = None,
+        queue_pairs: Mapping[tuple[int, int, int, int], int] | None = None,
     ) -> None:
         """Run `flows` (a static plan), or the flows `driver` hands out as the run goes.
+        `queue_pairs`: the connections (EngineFlow.connection_key -> QP profile) the driver's
+        flows will use, as the plan saw them (emulator.schedule.ideal.IdealResult.queue_pairs):
+        their queue pairs open at both ends before the clock starts. Opened at first use,
+        each cost its worker ~50 us (its socket in the namespace, ICRC context, DCQCN state):
+        an All-to-All's first phase opens hundreds at once, and the replay's first iteration
+        read several times the engine delay of the others. A flow on a connection the plan
+        did not see still opens its own.
         `profiles[i]` says how the QPs of flows with profile i send (0: the transport's way).
         `tag_of` gives each flow the driver hands out its attribution tag (the BTH reserved
         bits its data packets carry, emulator.planning.attribution); None: untagged.
@@ -156,6 +164,18 @@ class Coordinator:
         self.engine = engine or EngineParams()
         self.on_events = on_events
         self.connections = assign_connections(flows)
+        self.ahead: list[QueuePairAhead] = []
+        for key, profile in (queue_pairs or {}).items():
+            src, dst, qp, sport = key
+            if src not in self.known_ranks or dst not in self.known_ranks:
+                continue  # a rank without an endpoint: its flows will say so
+            if not 0 <= profile < len(self.profiles):
+                continue  # its flows will say so (_check_profile)
+            if self._conn_profile.setdefault(key, profile) != profile:
+                continue
+            if key not in self.connections:
+                conn_id = self.connections[key] = len(self.connections)
+                self.ahead.append((conn_id, src, dst, qp, sport, profile))
         self.launcher: Launcher = launcher or LocalLauncher(self.engine.start_method)
         self.shards = self.launcher.shards(self.ranks, self.engine.workers)
         self.owner = {r.rank: i for i, shard in enumerate(self.shards) for r in shard}
@@ -221,6 +241,7 @@ class Coordinator:
         for i, shard in enumerate(self.shards):
             members = {r.rank for r in shard}
             flows = tuple(f for f in self.flows.values() if f.src in members)
+            ahead = tuple(q for q in self.ahead if q[1] in members or q[2] in members)
             spec = WorkerSpec(
                 index=i,
                 ranks=shard,
@@ -231,6 +252,7 @@ class Coordinator:
                 engine=self.engine,
                 profiles=self.profiles,
                 relay=frozenset(f.id for f in flows if f.id in self.needers),
+                ahead=ahead,
             )
             process, pipe = self.launcher.launch(spec)
             self.workers.append(

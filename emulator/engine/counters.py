@@ -156,9 +156,12 @@ class Counters:
             "send_qps": {
                 qpn: send_qp_counters(c.qp, c.cnps_received, c.tos >> 2)
                 for qpn, c in self.send_conns.items()
+                if not c.ahead or c.next_ordinal  # opened ahead and never used: not a row
             },
             "recv_qps": {
-                qpn: recv_qp_counters(c.qp, c.cnps_sent) for qpn, c in self.recv_conns.items()
+                qpn: recv_qp_counters(c.qp, c.cnps_sent)
+                for qpn, c in self.recv_conns.items()
+                if not c.ahead or c.qp.packets_received
             },
             "qp_latency": {
                 qpn: c.latency.to_wire()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from emulator.engine.plan import EngineFlow
 from emulator.engine.ranks import RankSockets, SendConn
 from emulator.engine.sockets import tos_cmsg
 from emulator.engine.tick_state import TickState
+from emulator.engine.worker_spec import QueuePairAhead
 from emulator.transport.burst_wire import BurstBuffer, BurstWriter
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import ROCEV2_UDP_PORT
@@ -49,6 +51,7 @@ class FlowStarts:
         ticks: TickState,
         send_conns: dict[int, SendConn],
         active: ActiveQueuePairs,
+        counters: Counter[str],
     ) -> None:
         self.addresses = addresses  # every rank's address (destinations)
         self.profiles = profiles
@@ -61,6 +64,7 @@ class FlowStarts:
         self.ticks = ticks
         self.send_conns = send_conns
         self.active = active
+        self.counters = counters
         self.flows: dict[int, EngineFlow] = {}
         self.connections: dict[tuple[int, int, int, int], int] = {}
         self.waiting: dict[int, int] = {}  # flow id -> dependencies not done yet
@@ -75,53 +79,12 @@ class FlowStarts:
         """Flows and their connections (EngineFlow.connection_key -> conn id): each new
         connection's queue pair opened, each flow ready once its dependencies are done."""
         self.connections.update(connections)
-        ranks = self.rank_sockets.ranks
-        tos_data = self.rank_sockets.tos_data
         for f in flows:
             conn_id = connections[f.connection_key]
-            qpn = conn_id + 1
-            if qpn not in self.send_conns:
-                rank = ranks[f.src]
-                dst = self.addresses[f.dst]
-                params, rate_bps, dscp = self._profile(f, rank.spec.line_rate_bps)
-                qp = SendQueuePair(
-                    qpn=qpn,
-                    dest_qp=qpn,
-                    params=params,
-                    line_rate_bps=rate_bps,
-                    verb=self.profiles[f.profile].verb if f.profile else "send",
-                    events=self.events,
-                )
-                address = FlowAddress(rank.spec.address, dst, f.udp_sport, dscp=self.transport.dscp)
-                entropy = None
-                if params.entropy == "per_packet":
-                    entropy = EntropyPorts(
-                        address,
-                        params.entropy_values,
-                        functools.partial(self.rank_sockets.sport_socket, rank),
-                        self.gso_buf,
-                        self.params.gso_max_segments,
-                    )
-                    address = dataclasses.replace(address, sport=entropy.home_sport)
-                # its ACKs, NAKs and CNPs come from the receiver's socket bound to our source
-                # port (with per-packet entropy: the home port, emulator.transport.entropy)
-                rank.endpoint.add_sender(qp, peer=(dst, address.sport))
-                icrc = IcrcContext(address)
-                tos = dscp << 2 | self.transport.data_ecn_bits
-                xdp = rank.xdp  # its interface's AF_XDP port sends for it (af_xdp)
-                self.send_conns[qpn] = SendConn(
-                    conn_id,
-                    rank,
-                    qp,
-                    self.rank_sockets.sport_socket(rank, address.sport) if xdp is None else None,
-                    (dst, ROCEV2_UDP_PORT),
-                    icrc,
-                    BurstWriter(icrc, self.gso_buf, self.params.gso_max_segments),
-                    tos=tos,
-                    tos_cmsgs=() if tos == tos_data else (tos_cmsg(tos),),
-                    xdp=None if xdp is None else xdp.flow(rank.spec.address, dst, f.udp_sport),
-                    entropy=entropy,
-                )
+            if conn_id + 1 not in self.send_conns:
+                self.open(conn_id, f.src, f.dst, f.qp, f.udp_sport, f.profile)
+                if self.ticks.started:
+                    self.counters["queue_pairs_opened_in_run"] += 1
             self.flows[f.id] = f
         for f in flows:
             pending = [d for d in set(f.deps) if d not in self.done_flows]
@@ -130,6 +93,65 @@ class FlowStarts:
                 self.dependents.setdefault(d, []).append(f.id)
             if not pending and self.ticks.started:
                 self._ready(f, self.ticks.clock.now())
+
+    def open(
+        self, conn_id: int, src: int, dst: int, qp_index: int, sport: int, profile: int
+    ) -> SendConn:
+        """Open the send queue pair of a connection (rank `src` to `dst`, its QP index, UDP
+        source port and QP profile): its QP, its socket, its ICRC context. The worker opens the
+        plan's before the clock starts (engine.plan: a queue pair opened at first use cost a
+        worker ~50 us, 12 ms at an All-to-All's start); the flows open any other as it comes."""
+        qpn = conn_id + 1
+        rank = self.rank_sockets.ranks[src]
+        dst_address = self.addresses[dst]
+        params, rate_bps, dscp = self._profile(profile, qp_index, rank.spec.line_rate_bps)
+        qp = SendQueuePair(
+            qpn=qpn,
+            dest_qp=qpn,
+            params=params,
+            line_rate_bps=rate_bps,
+            verb=self.profiles[profile].verb if profile else "send",
+            events=self.events,
+        )
+        address = FlowAddress(rank.spec.address, dst_address, sport, dscp=self.transport.dscp)
+        entropy = None
+        if params.entropy == "per_packet":
+            entropy = EntropyPorts(
+                address,
+                params.entropy_values,
+                functools.partial(self.rank_sockets.sport_socket, rank),
+                self.gso_buf,
+                self.params.gso_max_segments,
+            )
+            address = dataclasses.replace(address, sport=entropy.home_sport)
+        # its ACKs, NAKs and CNPs come from the receiver's socket bound to our source
+        # port (with per-packet entropy: the home port, emulator.transport.entropy)
+        rank.endpoint.add_sender(qp, peer=(dst_address, address.sport))
+        icrc = IcrcContext(address)
+        tos = dscp << 2 | self.transport.data_ecn_bits
+        xdp = rank.xdp  # its interface's AF_XDP port sends for it (af_xdp)
+        conn = self.send_conns[qpn] = SendConn(
+            conn_id,
+            rank,
+            qp,
+            self.rank_sockets.sport_socket(rank, address.sport) if xdp is None else None,
+            (dst_address, ROCEV2_UDP_PORT),
+            icrc,
+            BurstWriter(icrc, self.gso_buf, self.params.gso_max_segments),
+            tos=tos,
+            tos_cmsgs=() if tos == self.rank_sockets.tos_data else (tos_cmsg(tos),),
+            xdp=None if xdp is None else xdp.flow(rank.spec.address, dst_address, sport),
+            entropy=entropy,
+        )
+        return conn
+
+    def open_ahead(self, queue_pairs: Sequence[QueuePairAhead]) -> None:
+        """Open the send queue pairs the plan will use, before the clock starts (their flows
+        come later, from the coordinator)."""
+        for conn_id, src, dst, qp_index, sport, profile in queue_pairs:
+            if conn_id + 1 not in self.send_conns:
+                self.open(conn_id, src, dst, qp_index, sport, profile).ahead = True
+                self.counters["queue_pairs_opened_ahead"] += 1
 
     def start(self, now: float) -> None:
         """The run starts: every flow with nothing to wait for is ready."""
@@ -145,23 +167,23 @@ class FlowStarts:
             self._post(self.flows[fid], now)
 
     def _profile(
-        self, flow: EngineFlow, line_rate_bps: float
+        self, profile: int, qp_index: int, line_rate_bps: float
     ) -> tuple[TransportParams, float, int]:
         """The transport parameters, starting (and highest) rate and data DSCP of a new QP."""
         t = self.transport
-        if flow.profile == 0:
-            return t, line_rate_bps, t.data_dscp(flow.qp)
-        p = self.profiles[flow.profile]
+        if profile == 0:
+            return t, line_rate_bps, t.data_dscp(qp_index)
+        p = self.profiles[profile]
         changes: dict[str, Any] = {}
         if p.congestion_control is not None:
             changes["congestion_control"] = p.congestion_control
         if p.path_mtu_bytes is not None:
             changes["path_mtu_bytes"] = p.path_mtu_bytes
-        params = self._profile_params.get(flow.profile)
+        params = self._profile_params.get(profile)
         if params is None:
-            params = self._profile_params[flow.profile] = dataclasses.replace(t, **changes)
+            params = self._profile_params[profile] = dataclasses.replace(t, **changes)
         rate = min(line_rate_bps, p.max_rate_bps or line_rate_bps)
-        return params, rate, t.data_dscp(flow.qp) if p.dscp is None else p.dscp
+        return params, rate, t.data_dscp(qp_index) if p.dscp is None else p.dscp
 
     def _ready(self, flow: EngineFlow, now: float) -> None:
         if flow.start_delay_s > 0:

@@ -74,6 +74,7 @@ class SendConn:
     last_rate_sample_s: float = float("-inf")
     tos: int = 0  # ToS byte of its data: its class's DSCP and the data ECN field
     tos_cmsgs: tuple[tuple[int, int, bytes], ...] = ()  # () when the socket's default is it
+    ahead: bool = False  # opened before the run from the plan (reported only if it sent)
 
 
 @dataclass(eq=False)
@@ -90,6 +91,7 @@ class RecvConn:
     snapshot: tuple[int, int, int] = (0, 0, 0)  # CE, CNPs sent, reordered packets
     latency: LatencyHistogram | None = None  # one-way latency of its data packets
     xdp: XdpFlow | None = None  # its ACK flow on the rank's AF_XDP port (af_xdp)
+    ahead: bool = False  # opened before the run from the plan (reported only if it received)
 
 
 class RankSockets:

@@ -24,17 +24,18 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from emulator.engine.clock import DilatedClock
 from emulator.engine.counters import CountClass
 from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn
 from emulator.engine.sockets import ANCILLARY_BYTES, read_ancillary, segments
+from emulator.engine.worker_spec import QueuePairAhead
 from emulator.latency import LatencyHistogram
 from emulator.native.reads import NativeRunReader
 from emulator.transport.burst_wire import DataRun, read_ack_run, read_data_run
-from emulator.transport.entropy import home_sport
+from emulator.transport.entropy import entropy_sport, home_sport
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import (
     RETH_OPCODES,
@@ -314,6 +315,7 @@ class ReceivePath:
                     endpoint.drop(now, "foreign_source", packet.dest_qp)
                     continue
                 self._open_receiver(rank, packet.dest_qp, source)
+                self.counters["queue_pairs_opened_in_run"] += 1
             replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
             kind = type(packet)
             if kind is DataPacket:
@@ -332,7 +334,25 @@ class ReceivePath:
             if replies:
                 self._send_replies(replies)
 
-    def _open_receiver(self, rank: Rank, qpn: int, source: tuple[str, int]) -> None:
+    def open_ahead(
+        self,
+        ranks: dict[int, Rank],
+        addresses: dict[int, str],
+        queue_pairs: Sequence[QueuePairAhead],
+    ) -> None:
+        """Open the receive queue pairs the plan will use (of `ranks`, the worker's; from
+        `addresses`, every rank's), before the clock starts, for the peers their first packets
+        will come from (with per-packet entropy: the home port)."""
+        for conn_id, src, dst, _qp, sport, _profile in queue_pairs:
+            rank = ranks[dst]
+            if conn_id + 1 in self.recv_conns:
+                continue
+            if self._entropy:
+                sport = entropy_sport(sport, 0, self._entropy)
+            self._open_receiver(rank, conn_id + 1, (addresses[src], sport)).ahead = True
+            self.counters["queue_pairs_opened_ahead"] += 1
+
+    def _open_receiver(self, rank: Rank, qpn: int, source: tuple[str, int]) -> RecvConn:
         qp = ReceiveQueuePair(qpn=qpn, remote_qp=qpn, params=self.transport, events=self.events)
         peer, sport = source[0], source[1]
         rank.endpoint.add_receiver(qp, peer=(peer, sport))
@@ -340,7 +360,7 @@ class ReceivePath:
             rank.spec.address, peer, sport, dscp=self.transport.dscp, ecn=ECN_NOT_ECT
         )
         xdp = rank.xdp  # its ACKs and CNPs leave through the AF_XDP port (af_xdp)
-        self.recv_conns[qpn] = RecvConn(
+        conn = self.recv_conns[qpn] = RecvConn(
             qpn - 1,
             rank,
             qp,
@@ -349,3 +369,4 @@ class ReceivePath:
             IcrcContext(address),
             xdp=None if xdp is None else xdp.flow(rank.spec.address, peer, sport),
         )
+        return conn

@@ -213,6 +213,7 @@ class Worker:
             self.ticks,
             self.send_conns,
             self.active,
+            self.counters,
         )
         self.reports = EventReports(
             self.events,
@@ -234,6 +235,10 @@ class Worker:
         self._handle_events = self.reports.handle_events
         self._xdp_lead_s = p.tick_s / p.tdf if self.sockets.xdp_nics else 0.0
         self.flows.add(spec.flows, spec.connections)
+        # the plan's queue pairs, opened before the clock starts (WorkerSpec.ahead)
+        mine = self.sockets.ranks
+        self.flows.open_ahead([q for q in spec.ahead if q[1] in mine])
+        self.receive.open_ahead(mine, spec.addresses, [q for q in spec.ahead if q[2] in mine])
 
     # -- the tick -------------------------------------------------------------------------
     def _start(self) -> None:

@@ -13,6 +13,11 @@ from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.transport.params import TransportParams
 from emulator.transport.qp_profile import DEFAULT_PROFILE, QpProfile
 
+# A queue pair the plan uses, opened before the clock starts: (connection id, src rank, dst rank,
+# QP index, UDP source port, QP profile); the sender's worker opens its send half, the
+# receiver's its receive half (emulator.schedule.ideal.IdealResult.queue_pairs)
+QueuePairAhead = tuple[int, int, int, int, int, int]
+
 
 @dataclass(frozen=True)
 class WorkerSpec:
@@ -27,3 +32,4 @@ class WorkerSpec:
     engine: EngineParams
     profiles: tuple[QpProfile, ...] = (DEFAULT_PROFILE,)  # EngineFlow.profile -> how its QP sends
     relay: frozenset[int] = frozenset()  # flow ids other workers wait for: report at once
+    ahead: tuple[QueuePairAhead, ...] = ()  # queue pairs of its ranks to open before the start

@@ -21,6 +21,14 @@ from emulator.schedule.fluid import FluidNetwork, PathFn
 from emulator.schedule.job import InstanceResult, StartDelay
 from emulator.schedule.plan import Flow
 
+# The queue pairs a plan uses, kept up to this many (the engine opens them before the clock
+# starts; a plan with more runs on a backend that does not open queue pairs: flow level, 16k
+# ranks). 128 hosts in an All-to-All with 2 QPs per peer: 32,512.
+QUEUE_PAIRS_KEPT = 1 << 16
+
+# (src rank, dst rank, qp index, UDP source port): the queue pair a flow goes on
+QueuePairKey = tuple[int, int, int, int]
+
 
 class Driver(Protocol):
     """What the model drives: emulator.schedule.job.JobSchedule, a traffic schedule, both."""
@@ -47,6 +55,9 @@ class IdealResult:
     nodes_completed: int
     rate_recomputes: int
     flow_times: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # every queue pair the flows went on, in first-use order, with its flows' QP profile (empty
+    # when there were more than QUEUE_PAIRS_KEPT)
+    queue_pairs: dict[QueuePairKey, int] = field(default_factory=dict)
 
 
 class Network(Protocol):
@@ -88,6 +99,7 @@ def simulate(
     starts: dict[int, float] = {}
     flow_times: dict[int, tuple[float, float]] = {}
     flows_total = bytes_total = 0
+    queue_pairs: dict[QueuePairKey, int] | None = {}
     now = 0.0
     actions = job.poll(now)
     while True:
@@ -99,6 +111,12 @@ def simulate(
                 net.add(action.id, action.src, action.dst, action.udp_sport, action.bytes, cap)
                 flows_total += 1
                 bytes_total += action.bytes
+                if queue_pairs is not None:
+                    key = (action.src, action.dst, action.qp, action.udp_sport)
+                    if key not in queue_pairs:
+                        queue_pairs[key] = action.profile
+                        if len(queue_pairs) > QUEUE_PAIRS_KEPT:
+                            queue_pairs = None
                 if keep_flow_times:
                     starts[action.id] = now
         t_net = net.next_completion()
@@ -127,4 +145,5 @@ def simulate(
         nodes_completed=job.nodes_completed,
         rate_recomputes=net.recomputes,
         flow_times=flow_times,
+        queue_pairs=queue_pairs or {},
     )

@@ -204,3 +204,36 @@ def test_flow_times_respect_dependencies() -> None:
         assert end > start
         for dep in flow.deps:
             assert result.flow_times[dep][1] <= start + 1e-15
+
+
+def _ring_job(n: int, iterations: int = 1) -> JobSchedule:
+    size = 1 << 20
+    ranks = [rank_input(r, [coll(0, 1, "ALL_REDUCE", size)]) for r in range(n)]
+    return JobSchedule(ranks, GroupTable(n, {}), iterations=iterations)
+
+
+def test_the_plan_lists_every_queue_pair_its_flows_use_once_with_their_profile() -> None:
+    """What the engine opens before the clock starts: each (src, dst, qp, sport) the flows went
+    on, once however many messages it carried, in first-use order."""
+    result = simulate(_ring_job(4, iterations=3), star_path(100e9))
+    keys = list(result.queue_pairs)
+    assert len(keys) == len(set(keys))
+    # a ring: every rank sends to its successor only, on the same queue pairs every iteration
+    assert {(src, dst) for src, dst, _, _ in keys} == {(r, (r + 1) % 4) for r in range(4)}
+    assert all(0 < sport < 65536 for *_, sport in keys)
+    assert set(result.queue_pairs.values()) == {0}
+    assert result.flows_total > len(keys)
+
+
+def test_a_plan_with_more_queue_pairs_than_kept_lists_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past QUEUE_PAIRS_KEPT the list is dropped whole (the engine then opens each at first
+    use): half a list would look complete."""
+    import emulator.schedule.ideal as ideal
+
+    full = simulate(_ring_job(4), star_path(100e9)).queue_pairs
+    monkeypatch.setattr(ideal, "QUEUE_PAIRS_KEPT", len(full) - 1)
+    assert simulate(_ring_job(4), star_path(100e9)).queue_pairs == {}
+    monkeypatch.setattr(ideal, "QUEUE_PAIRS_KEPT", len(full))
+    assert simulate(_ring_job(4), star_path(100e9)).queue_pairs == full

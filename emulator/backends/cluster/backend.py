@@ -282,6 +282,7 @@ class ClusterSession(Session):
             on_ready=ready,
             on_start=started,
             driver=job.driver,
+            queue_pairs=context.planned.ideal.queue_pairs,
             profiles=context.planned.profiles,
             tag_of=job.tag_of if classes is not None else None,
             launcher=launcher,

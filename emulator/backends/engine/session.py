@@ -188,6 +188,7 @@ class EngineSession(Session):
             on_ready=ready,
             on_start=started,
             driver=job.driver,
+            queue_pairs=planned.ideal.queue_pairs,
             profiles=planned.profiles,
             tag_of=job.tag_of if classes is not None else None,
             on_ledger=self._ledger(),
