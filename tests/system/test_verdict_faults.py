@@ -3,9 +3,10 @@
 The promise (docs/fidelity.md): a run whose verdict is ok measured each collective type's busbw
 mean within BUSBW_TOLERANCE and its FCT p50 and p99 within FCT_TOLERANCE of the same job's
 reference, the clean run at a factor where the machine has headroom (REFERENCE_TDF, twice this
-test's). The tolerances are this job's own run-to-run spread with room: clean runs of it read up
-to 8% apart in All-Reduce busbw and 15% in its FCT p50 (32 flows; the eBPF marker's draws are not
-seeded), 2% in everything of the All-to-All (2026-11-27).
+test's; each measure's median over REFERENCE_RUNS of them). The tolerances are this job's own
+run-to-run spread with room: clean runs of it read up to 8% apart in All-Reduce busbw and 15% in
+its FCT p50 (32 flows; the eBPF marker's draws are not seeded), 2% in everything of the
+All-to-All (2026-11-27).
 
 One small job (the mixed All-Reduce and All-to-All of tests/integration/test_sim_backend, 8 MiB
 each, 2 steps) runs at TDF 2000 clean, which must read ok and within the tolerance, then once with
@@ -45,6 +46,7 @@ pytestmark = pytest.mark.system
 
 TDF = 2000
 REFERENCE_TDF = 4000
+REFERENCE_RUNS = 3  # the reference is each measure's median over these clean runs
 BUSBW_TOLERANCE = 0.10
 FCT_TOLERANCE = 0.20
 JOB = (
@@ -123,21 +125,31 @@ def _run(
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
-    """The job clean at REFERENCE_TDF (its own state file and namespace prefix)."""
+    """The job clean at REFERENCE_TDF, REFERENCE_RUNS times: each measure's median (its own
+    state file and namespace prefix). One run was the reference before: the All-Reduce's FCT
+    p99 is about its largest of 32 flows, and in one CI run every clean run at TDF 2000 read it
+    13-36% above that one reference, as the busy-cores fault did (48%)."""
     if os.geteuid() != 0:
         pytest.skip("needs root (namespaces)")
     tmp = tmp_path_factory.mktemp("reference")
     saved = os.environ.get("CHAKRA_EMULATOR_STATE_DIR")
     os.environ["CHAKRA_EMULATOR_STATE_DIR"] = str(tmp)
+    runs = []
     try:
-        summary, tables = _run(f"vr{os.getpid() % 100000}-", tmp / "run", REFERENCE_TDF)
+        for n in range(REFERENCE_RUNS):
+            summary, tables = _run(f"vr{os.getpid() % 100000}-", tmp / f"run{n}", REFERENCE_TDF)
+            assert summary["fidelity"]["verdict"] == "ok", summary["fidelity"]
+            runs.append(measures(tables))
     finally:
         if saved is None:
             os.environ.pop("CHAKRA_EMULATOR_STATE_DIR", None)
         else:
             os.environ["CHAKRA_EMULATOR_STATE_DIR"] = saved
-    assert summary["fidelity"]["verdict"] == "ok", summary["fidelity"]
-    return measures(tables)
+    median = {k: float(np.median([r[k] for r in runs])) for k in runs[0]}
+    print(f"reference ({REFERENCE_RUNS} runs at TDF {REFERENCE_TDF}, medians): {median}")
+    for n, r in enumerate(runs):
+        print(f"  reference run {n}: " + ", ".join(f"{k} {v:.4g}" for k, v in r.items()))
+    return median
 
 
 # -- the faults: each runs in a thread beside the run and says what it did ---------------------
