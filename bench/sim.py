@@ -17,6 +17,11 @@ fabric without traffic. Net = peak - baseline, per planned flow and per port.
 Scaling (--scaling, the default): the moe_mix workload at 16 (moe_mix.yaml), 64 (moe_mix_128.yaml
 cut to 4 leaves, written to a temporary file) and 128 hosts (moe_mix_128.yaml): wall time, peak
 RSS, flows and packet hops, and the growth 64/16 and 128/16 of each side by side.
+The fabric's code (--fabric-peer, the default): these runs use the fabric in C where it is built
+(sim.native_fabric auto; the table says which ran); moe_mix.yaml and an 8:1 DCQCN incast at 40
+Gb/s (INCAST: 8 senders into one receiver through a leaf, 60 ms of simulated time) are also run
+with the Python fabric (sim.native_fabric: off), each in its own child: packet hops per wall
+second and peak memory of both, their ratios, and whether the two wrote the same tables.
 Every run has the live exporter off (no port to collide, the same work on both sides) and
 run.deadline_s = --timeout (--emulated-timeout for the emulated run); a child that overruns it
 by more than CHILD_GRACE_S (planning and writing are outside the deadline) is killed.
@@ -55,17 +60,48 @@ MOE_MIX = REPO / "scenarios" / "moe_mix.yaml"
 MOE_MIX_128 = REPO / "scenarios" / "moe_mix_128.yaml"
 CHILD_GRACE_S = 600.0  # a child's planning and results folder, outside run.deadline_s
 TARGET_RATIO = 4.0  # the issue's target: the simulation at least 4x faster than the emulation
+# the tables a simulated run writes that must not depend on which code ran the fabric
+SAME_TABLES = ("flows", "collectives", "ports", "nic", "queue_pairs", "attribution", "marks")
+
+# An 8:1 incast with DCQCN at 40 Gb/s: 8 senders on one leaf into a ninth host, 37.5 MB each
+# (the bottleneck's 60 ms); the case the issue measured against htsim
+INCAST = {
+    "name": "incast_8to1",
+    "description": "8:1 DCQCN incast at 40 Gb/s, 60 ms of the receiver's link (bench.sim)",
+    "traffic": [
+        {
+            "name": "incast",
+            "kind": "incast",
+            "senders": [1, 2, 3, 4, 5, 6, 7, 8],
+            "receiver": 0,
+            "qps": 1,
+            "message_bytes": 1 << 20,
+            "bytes_per_pair": 37_500_000,
+            "congestion_control": "dcqcn",
+        }
+    ],
+    "fabric": {
+        "kind": "clos",
+        "hosts_per_leaf": 9,
+        "leaves": 1,
+        "spines": 1,
+        "host_link_gbps": 40,
+        "fabric_link_gbps": 40,
+    },
+    "run": {"backend": "sim"},
+}
 
 
-def prepared(path: Path, deadline_s: float) -> Scenario:
-    """The scenario with run.deadline_s set and the live exporter off."""
+def prepared(path: Path, deadline_s: float, native: str = "auto") -> Scenario:
+    """The scenario with run.deadline_s set, the live exporter off and sim.native_fabric."""
     scenario = load_scenario(path)
     metrics = scenario.metrics
     quiet = dataclasses.replace(
         metrics, prometheus=dataclasses.replace(metrics.prometheus, enabled=False)
     )
     run = dataclasses.replace(scenario.run, deadline_s=deadline_s)
-    return dataclasses.replace(scenario, metrics=quiet, run=run)
+    sim = dataclasses.replace(scenario.sim, native_fabric=native)  # type: ignore[arg-type]
+    return dataclasses.replace(scenario, metrics=quiet, run=run, sim=sim)
 
 
 def extract(summary: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +121,7 @@ def extract(summary: dict[str, Any]) -> dict[str, Any]:
         "packet_hops": engine.get("packet_hops"),
         "packet_hops_per_wall_s": engine.get("packet_hops_per_wall_s"),
         "engine_wall_s": engine.get("wall_s"),
+        "fabric_code": engine.get("fabric_code"),
         "replay_max_rss_kb": engine.get("max_rss_kb"),
         "busbw_bytes_per_s": {
             ctype: c.get("busbw_mean_bytes_per_s")
@@ -108,9 +145,11 @@ def measure(scenario: Scenario, out_dir: Path, backend: str | None) -> dict[str,
     return {"wall_s": time.perf_counter() - started, "error": error, **extract(summary)}
 
 
-def child_main(mode: str, path: Path, out_dir: Path, deadline_s: float, result: Path) -> int:
+def child_main(
+    mode: str, path: Path, out_dir: Path, deadline_s: float, result: Path, native: str
+) -> int:
     if mode == "run":
-        doc = measure(prepared(path, deadline_s), out_dir, "sim")
+        doc = measure(prepared(path, deadline_s, native), out_dir, "sim")
     else:  # the baseline: the same imports and the same fabric, no traffic
         scenario = load_scenario(path)
         fabric = build_fabric(
@@ -125,13 +164,15 @@ def child_main(mode: str, path: Path, out_dir: Path, deadline_s: float, result: 
     return 0
 
 
-def child(mode: str, path: Path, work: Path, tag: str, deadline_s: float) -> dict[str, Any]:
+def child(
+    mode: str, path: Path, work: Path, tag: str, deadline_s: float, native: str = "auto"
+) -> dict[str, Any]:
     """`python -m bench.sim --child MODE` on `path`, alone in its process; killed (by its
     handle, subprocess.run's timeout) if it overruns the deadline by CHILD_GRACE_S."""
     result = work / f"{tag}-{mode}.json"
     argv = [sys.executable, "-m", "bench.sim", "--child", mode, "--scenario", str(path)]
     argv += ["--out", str(work / f"{tag}-{mode}"), "--timeout", str(deadline_s)]
-    argv += ["--result", str(result)]
+    argv += ["--result", str(result), "--native", native]
     limit_s = deadline_s + CHILD_GRACE_S
     try:
         proc = subprocess.run(argv, cwd=REPO, timeout=limit_s, check=False)
@@ -143,10 +184,13 @@ def child(mode: str, path: Path, work: Path, tag: str, deadline_s: float) -> dic
     return doc
 
 
-def simulate(path: Path, work: Path, tag: str, deadline_s: float) -> dict[str, Any]:
+def simulate(
+    path: Path, work: Path, tag: str, deadline_s: float, native: str = "auto"
+) -> dict[str, Any]:
     """A simulated run and its baseline, each in its own child, with the net memory."""
-    run = child("run", path, work, tag, deadline_s)
-    base = child("baseline", path, work, tag, deadline_s)
+    run = child("run", path, work, tag, deadline_s, native)
+    run["folder"] = str(work / f"{tag}-run")
+    base = child("baseline", path, work, tag, deadline_s, native)
     run["baseline_max_rss_kb"] = base.get("max_rss_kb")
     run["ports"] = run.get("ports") or base.get("ports")
     if base.get("error"):
@@ -157,6 +201,62 @@ def simulate(path: Path, work: Path, tag: str, deadline_s: float) -> dict[str, A
     run["net_kb_per_flow"] = net / run["flows"] if net is not None and run.get("flows") else None
     run["net_kb_per_port"] = net / run["ports"] if net is not None and run.get("ports") else None
     return run
+
+
+def fabric_peer(
+    path: Path, work: Path, tag: str, deadline_s: float, ours: dict[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
+    """`path` simulated with the fabric in C (or `ours`, already run) and in Python."""
+    c = ours if ours is not None else simulate(path, work, f"{tag}-c", deadline_s, "auto")
+    python = simulate(path, work, f"{tag}-python", deadline_s, "off")
+    python["same_tables_as_c"] = same_tables(c, python)  # while both folders exist
+    return {"c": c, "python": python}
+
+
+def same_tables(a: dict[str, Any], b: dict[str, Any]) -> bool | None:
+    """Whether two runs' folders hold the same tables, byte for byte (None: one is missing)."""
+    if not a.get("folder") or not b.get("folder"):
+        return None
+    first, second = Path(a["folder"]), Path(b["folder"])
+    names = [n for n in SAME_TABLES if (first / f"{n}.parquet").exists()]
+    if not names:
+        return None
+    return all(
+        (second / f"{n}.parquet").exists()
+        and (first / f"{n}.parquet").read_bytes() == (second / f"{n}.parquet").read_bytes()
+        for n in names
+    )
+
+
+def print_fabric_peers(peers: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Each case's C fabric beside its Python fabric; returns the ratios C / Python."""
+    rows, out = [], {}
+    for case, pair in peers.items():
+        c, py = pair["c"], pair["python"]
+        speed = ratio(c.get("packet_hops_per_wall_s"), py.get("packet_hops_per_wall_s"))
+        memory = ratio(c.get("max_rss_kb"), py.get("max_rss_kb"))
+        same = py.get("same_tables_as_c")
+        out[case] = {"hops_per_s": speed, "peak_rss": memory, "same_tables": same}
+        rows.append(
+            [
+                case,
+                fmt(c.get("fabric_code")),
+                fmt(c.get("packet_hops"), digits=4),
+                fmt(c.get("replay_wall_s"), digits=4),
+                fmt(py.get("replay_wall_s"), digits=4),
+                fmt(c.get("packet_hops_per_wall_s"), digits=4),
+                fmt(py.get("packet_hops_per_wall_s"), digits=4),
+                fmt(speed),
+                fmt(c.get("max_rss_kb"), 1024.0, 4),
+                fmt(py.get("max_rss_kb"), 1024.0, 4),
+                {True: "yes", False: "NO", None: "-"}[same],
+            ]
+        )
+    print()
+    header = ["fabric in C / Python", "code", "packet hops", "replay s C", "replay s Py"]
+    header += ["hops/s C", "hops/s Py", "C/Py", "peak MB C", "peak MB Py", "same tables"]
+    table(header, rows)
+    return out
 
 
 def emulated(work: Path, deadline_s: float, wanted: bool) -> dict[str, Any]:
@@ -277,7 +377,11 @@ def main(argv: list[str]) -> int:
         ("emulated-timeout", "the emulated run's"),
     ):
         parser.add_argument(f"--{flag}", type=float, default=3600.0, help=f"{what} deadline_s")
-    for flag, what in (("emulated", "the emulated peer (root)"), ("scaling", "64 and 128 hosts")):
+    for flag, what in (
+        ("emulated", "the emulated peer (root)"),
+        ("scaling", "64 and 128 hosts"),
+        ("fabric-peer", "moe_mix and an 8:1 incast with the Python fabric"),
+    ):
         parser.add_argument(
             f"--{flag}", action=argparse.BooleanOptionalAction, default=True, help=f"also {what}"
         )
@@ -292,9 +396,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--scenario", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--native", default="auto", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        return child_main(args.child, args.scenario, args.out, args.timeout, args.result)
+        return child_main(
+            args.child, args.scenario, args.out, args.timeout, args.result, args.native
+        )
     if args.keep is not None and args.keep.exists():
         parser.error(f"--keep: {args.keep} exists; name a new folder")
     with tempfile.TemporaryDirectory(prefix="bench-sim-") as tmp:
@@ -303,17 +410,27 @@ def main(argv: list[str]) -> int:
         if args.scaling:
             runs[64] = simulate(scenario_64(work), work, "hosts64", args.timeout)
             runs[128] = simulate(MOE_MIX_128, work, "hosts128", args.timeout)
+        peers: dict[str, dict[str, dict[str, Any]]] = {}
+        if args.fabric_peer:
+            incast = work / "incast_8to1.yaml"
+            incast.write_text(yaml.safe_dump(INCAST, sort_keys=False))
+            peers["incast 8:1"] = fabric_peer(incast, work, "incast", args.timeout)
+            peers["moe_mix"] = fabric_peer(MOE_MIX, work, "hosts16", args.timeout, runs[16])
         emu = emulated(work, args.emulated_timeout, args.emulated)
         if args.keep is not None:
             shutil.copytree(work, args.keep)  # the results folders, to look into afterwards
     doc: dict[str, Any] = {"bench": BENCH, "simulated": runs, "emulated": emu}
     doc["ratios_emulated_over_simulated"] = print_comparison(runs[16], emu)
     print_runs(runs)
+    if peers:
+        doc["fabric_peers"] = peers
+        doc["ratios_c_over_python"] = print_fabric_peers(peers)
     if args.scaling:
         doc["growth"] = growth(runs)
     if args.json:
         args.json.write_text(json.dumps(doc, indent=1))
-    failed = [r["error"] for r in (*runs.values(), emu) if r.get("error")]
+    every = [*runs.values(), emu, *(r for pair in peers.values() for r in pair.values())]
+    failed = [r["error"] for r in every if r.get("error")]
     return 1 if failed else 0
 
 

@@ -1,5 +1,5 @@
-"""Native (C) parts of the engine's data path and of the planner, built from source with cffi,
-and how they load.
+"""Native (C) parts of the engine's data path, of the planner and of the packet simulator, built
+from source with cffi, and how they load.
 
 Each module has its own builder, `build_<name>.py` exposing a cffi `ffibuilder` for
 `emulator.native._<name>`, and C files named `<name>*.c` / `<name>*.h`; `python -m
@@ -14,6 +14,9 @@ its pure-Python path, and the run's metadata says which path ran and why (`load`
   (acks.py); selfcheck.py is what a worker checks before it trusts the module.
 - `_fill` (fill.c): the congestion-free plan's max-min progressive filling
   (emulator/schedule/fluid.py runs the same levels in numpy when it is not built; glue: fill.py).
+- `_simfab` (simfab.c): the packet simulator's fabric, its event heap, ports, ECMP switches and
+  PFC accounts (emulator/sim/native.py is its Python side; without it emulator/sim/fabric.py
+  builds the Python fabric, whose results it gives bit for bit).
 """
 
 from __future__ import annotations

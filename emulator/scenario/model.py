@@ -234,6 +234,15 @@ class SimSpec:
         "path and changes only the draws (0: the draws run.seed alone gives)",
         min=0,
     )
+    native_fabric: Literal["auto", "on", "off"] = param(
+        "auto",
+        doc="run the simulated fabric (its event heap, ports, ECMP switches and PFC accounts) in "
+        "C (emulator/native/simfab.c), which gives the Python fabric's results bit for bit, "
+        "faster; the hosts and their transport stay in Python. auto: in C when it is built and "
+        "the fabric is one it runs (every tier's load_balancing ecmp, fewer than 32,768 hosts), "
+        "else in Python; on: in C or refuse, saying why; off: in Python. summary.json "
+        "engine.fabric_code says which ran and why",
+    )
     reference_draws: int = param(
         4,
         doc="with --reference sim: how many simulations of the same flows on the same paths, "

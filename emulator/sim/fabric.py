@@ -18,7 +18,11 @@ import ipaddress
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
+from emulator.errors import ScenarioError
+from emulator.sim import native
 from emulator.sim.balance import Balancer, make_balancer
 from emulator.sim.engine import Simulator
 from emulator.sim.nodes import Host
@@ -49,6 +53,9 @@ class SimFabricParams:
     # sim.draw_seed: salts the ports' draws and the switches' balancing draws (spray, flowlet,
     # adaptive ties), never the flows' hashed paths
     draw_seed: int = 0
+    # sim.native_fabric: the fabric in C (emulator/sim/native.py) when it can run it ("auto"),
+    # always ("on": refuse when it cannot), never ("off": the Python fabric)
+    native: str = "auto"
 
 
 class Switch:
@@ -177,6 +184,8 @@ class SimFabric:
     switches: dict[str, Switch]
     ports: dict[tuple[str, str], Port]
     ingresses: list[PfcIngress]
+    # which code ran the fabric: "native" (C), or "python" and why not native
+    code: str = "python"
 
     def host_address(self, rank: int) -> ipaddress.IPv4Address:
         return self.topology.host_address(self.hosts[rank].name)
@@ -204,33 +213,74 @@ def build_fabric(
     events: list[TransportEvent],
 ) -> SimFabric:
     """Ports, switches and hosts of `topology`; every random draw (ECN marks, loss) comes from
-    its own generator derived from `seed`, so a run is reproducible port by port."""
-    sim = Simulator()
-    ports: dict[tuple[str, str], Port] = {}
-    for spec in egress_ports(topology, _no_netns(topology), 1.0, 1.0):
+    its own generator derived from `seed`, so a run is reproducible port by port. The fabric
+    runs in C when params.native allows and it can (native.unsupported), else in Python."""
+    why = "sim.native_fabric: off"
+    if params.native != "off":
+        module, why = native.load_module()
+        why = why or _native_unsupported(topology)
+        if not why and module is not None:
+            return _build(topology, params, seed, events, module)
+        if params.native == "on":
+            raise ScenarioError(f"sim.native_fabric: on, but the fabric cannot run in C: {why}")
+    fabric = _build(topology, params, seed, events, None)
+    fabric.code = f"python ({why})"
+    return fabric
+
+
+def _native_unsupported(topology: Topology) -> str:
+    """Why the C fabric cannot run `topology` ("" when it can)."""
+    for role, tier in topology.tiers.items():
+        if tier.load_balancing is not None and tier.load_balancing.mode != "ecmp":
+            return f"fabric.{role}.load_balancing.mode {tier.load_balancing.mode} (C: ecmp only)"
+    if len(topology.hosts) >= native.MAX_HOSTS:
+        return f"{len(topology.hosts)} hosts (C: below {native.MAX_HOSTS})"
+    return ""
+
+
+def _build(
+    topology: Topology,
+    params: SimFabricParams,
+    seed: int,
+    events: list[TransportEvent],
+    module: ModuleType | None,
+) -> SimFabric:
+    """The fabric in Python (`module` None) or in C (native.py's objects in the same places)."""
+    specs = list(egress_ports(topology, _no_netns(topology), 1.0, 1.0))
+    feeding = _feeding(topology) if params.pfc else {}
+    sim: Any = Simulator()
+    if module is not None:
+        pools = sum(1 for name in feeding if _tier(topology, name).pfc_xoff_bytes is None)
+        accounts = sum(len(links) for links in feeding.values())
+        sim = native.NativeSimulator(module, len(specs), len(topology.routers), accounts, pools)
+    ports: dict[tuple[str, str], Any] = {}
+    for index, spec in enumerate(specs):
         name = f"{spec.node}:{spec.dev}"
-        marker = None
+        is_host = topology.node_by_name[spec.node].role == "host"
+        law = None
         if spec.ecn is not None:
             law = EcnMarkingParams(spec.ecn.kmin_bytes, spec.ecn.kmax_bytes, spec.ecn.pmax)
-            marker = EcnMarker(law, random.Random(derive_seed(seed, name, "ecn", params.draw_seed)))
-        is_host = topology.node_by_name[spec.node].role == "host"
-        ports[(spec.node, spec.dev)] = Port(
-            sim,
-            name,
-            rate_bps=spec.rate_bps,
-            delay_s=spec.delay_s,
+        settings: dict[str, Any] = {
+            "rate_bps": spec.rate_bps,
+            "delay_s": spec.delay_s,
             # a host NIC is pulled by its host when idle: nothing waits in it
-            buffer_bytes=1 << 40 if is_host else spec.buffer_bytes,
-            marker=marker,
-            mark_on_arrival=params.ecn_mark_on_arrival,
-            loss_probability=spec.loss_probability,
-            rng=random.Random(derive_seed(seed, name, "loss", params.draw_seed)),
-            lossless=params.pfc and not is_host,
-        )
+            "buffer_bytes": 1 << 40 if is_host else spec.buffer_bytes,
+            "mark_on_arrival": params.ecn_mark_on_arrival,
+            "loss_probability": spec.loss_probability,
+            "rng": random.Random(derive_seed(seed, name, "loss", params.draw_seed)),
+            "lossless": params.pfc and not is_host,
+        }
+        mark_rng = random.Random(derive_seed(seed, name, "ecn", params.draw_seed))
+        if module is None:
+            marker = None if law is None else EcnMarker(law, mark_rng)
+            ports[(spec.node, spec.dev)] = Port(sim, name, marker=marker, **settings)
+        else:
+            ports[(spec.node, spec.dev)] = native.NativePort.make(
+                sim, index, name, law=law, mark_rng=mark_rng, **settings
+            )
     addresses = {h: topology.host_address(h) for h in topology.hosts}
-    hosts: list[Host] = []
-    for name in topology.hosts:
-        host = Host(
+    hosts = [
+        Host(
             sim,
             name,
             str(addresses[name]),
@@ -242,49 +292,76 @@ def build_fabric(
             wire_bytes=params.wire_bytes,
             priority_dscps=frozenset(topology.priority_dscps),
         )
-        hosts.append(host)
-    switches: dict[str, Switch] = {}
-    for name in topology.routers:
+        for name in topology.hosts
+    ]
+    switches: dict[str, Any] = {}
+    for index, name in enumerate(topology.routers):
         tier = topology.tiers.get(topology.node_by_name[name].role)
         balancing = None if tier is None else tier.load_balancing
         rng = None
         if balancing is not None and balancing.mode != "ecmp":
             # the switch's own draws (spray, flowlet moves, adaptive ties), as a port's are
             rng = random.Random(derive_seed(seed, name, "balance", params.draw_seed))
-        switches[name] = Switch(sim, name, topology, params.switch_latency_s, balancing, rng)
-    for switch in switches.values():
+        switch = Switch(sim, name, topology, params.switch_latency_s, balancing, rng)
         switch.addresses = addresses
+        # in C, the Python switch only answers for the 5-tuples C has not routed yet
+        switches[name] = switch if module is None else native.NativeSwitch(sim, index, switch)
     host_by_name = {h.name: h for h in hosts}
     for (node, dev), port in ports.items():
         link = topology.links[(node, dev)]
-        peer = host_by_name.get(link.dst) or switches[link.dst]
-        port.peer = peer
+        port.peer = host_by_name.get(link.dst) or switches[link.dst]
         if node in host_by_name:
             host_by_name[node].attach(port)
         else:
             switches[node].egress[dev] = port
-    ingresses = _pfc(topology, ports, switches) if params.pfc else []
-    return SimFabric(sim, topology, hosts, switches, ports, ingresses)
+    ingresses = _pfc(topology, feeding, ports, switches, sim) if params.pfc else []
+    if isinstance(sim, native.NativeSimulator):
+        sim.connect(hosts, ports.values(), switches.values())
+    fabric = SimFabric(sim, topology, hosts, switches, ports, ingresses)
+    fabric.code = "python" if module is None else "native"
+    return fabric
+
+
+def _tier(topology: Topology, name: str) -> TierSpec:
+    return topology.tiers[topology.node_by_name[name].role]
+
+
+def _feeding(topology: Topology) -> dict[str, list[tuple[tuple[str, str], Any]]]:
+    """Per switch, the links arriving at it (its PFC ingresses), in the topology's link order."""
+    out: dict[str, list[tuple[tuple[str, str], Any]]] = {name: [] for name in topology.routers}
+    for key, link in topology.links.items():
+        if link.dst in out:
+            out[link.dst].append((key, link))
+    return out
 
 
 def _pfc(
-    topology: Topology, ports: dict[tuple[str, str], Port], switches: dict[str, Switch]
-) -> list[PfcIngress]:
+    topology: Topology,
+    feeding: dict[str, list[tuple[tuple[str, str], Any]]],
+    ports: dict[tuple[str, str], Any],
+    switches: dict[str, Any],
+    sim: Any,
+) -> list[Any]:
     """One PFC account per switch ingress (each link arriving at a switch), per tier."""
-    out: list[PfcIngress] = []
+    out: list[Any] = []
     for name, switch in switches.items():
-        tier: TierSpec = topology.tiers[topology.node_by_name[name].role]
-        feeding = [(ports[key], link) for key, link in topology.links.items() if link.dst == name]
+        tier = _tier(topology, name)
+        arriving = [(ports[key], link) for key, link in feeding[name]]
         headroom = {
             port: tier.headroom_for(link.rate_bps, topology.link_delay_s, topology.mtu_bytes)
-            for port, link in feeding
+            for port, link in arriving
         }
         static = tier.pfc_xoff_bytes
         pool = None
         if static is None:  # HPCC's dynamic threshold over the switch's shared buffer
             pool = SharedBuffer(tier.shared_buffer_bytes, sum(headroom.values()), PFC_A_SHIFT)
-        for port, _link in feeding:
-            ingress = PfcIngress(port, static or 0, tier.pfc_xon_offset_bytes, headroom[port], pool)
+        for port, _link in arriving:
+            account = (port, static or 0, tier.pfc_xon_offset_bytes, headroom[port], pool)
+            ingress: Any
+            if isinstance(sim, native.NativeSimulator):
+                ingress = sim.ingress(len(out), *account)
+            else:
+                ingress = PfcIngress(*account)
             switch.ingress[port] = ingress
             out.append(ingress)
     return out

@@ -83,6 +83,7 @@ def sim_params(scenario: Any) -> SimFabricParams:
         ecn_bits=(transport.data_ecn_bits, transport.ack_ecn_bits, transport.cnp_ecn_bits),
         wire_bytes=scenario.metrics.capture is not None,
         draw_seed=scenario.sim.draw_seed,
+        native=scenario.sim.native_fabric,
     )
 
 
@@ -337,6 +338,7 @@ class SimSession(Session):
         hops = sum(p.tx_frames for p in fabric.ports.values())
         return {
             "simulator": "emulator.sim (discrete events, simulated time)",
+            "fabric_code": fabric.code,
             "simulated_s": fabric.sim.now,
             "events": fabric.sim.events_run,
             "packet_hops": hops,

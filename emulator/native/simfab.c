@@ -1,0 +1,887 @@
+/* The packet simulator's fabric in C: its event heap, output ports (priority and data queues,
+ * tail drop, ECN marking on arrival or departure, serialization, propagation, loss, PFC pause,
+ * per-collective attribution), switches that forward by a per-5-tuple cache of ECMP choices,
+ * and PFC ingress accounts with their shared buffers.
+ *
+ * It is emulator/sim/port.py, emulator/sim/fabric.py's Switch (ECMP) and emulator/sim/engine.py
+ * line by line: the same events in the same order with the same sequence numbers, the same
+ * float expressions (built without fused multiply-add) and the same random draws (CPython's
+ * Mersenne Twister, its state handed over from random.Random.getstate()), so a run is the
+ * Python fabric's bit for bit (tests/integration/test_sim_native.py). Everything that is not
+ * the fabric stays in Python: the hosts and their transport, the replay, the ECMP hash itself.
+ * fab_run returns to Python whenever the Python side must act (a callback it scheduled, a frame
+ * reaching a host, a host NIC going idle, a switch meeting a 5-tuple it has not routed yet) and
+ * picks up where it stopped on the next call.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- what Python sees (declared again in build_simfab.py) ---------------------------- */
+enum { RET_DONE = 0, RET_PY = 1, RET_HOST_RX = 2, RET_IDLE = 3, RET_ROUTE = 4, RET_BUDGET = 5,
+       RET_NOMEM = 6 };
+
+typedef struct {
+    int32_t kind;
+    int32_t node;   /* host (RX, IDLE) or switch (ROUTE) */
+    int32_t port;   /* the port a frame arrives from (RX) */
+    int32_t src, dst, sport, size, ecn, control, dport, priority;
+    int64_t tag, flow, handle; /* its collective, flow; its packet's handle, or a callback's */
+    int64_t mhash;
+} fab_out_t;
+
+typedef struct {
+    double rate_bps, delay_s;
+    int64_t buffer_bytes;
+    double loss_p;
+    int32_t lossless, mark_on_arrival, has_marker;
+    int64_t kmin, kmax, span;
+    double pmax;
+    int32_t up, busy, paused;
+    double paused_since, paused_s;
+    int64_t pause_frames, resume_frames, tx_frames, tx_bytes, drops, losses, lost_bytes, marks;
+    int64_t queued_bytes, max_queued_bytes;
+    int32_t peer_host, peer_switch, far_ingress; /* -1: none */
+    int32_t idle_host;                       /* >= 0: a host pulls when it goes idle */
+    int32_t attribution;                                   /* 0: off */
+} fab_port_t;
+
+typedef struct {
+    int32_t upstream, pool;
+    int64_t xoff, xon_offset, headroom_bytes, shared, hdrm, max_bytes, drops;
+    int32_t paused;
+} fab_ingress_t;
+
+typedef struct {
+    int64_t free_bytes, used;
+    int32_t shift;
+} fab_pool_t;
+
+typedef struct {
+    int64_t tag, q, tx, marks, drops;
+    double byte_s, last;
+} fab_attr_t;
+
+/* ---- inside ---------------------------------------------------------------------------- */
+enum { EV_PY = 0, EV_DONE = 1, EV_DONE_DELIVER = 2, EV_DELIVER = 3, EV_SEND = 4, EV_PAUSE = 5 };
+
+typedef struct {
+    double t;
+    uint64_t seq;
+    int32_t kind, a;
+    int64_t b;
+} ev_t;
+
+typedef struct {
+    int32_t src, dst, sport, size, ecn, control, dport, priority, marked_here;
+    int32_t ingress, next;
+    int64_t tag, flow, handle, mhash;
+} frame_t;
+
+typedef struct {
+    uint32_t state[624];
+    int32_t index;
+} mt_t;
+
+typedef struct {
+    int32_t head, tail;
+} fifo_t;
+
+typedef struct {
+    fab_attr_t *items;
+    int32_t n, cap;
+    int64_t *marked;
+    int32_t n_marked, cap_marked;
+} attr_t;
+
+typedef struct {
+    uint64_t *keys;
+    int32_t *values; /* port, or -1 for no route */
+    int64_t n, cap;  /* cap: a power of two */
+} route_map_t;
+
+typedef struct {
+    double latency_s;
+    int64_t no_route;
+} fab_switch_t;
+
+typedef struct {
+    double now;
+    uint64_t seq, events_run;
+    int32_t n_ports, n_switches, n_ingress, n_pools;
+    fab_port_t *ports;
+    fab_switch_t *switches;
+    fab_ingress_t *ingress;
+    fab_pool_t *pools;
+    /* private from here on */
+    ev_t *heap;
+    int64_t n_heap, cap_heap;
+    frame_t *frames;
+    int32_t n_frames, cap_frames, free_frame;
+    fifo_t *data, *prio;
+    mt_t *mark_rng, *loss_rng;
+    attr_t *attr;
+    route_map_t *routes;
+    int64_t *dead;
+    int64_t n_dead, cap_dead;
+    int32_t oom;
+    /* what to finish on the next fab_run before the heap: a frame to deliver after a host's
+     * idle callback (DONE_DELIVER), or a switch's frame waiting for its route */
+    int32_t pend_kind, pend_a, pend_frame;
+} fab_t;
+
+enum { PEND_NONE = 0, PEND_DELIVER = 1, PEND_ROUTE = 2 };
+
+/* ---- CPython's Mersenne Twister (Modules/_randommodule.c genrand_uint32, random) ------- */
+static uint32_t mt_next(mt_t *m) {
+    static const uint32_t mag01[2] = {0x0U, 0x9908b0dfU};
+    uint32_t *mt = m->state, y;
+    if (m->index >= 624) {
+        int kk;
+        for (kk = 0; kk < 624 - 397; kk++) {
+            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
+            mt[kk] = mt[kk + 397] ^ (y >> 1) ^ mag01[y & 0x1U];
+        }
+        for (; kk < 623; kk++) {
+            y = (mt[kk] & 0x80000000U) | (mt[kk + 1] & 0x7fffffffU);
+            mt[kk] = mt[kk + (397 - 624)] ^ (y >> 1) ^ mag01[y & 0x1U];
+        }
+        y = (mt[623] & 0x80000000U) | (mt[0] & 0x7fffffffU);
+        mt[623] = mt[396] ^ (y >> 1) ^ mag01[y & 0x1U];
+        m->index = 0;
+    }
+    y = mt[m->index++];
+    y ^= (y >> 11);
+    y ^= (y << 7) & 0x9d2c5680U;
+    y ^= (y << 15) & 0xefc60000U;
+    y ^= (y >> 18);
+    return y;
+}
+
+static double mt_random(mt_t *m) {
+    uint32_t a = mt_next(m) >> 5, b = mt_next(m) >> 6;
+    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+/* ---- the event heap: (time, sequence) order, as heapq over (when, seq, ...) ------------ */
+static int ev_less(const ev_t *x, const ev_t *y) {
+    return x->t < y->t || (x->t == y->t && x->seq < y->seq);
+}
+
+static void push(fab_t *f, double t, int32_t kind, int32_t a, int64_t b) {
+    if (f->n_heap == f->cap_heap) {
+        int64_t cap = f->cap_heap ? f->cap_heap * 2 : 1024;
+        ev_t *heap = realloc(f->heap, cap * sizeof(ev_t));
+        if (!heap) {
+            f->oom = 1;
+            return;
+        }
+        f->heap = heap;
+        f->cap_heap = cap;
+    }
+    ev_t ev = {t, ++f->seq, kind, a, b};
+    int64_t i = f->n_heap++;
+    while (i > 0) {
+        int64_t parent = (i - 1) >> 1;
+        if (!ev_less(&ev, &f->heap[parent])) break;
+        f->heap[i] = f->heap[parent];
+        i = parent;
+    }
+    f->heap[i] = ev;
+}
+
+static ev_t pop(fab_t *f) {
+    ev_t top = f->heap[0], last = f->heap[--f->n_heap];
+    int64_t i = 0, n = f->n_heap;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && ev_less(&f->heap[c + 1], &f->heap[c])) c++;
+        if (!ev_less(&f->heap[c], &last)) break;
+        f->heap[i] = f->heap[c];
+        i = c;
+    }
+    if (n) f->heap[i] = last;
+    return top;
+}
+
+/* ---- frames ------------------------------------------------------------------------------ */
+static int32_t frame_new(fab_t *f) {
+    if (f->free_frame >= 0) {
+        int32_t i = f->free_frame;
+        f->free_frame = f->frames[i].next;
+        return i;
+    }
+    if (f->n_frames == f->cap_frames) {
+        int32_t cap = f->cap_frames ? f->cap_frames * 2 : 1024;
+        frame_t *frames = realloc(f->frames, (size_t)cap * sizeof(frame_t));
+        if (!frames) {
+            f->oom = 1;
+            return -1;
+        }
+        f->frames = frames;
+        f->cap_frames = cap;
+    }
+    return f->n_frames++;
+}
+
+static void frame_free(fab_t *f, int32_t i) {
+    f->frames[i].next = f->free_frame;
+    f->free_frame = i;
+}
+
+/* a frame that will never reach a host: its packet's handle goes back to Python */
+static void frame_gone(fab_t *f, int32_t i) {
+    if (f->n_dead == f->cap_dead) {
+        int64_t cap = f->cap_dead ? f->cap_dead * 2 : 256;
+        int64_t *dead = realloc(f->dead, cap * sizeof(int64_t));
+        if (!dead) {
+            f->oom = 1;
+            frame_free(f, i);
+            return;
+        }
+        f->dead = dead;
+        f->cap_dead = cap;
+    }
+    f->dead[f->n_dead++] = f->frames[i].handle;
+    frame_free(f, i);
+}
+
+static void fifo_push(fab_t *f, fifo_t *q, int32_t i) {
+    f->frames[i].next = -1;
+    if (q->tail >= 0) f->frames[q->tail].next = i;
+    else q->head = i;
+    q->tail = i;
+}
+
+static int32_t fifo_pop(fab_t *f, fifo_t *q) {
+    int32_t i = q->head;
+    q->head = f->frames[i].next;
+    if (q->head < 0) q->tail = -1;
+    return i;
+}
+
+/* ---- attribution (port.py _account, _queue_change) -------------------------------------- */
+static fab_attr_t *account(fab_t *f, int32_t port, int64_t tag) {
+    attr_t *a = &f->attr[port];
+    for (int32_t k = a->n - 1; k >= 0; k--)
+        if (a->items[k].tag == tag) return &a->items[k];
+    if (a->n == a->cap) {
+        int32_t cap = a->cap ? a->cap * 2 : 8;
+        fab_attr_t *items = realloc(a->items, (size_t)cap * sizeof(fab_attr_t));
+        if (!items) {
+            f->oom = 1;
+            return NULL;
+        }
+        a->items = items;
+        a->cap = cap;
+    }
+    fab_attr_t *e = &a->items[a->n++];
+    e->tag = tag;
+    e->q = e->tx = e->marks = e->drops = 0;
+    e->byte_s = 0.0;
+    e->last = f->now;
+    return e;
+}
+
+static void queue_change(fab_t *f, fab_attr_t *e, int64_t delta) {
+    e->byte_s += (double)e->q * (f->now - e->last);
+    e->last = f->now;
+    e->q += delta;
+}
+
+/* ---- PFC (port.py SharedBuffer, PfcIngress) ----------------------------------------------- */
+static int64_t pool_threshold(fab_pool_t *p) {
+    int64_t room = p->free_bytes - p->used;
+    return (room > 0 ? room : 0) >> p->shift;
+}
+
+static int64_t ingress_threshold(fab_t *f, fab_ingress_t *g) {
+    return g->pool < 0 ? g->xoff : pool_threshold(&f->pools[g->pool]);
+}
+
+static void signal_pause(fab_t *f, int32_t port, int pause) {
+    fab_port_t *p = &f->ports[port];
+    double delay = 84 * 8 / p->rate_bps + p->delay_s; /* PFC_FRAME_WIRE_BYTES */
+    push(f, f->now + delay, EV_PAUSE, port, pause);
+}
+
+static int ingress_admit(fab_t *f, int32_t gi, int32_t fi) {
+    fab_ingress_t *g = &f->ingress[gi];
+    int64_t size = f->frames[fi].size;
+    fab_pool_t *pool = g->pool < 0 ? NULL : &f->pools[g->pool];
+    int64_t threshold = pool ? pool_threshold(pool) : g->xoff;
+    if (g->shared + size > threshold) {
+        if (g->hdrm + size > g->headroom_bytes) {
+            g->drops++;
+            return 0;
+        }
+        g->hdrm += size;
+    } else {
+        g->shared += size;
+        if (pool) pool->used += size;
+    }
+    int64_t held = g->shared + g->hdrm;
+    if (held > g->max_bytes) g->max_bytes = held;
+    f->frames[fi].ingress = gi;
+    if (pool) threshold = pool_threshold(pool);
+    if (!g->paused && (g->hdrm > 0 || g->shared >= threshold)) {
+        g->paused = 1;
+        signal_pause(f, g->upstream, 1);
+    }
+    return 1;
+}
+
+static void ingress_release(fab_t *f, int32_t gi, int64_t size) {
+    fab_ingress_t *g = &f->ingress[gi];
+    int64_t hdrm = g->hdrm;
+    if (hdrm) {
+        int64_t from_hdrm = hdrm < size ? hdrm : size;
+        g->hdrm = hdrm - from_hdrm;
+        size -= from_hdrm;
+    }
+    if (size) {
+        g->shared -= size;
+        if (g->pool >= 0) f->pools[g->pool].used -= size;
+    }
+    if (g->paused && g->hdrm == 0 &&
+        (g->shared == 0 || g->shared + g->xon_offset <= ingress_threshold(f, g))) {
+        g->paused = 0;
+        signal_pause(f, g->upstream, 0);
+    }
+}
+
+static void frame_release(fab_t *f, int32_t fi) {
+    frame_t *fr = &f->frames[fi];
+    if (fr->ingress >= 0) {
+        int32_t gi = fr->ingress;
+        fr->ingress = -1;
+        ingress_release(f, gi, fr->size);
+    }
+}
+
+/* ---- ports (port.py Port) -------------------------------------------------------------- */
+static int should_mark(fab_t *f, int32_t port, int64_t queue_bytes) {
+    fab_port_t *p = &f->ports[port];
+    if (queue_bytes <= p->kmin) return 0;
+    if (queue_bytes > p->kmax) return 1;
+    return mt_random(&f->mark_rng[port]) < p->pmax * (double)(queue_bytes - p->kmin) / (double)p->span;
+}
+
+static int is_ect(int32_t ecn) { return ecn == 1 || ecn == 2; }
+
+static void port_mark(fab_t *f, int32_t port, int32_t fi) {
+    fab_port_t *p = &f->ports[port];
+    frame_t *fr = &f->frames[fi];
+    fr->ecn = 3; /* CE: the Python side sets it in a packet's bytes on delivery */
+    p->marks++;
+    if (p->attribution) {
+        fab_attr_t *e = account(f, port, fr->tag);
+        if (e) e->marks++;
+        attr_t *a = &f->attr[port];
+        if (a->n_marked == a->cap_marked) {
+            int32_t cap = a->cap_marked ? a->cap_marked * 2 : 64;
+            int64_t *marked = realloc(a->marked, (size_t)cap * sizeof(int64_t));
+            if (!marked) {
+                f->oom = 1;
+                return;
+            }
+            a->marked = marked;
+            a->cap_marked = cap;
+        }
+        a->marked[a->n_marked++] = fr->flow;
+    }
+}
+
+static void port_drop(fab_t *f, int32_t port, int32_t fi) {
+    fab_port_t *p = &f->ports[port];
+    p->drops++;
+    if (p->attribution) {
+        fab_attr_t *e = account(f, port, f->frames[fi].tag);
+        if (e) e->drops++;
+    }
+    frame_release(f, fi);
+    frame_gone(f, fi);
+}
+
+static void port_lose(fab_t *f, int32_t port, int32_t fi) {
+    fab_port_t *p = &f->ports[port];
+    p->losses++;
+    p->lost_bytes += f->frames[fi].size;
+    frame_gone(f, fi);
+}
+
+static void port_start(fab_t *f, int32_t port) {
+    fab_port_t *p = &f->ports[port];
+    int32_t fi;
+    if (f->prio[port].head >= 0) {
+        fi = fifo_pop(f, &f->prio[port]);
+    } else if (f->data[port].head >= 0 && !p->paused) {
+        fi = fifo_pop(f, &f->data[port]);
+        frame_t *fr = &f->frames[fi];
+        p->queued_bytes -= fr->size;
+        if (p->attribution) {
+            fab_attr_t *e = account(f, port, fr->tag);
+            if (e) {
+                queue_change(f, e, -(int64_t)fr->size);
+                e->tx += fr->size;
+            }
+        }
+        frame_release(f, fi);
+        if (p->mark_on_arrival) {
+            fr->marked_here = 0;
+        } else if (p->has_marker && is_ect(fr->ecn) && should_mark(f, port, p->queued_bytes)) {
+            port_mark(f, port, fi);
+        }
+    } else {
+        return; /* paused with only data queued: the resume restarts it */
+    }
+    frame_t *fr = &f->frames[fi];
+    p->busy = 1;
+    double done = f->now + (double)((int64_t)fr->size * 8) / p->rate_bps;
+    p->tx_frames++;
+    p->tx_bytes += fr->size;
+    if (p->loss_p != 0.0 && mt_random(&f->loss_rng[port]) < p->loss_p) {
+        port_lose(f, port, fi);
+        push(f, done, EV_DONE, port, -1);
+    } else if (p->delay_s != 0.0) {
+        push(f, done, EV_DONE, port, -1);
+        push(f, done + p->delay_s, EV_DELIVER, port, fi);
+    } else {
+        push(f, done, EV_DONE_DELIVER, port, fi);
+    }
+}
+
+static void port_send(fab_t *f, int32_t port, int32_t fi) {
+    fab_port_t *p = &f->ports[port];
+    frame_t *fr = &f->frames[fi];
+    if (!p->up) {
+        port_drop(f, port, fi);
+        return;
+    }
+    if (fr->priority) {
+        fifo_push(f, &f->prio[port], fi);
+    } else {
+        int64_t queued = p->queued_bytes + fr->size;
+        if (queued > p->buffer_bytes && !p->lossless) {
+            port_drop(f, port, fi);
+            return;
+        }
+        if (p->mark_on_arrival && p->has_marker && is_ect(fr->ecn) &&
+            should_mark(f, port, p->queued_bytes)) {
+            port_mark(f, port, fi);
+            fr->marked_here = 1;
+        }
+        p->queued_bytes = queued;
+        if (p->attribution) {
+            fab_attr_t *e = account(f, port, fr->tag);
+            if (e) queue_change(f, e, fr->size);
+        }
+        if (queued > p->max_queued_bytes) p->max_queued_bytes = queued;
+        fifo_push(f, &f->data[port], fi);
+    }
+    if (!p->busy) port_start(f, port);
+}
+
+/* the port finished a frame: next one, or the host behind it is asked (returns 1) */
+static int port_done(fab_t *f, int32_t port) {
+    fab_port_t *p = &f->ports[port];
+    p->busy = 0;
+    if (f->prio[port].head >= 0 || (f->data[port].head >= 0 && !p->paused)) {
+        port_start(f, port);
+        return 0;
+    }
+    return p->idle_host >= 0 && !p->paused;
+}
+
+/* the PAUSE or RESUME reached the port; returns 1 when its host must be asked */
+static int port_set_paused(fab_t *f, int32_t port, int pause) {
+    fab_port_t *p = &f->ports[port];
+    if (pause) {
+        p->pause_frames++;
+        if (!p->paused) {
+            p->paused = 1;
+            p->paused_since = f->now;
+        }
+        return 0;
+    }
+    p->resume_frames++;
+    if (p->paused) {
+        p->paused = 0;
+        p->paused_s += f->now - p->paused_since;
+        if (!p->busy) {
+            if (f->data[port].head >= 0 || f->prio[port].head >= 0) port_start(f, port);
+            else return p->idle_host >= 0;
+        }
+    }
+    return 0;
+}
+
+/* ---- switches: the cached ECMP choice per (source, destination, sport, control, dport) -- */
+static uint64_t route_key(const frame_t *fr) {
+    /* hosts below 2^15 (build_simfab's MAX_HOSTS), ports 16 bits, control the top bit */
+    return ((uint64_t)(fr->src & 0x7fff) << 48) | ((uint64_t)(uint16_t)fr->dst << 32) |
+           ((uint64_t)(uint16_t)fr->sport << 16) | ((uint64_t)(uint16_t)fr->dport) |
+           ((uint64_t)(fr->control != 0) << 63);
+}
+
+static uint64_t mix(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return k;
+}
+
+/* the cached port (>= -1), or -2 when this switch has not routed the 5-tuple yet */
+static int32_t route_find(route_map_t *m, uint64_t key) {
+    if (!m->cap) return -2;
+    uint64_t mask = (uint64_t)m->cap - 1, i = mix(key) & mask;
+    for (;;) {
+        if (m->values[i] == -3) return -2; /* empty slot */
+        if (m->keys[i] == key) return m->values[i];
+        i = (i + 1) & mask;
+    }
+}
+
+static int route_put(route_map_t *m, uint64_t key, int32_t port) {
+    if ((m->n + 1) * 2 > m->cap) {
+        int64_t cap = m->cap ? m->cap * 2 : 64;
+        uint64_t *keys = malloc(cap * sizeof(uint64_t));
+        int32_t *values = malloc(cap * sizeof(int32_t));
+        if (!keys || !values) {
+            free(keys);
+            free(values);
+            return -1;
+        }
+        for (int64_t i = 0; i < cap; i++) values[i] = -3;
+        for (int64_t i = 0; i < m->cap; i++) {
+            if (m->values[i] == -3) continue;
+            uint64_t j = mix(m->keys[i]) & (uint64_t)(cap - 1);
+            while (values[j] != -3) j = (j + 1) & (uint64_t)(cap - 1);
+            keys[j] = m->keys[i];
+            values[j] = m->values[i];
+        }
+        free(m->keys);
+        free(m->values);
+        m->keys = keys;
+        m->values = values;
+        m->cap = cap;
+    }
+    uint64_t mask = (uint64_t)m->cap - 1, i = mix(key) & mask;
+    while (m->values[i] != -3 && m->keys[i] != key) i = (i + 1) & mask;
+    if (m->values[i] == -3) m->n++;
+    m->keys[i] = key;
+    m->values[i] = port;
+    return 0;
+}
+
+/* forward a frame the switch holds (charged to its ingress already); returns 1 to ask
+ * Python for the route of a 5-tuple it has not seen (then pend_* keep the frame) */
+static int switch_forward(fab_t *f, int32_t sw, int32_t fi, fab_out_t *out) {
+    frame_t *fr = &f->frames[fi];
+    int32_t egress = route_find(&f->routes[sw], route_key(fr));
+    if (egress == -2) {
+        f->pend_kind = PEND_ROUTE;
+        f->pend_a = sw;
+        f->pend_frame = fi;
+        out->kind = RET_ROUTE;
+        out->node = sw;
+        out->src = fr->src;
+        out->dst = fr->dst;
+        out->sport = fr->sport;
+        out->control = fr->control;
+        out->dport = fr->dport;
+        return 1;
+    }
+    if (egress < 0) {
+        f->switches[sw].no_route++;
+        frame_release(f, fi);
+        frame_gone(f, fi);
+        return 0;
+    }
+    if (f->switches[sw].latency_s != 0.0)
+        push(f, f->now + f->switches[sw].latency_s, EV_SEND, egress, fi);
+    else
+        port_send(f, egress, fi);
+    return 0;
+}
+
+/* a frame reaches the far end of `port`: a switch (returns 1 if Python must route it) or a
+ * host (returns 1: Python receives it) */
+static int deliver(fab_t *f, int32_t port, int32_t fi, fab_out_t *out) {
+    fab_port_t *p = &f->ports[port];
+    if (!p->up) {
+        port_lose(f, port, fi);
+        return 0;
+    }
+    frame_t *fr = &f->frames[fi];
+    if (p->peer_host >= 0) {
+        out->kind = RET_HOST_RX;
+        out->node = p->peer_host;
+        out->port = port;
+        out->src = fr->src;
+        out->dst = fr->dst;
+        out->sport = fr->sport;
+        out->size = fr->size;
+        out->ecn = fr->ecn;
+        out->control = fr->control;
+        out->tag = fr->tag;
+        out->dport = fr->dport;
+        out->priority = fr->priority;
+        out->flow = fr->flow;
+        out->handle = fr->handle;
+        out->mhash = fr->mhash;
+        frame_free(f, fi);
+        return 1;
+    }
+    if (!fr->priority && p->far_ingress >= 0 && !ingress_admit(f, p->far_ingress, fi)) {
+        frame_gone(f, fi); /* headroom overflow: counted by the ingress */
+        return 0;
+    }
+    return switch_forward(f, p->peer_switch, fi, out);
+}
+
+static void idle(fab_t *f, int32_t port, fab_out_t *out) {
+    out->kind = RET_IDLE;
+    out->node = f->ports[port].idle_host;
+    out->port = port;
+}
+
+/* ---- the API ------------------------------------------------------------------------------ */
+fab_t *fab_new(int32_t n_ports, int32_t n_switches, int32_t n_ingress, int32_t n_pools) {
+    fab_t *f = calloc(1, sizeof(fab_t));
+    if (!f) return NULL;
+    f->n_ports = n_ports;
+    f->n_switches = n_switches;
+    f->n_ingress = n_ingress;
+    f->n_pools = n_pools;
+    f->ports = calloc(n_ports ? n_ports : 1, sizeof(fab_port_t));
+    f->switches = calloc(n_switches ? n_switches : 1, sizeof(fab_switch_t));
+    f->ingress = calloc(n_ingress ? n_ingress : 1, sizeof(fab_ingress_t));
+    f->pools = calloc(n_pools ? n_pools : 1, sizeof(fab_pool_t));
+    f->data = calloc(n_ports ? n_ports : 1, sizeof(fifo_t));
+    f->prio = calloc(n_ports ? n_ports : 1, sizeof(fifo_t));
+    f->mark_rng = calloc(n_ports ? n_ports : 1, sizeof(mt_t));
+    f->loss_rng = calloc(n_ports ? n_ports : 1, sizeof(mt_t));
+    f->attr = calloc(n_ports ? n_ports : 1, sizeof(attr_t));
+    f->routes = calloc(n_switches ? n_switches : 1, sizeof(route_map_t));
+    f->free_frame = -1;
+    if (!f->ports || !f->switches || !f->ingress || !f->pools || !f->data || !f->prio ||
+        !f->mark_rng || !f->loss_rng || !f->attr || !f->routes) {
+        f->oom = 1;
+        return f; /* fab_free releases what was allocated; Python checks fab_oom */
+    }
+    for (int32_t i = 0; i < n_ports; i++) {
+        f->data[i].head = f->data[i].tail = -1;
+        f->prio[i].head = f->prio[i].tail = -1;
+        f->ports[i].up = 1;
+        f->ports[i].peer_host = f->ports[i].peer_switch = -1;
+        f->ports[i].idle_host = f->ports[i].far_ingress = -1;
+        f->mark_rng[i].index = 624;
+        f->loss_rng[i].index = 624;
+    }
+    for (int32_t i = 0; i < n_ingress; i++) f->ingress[i].pool = -1;
+    return f;
+}
+
+void fab_free(fab_t *f) {
+    if (!f) return;
+    if (f->attr)
+        for (int32_t i = 0; i < f->n_ports; i++) {
+            free(f->attr[i].items);
+            free(f->attr[i].marked);
+        }
+    if (f->routes)
+        for (int32_t i = 0; i < f->n_switches; i++) {
+            free(f->routes[i].keys);
+            free(f->routes[i].values);
+        }
+    free(f->ports);
+    free(f->switches);
+    free(f->ingress);
+    free(f->pools);
+    free(f->data);
+    free(f->prio);
+    free(f->mark_rng);
+    free(f->loss_rng);
+    free(f->attr);
+    free(f->routes);
+    free(f->heap);
+    free(f->frames);
+    free(f->dead);
+    free(f);
+}
+
+int fab_oom(fab_t *f) { return f->oom; }
+
+/* the generator's state as random.Random.getstate() gives it: 624 words and the position */
+void fab_set_rng(fab_t *f, int32_t port, int32_t which, const uint32_t *state, int32_t index) {
+    mt_t *m = which ? &f->loss_rng[port] : &f->mark_rng[port];
+    memcpy(m->state, state, sizeof(m->state));
+    m->index = index;
+}
+
+void fab_get_rng(fab_t *f, int32_t port, int32_t which, uint32_t *state, int32_t *index) {
+    mt_t *m = which ? &f->loss_rng[port] : &f->mark_rng[port];
+    memcpy(state, m->state, sizeof(m->state));
+    *index = m->index;
+}
+
+double fab_rng_random(fab_t *f, int32_t port, int32_t which) {
+    return mt_random(which ? &f->loss_rng[port] : &f->mark_rng[port]);
+}
+
+void fab_at(fab_t *f, double when_s, int64_t handle) { push(f, when_s, EV_PY, 0, handle); }
+
+int64_t fab_pending(fab_t *f) { return f->n_heap; }
+
+/* a frame from a host (or a test) into `port` */
+int fab_send(fab_t *f, int32_t port, int32_t src, int32_t dst, int32_t sport, int32_t size,
+             int32_t ecn, int32_t control, int64_t tag, int32_t priority, int64_t flow,
+             int32_t dport, int64_t mhash, int64_t handle) {
+    int32_t fi = frame_new(f);
+    if (fi < 0) return -1;
+    frame_t *fr = &f->frames[fi];
+    fr->src = src;
+    fr->dst = dst;
+    fr->sport = sport;
+    fr->size = size;
+    fr->ecn = ecn;
+    fr->control = control;
+    fr->tag = tag;
+    fr->priority = priority;
+    fr->flow = flow;
+    fr->dport = dport;
+    fr->mhash = mhash;
+    fr->handle = handle;
+    fr->marked_here = 0;
+    fr->ingress = -1;
+    fr->next = -1;
+    port_send(f, port, fi);
+    return f->oom ? -1 : 0;
+}
+
+int fab_route_set(fab_t *f, int32_t sw, int32_t src, int32_t dst, int32_t sport, int32_t control,
+                  int32_t dport, int32_t port) {
+    frame_t key = {0};
+    key.src = src;
+    key.dst = dst;
+    key.sport = sport;
+    key.control = control;
+    key.dport = dport;
+    return route_put(&f->routes[sw], route_key(&key), port);
+}
+
+void fab_routes_clear(fab_t *f, int32_t sw) {
+    route_map_t *m = &f->routes[sw];
+    for (int64_t i = 0; i < m->cap; i++) m->values[i] = -3;
+    m->n = 0;
+}
+
+/* a cable goes up or down (port.py set_up): down loses what the port holds */
+void fab_set_up(fab_t *f, int32_t port, int32_t up) {
+    fab_port_t *p = &f->ports[port];
+    if ((up != 0) == (p->up != 0)) return;
+    p->up = up != 0;
+    if (up) return;
+    while (f->prio[port].head >= 0) port_drop(f, port, fifo_pop(f, &f->prio[port]));
+    while (f->data[port].head >= 0) port_drop(f, port, fifo_pop(f, &f->data[port]));
+    p->queued_bytes = 0;
+    if (p->attribution) {
+        attr_t *a = &f->attr[port];
+        for (int32_t k = 0; k < a->n; k++) queue_change(f, &a->items[k], -a->items[k].q);
+    }
+}
+
+/* take_attribution: the byte-time up to now, every entry out (items, count, marked flows);
+ * fab_attr_reset then keeps only the entries holding bytes, in their order */
+int32_t fab_attr_take(fab_t *f, int32_t port, fab_attr_t **items, int64_t **marked,
+                      int32_t *n_marked) {
+    attr_t *a = &f->attr[port];
+    for (int32_t k = 0; k < a->n; k++) queue_change(f, &a->items[k], 0);
+    *items = a->items;
+    *marked = a->marked;
+    *n_marked = a->n_marked;
+    return a->n;
+}
+
+void fab_attr_reset(fab_t *f, int32_t port) {
+    attr_t *a = &f->attr[port];
+    int32_t kept = 0;
+    for (int32_t k = 0; k < a->n; k++) {
+        fab_attr_t e = a->items[k];
+        if (!e.q) continue;
+        e.tx = e.marks = e.drops = 0;
+        e.byte_s = 0.0;
+        e.last = f->now;
+        a->items[kept++] = e;
+    }
+    a->n = kept;
+    a->n_marked = 0;
+}
+
+/* the packet handles of frames dropped or lost since the last call (Python forgets them) */
+int64_t fab_dead(fab_t *f, int64_t **handles) {
+    *handles = f->dead;
+    return f->n_dead;
+}
+
+void fab_dead_clear(fab_t *f) { f->n_dead = 0; }
+
+/* Run events up to `until_s` with at most `*budget` of them (decremented as they run), until
+ * one needs Python (returns its RET_*, `out` says what), or up to `until_s` (RET_DONE: `now`
+ * is left at the last event run; the caller sets it to until_s). */
+int fab_run(fab_t *f, double until_s, int64_t *budget, fab_out_t *out) {
+    if (f->pend_kind == PEND_DELIVER) {
+        f->pend_kind = PEND_NONE;
+        if (deliver(f, f->pend_a, f->pend_frame, out)) return out->kind;
+    } else if (f->pend_kind == PEND_ROUTE) {
+        f->pend_kind = PEND_NONE;
+        if (switch_forward(f, f->pend_a, f->pend_frame, out)) return out->kind;
+    }
+    while (f->n_heap && f->heap[0].t <= until_s) {
+        if (f->oom) return RET_NOMEM;
+        if (*budget <= 0) return RET_BUDGET;
+        ev_t ev = pop(f);
+        f->now = ev.t;
+        f->events_run++;
+        (*budget)--;
+        switch (ev.kind) {
+        case EV_PY:
+            out->kind = RET_PY;
+            out->handle = ev.b;
+            return RET_PY;
+        case EV_DONE:
+            if (port_done(f, ev.a)) {
+                idle(f, ev.a, out);
+                return RET_IDLE;
+            }
+            break;
+        case EV_DONE_DELIVER:
+            if (port_done(f, ev.a)) {
+                f->pend_kind = PEND_DELIVER;
+                f->pend_a = ev.a;
+                f->pend_frame = (int32_t)ev.b;
+                idle(f, ev.a, out);
+                return RET_IDLE;
+            }
+            if (deliver(f, ev.a, (int32_t)ev.b, out)) return out->kind;
+            break;
+        case EV_DELIVER:
+            if (deliver(f, ev.a, (int32_t)ev.b, out)) return out->kind;
+            break;
+        case EV_SEND:
+            port_send(f, ev.a, (int32_t)ev.b);
+            break;
+        case EV_PAUSE:
+            if (port_set_paused(f, ev.a, (int)ev.b)) {
+                idle(f, ev.a, out);
+                return RET_IDLE;
+            }
+            break;
+        }
+    }
+    return f->oom ? RET_NOMEM : RET_DONE;
+}

@@ -1,0 +1,88 @@
+"""The simulated fabric's C core (emulator/native/simfab.c) in pieces: its random draws are
+CPython's random.Random's (the Mersenne Twister, its state handed over), and its event heap
+runs equal times in the order they were scheduled, as emulator/sim/engine.py does. The whole
+fabric against the Python one is tests/integration/test_sim_native.py.
+
+Without the extension these tests skip with the reason, except `test_extension_is_built`, which
+fails wherever a C compiler is present (CI runs ./setup.sh, which builds it).
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emulator.native import HERE, built_path, stale
+from emulator.sim import native
+from emulator.sim.engine import Simulator
+
+MODULE, WHY_NOT = native.load_module()
+needs_native = pytest.mark.skipif(MODULE is None, reason=f"native simfab absent: {WHY_NOT}")
+
+
+def test_extension_is_built() -> None:
+    if not (HERE / "simfab.c").exists() or shutil.which("gcc") is None:
+        pytest.skip("no native sources or no gcc here: the Python fabric is the only one")
+    assert not stale("simfab"), f"{built_path('simfab')} is missing or stale: {WHY_NOT}"
+    assert MODULE is not None, WHY_NOT
+
+
+def simulator(ports: int = 1) -> native.NativeSimulator:
+    assert MODULE is not None
+    return native.NativeSimulator(MODULE, ports, 0, 0, 0)
+
+
+@needs_native
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**64 - 1), skip=st.integers(0, 700))
+def test_the_c_generator_draws_what_random_random_draws(seed: int, skip: int) -> None:
+    """Any seed, from any position in the state (across the 624-word regeneration)."""
+    theirs = random.Random(seed)
+    for _ in range(skip):
+        theirs.random()
+    sim = simulator(ports=2)
+    native.set_rng(sim, 1, native.LOSS_RNG, theirs)
+    native.set_rng(sim, 1, native.MARK_RNG, random.Random(seed ^ 1))
+    ours = [native.rng_random(sim, 1, native.LOSS_RNG) for _ in range(700)]
+    assert ours == [theirs.random() for _ in range(700)]
+
+
+@needs_native
+@settings(max_examples=25, deadline=None)
+@given(times=st.lists(st.sampled_from([0.0, 1e-6, 2e-6, 2e-6 + 1e-15]), min_size=1, max_size=60))
+def test_equal_times_run_in_the_order_scheduled(times: list[float]) -> None:
+    """Against engine.Simulator: the same callbacks, scheduled alike (some schedule another
+    at their own time), run in the same order, the clock where each expects it."""
+
+    def trace(sim: Simulator | native.NativeSimulator) -> list[tuple[int, float]]:
+        seen: list[tuple[int, float]] = []
+
+        def fire(i: int) -> None:
+            seen.append((i, sim.now))
+            if i % 3 == 0:
+                sim.at(sim.now, fire, 1000 + i)
+
+        for i, t in enumerate(times):
+            sim.at(t, fire, i)
+        sim.run(until_s=1e-6)
+        sim.run(until_s=1.0)
+        assert sim.now == 1.0 and sim.pending == 0
+        return seen
+
+    assert trace(simulator()) == trace(Simulator())
+
+
+@needs_native
+def test_a_run_past_its_event_budget_stops_saying_so() -> None:
+    sim = simulator()
+
+    def again() -> None:
+        sim.at(sim.now, again)
+
+    sim.at(0.0, again)
+    with pytest.raises(RuntimeError, match="exceeded 100 events"):
+        sim.run(until_s=1.0, max_events=100)
