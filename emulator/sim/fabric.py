@@ -248,8 +248,10 @@ def _build(
     """The fabric in Python (`module` None) or in C (native.py's objects in the same places)."""
     specs = list(egress_ports(topology, _no_netns(topology), 1.0, 1.0))
     feeding = _feeding(topology) if params.pfc else {}
-    sim: Any = Simulator()
-    if module is not None:
+    sim: Any
+    if module is None:
+        sim = Simulator()
+    else:
         pools = sum(1 for name in feeding if _tier(topology, name).pfc_xoff_bytes is None)
         accounts = sum(len(links) for links in feeding.values())
         sim = native.NativeSimulator(module, len(specs), len(topology.routers), accounts, pools)
