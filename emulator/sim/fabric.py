@@ -214,7 +214,7 @@ def build_fabric(
 ) -> SimFabric:
     """Ports, switches and hosts of `topology`; every random draw (ECN marks, loss) comes from
     its own generator derived from `seed`, so a run is reproducible port by port. The fabric
-    runs in C when params.native allows and it can (native.unsupported), else in Python."""
+    runs in C when params.native allows and it can (_native_unsupported), else in Python."""
     why = "sim.native_fabric: off"
     if params.native != "off":
         module, why = native.load_module()
