@@ -13,86 +13,15 @@ from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "simfab.c"
+API = HERE / "simfab_api.h"  # the declarations, read as they are: cdef and C cannot disagree
 
 ffibuilder = FFI()
-ffibuilder.cdef(
-    """
-    typedef struct {
-        int32_t kind, node, port;
-        int32_t src, dst, sport, size, ecn, control, dport, priority;
-        int64_t tag, flow, handle, mhash;
-    } fab_out_t;
-    typedef struct {
-        double rate_bps, delay_s;
-        int64_t buffer_bytes;
-        double loss_p;
-        int32_t lossless, mark_on_arrival, has_marker;
-        int64_t kmin, kmax, span;
-        double pmax;
-        int32_t up, busy, paused;
-        double paused_since, paused_s;
-        int64_t pause_frames, resume_frames, tx_frames, tx_bytes, drops, losses, lost_bytes,
-                marks;
-        int64_t queued_bytes, max_queued_bytes;
-        int32_t peer_host, peer_switch, far_ingress;
-        int32_t idle_host;
-        int32_t attribution;
-    } fab_port_t;
-    typedef struct {
-        int32_t upstream, pool;
-        int64_t xoff, xon_offset, headroom_bytes, shared, hdrm, max_bytes, drops;
-        int32_t paused;
-    } fab_ingress_t;
-    typedef struct {
-        int64_t free_bytes, used;
-        int32_t shift;
-    } fab_pool_t;
-    typedef struct {
-        int64_t tag, q, tx, marks, drops;
-        double byte_s, last;
-    } fab_attr_t;
-    typedef struct {
-        double latency_s;
-        int64_t no_route;
-    } fab_switch_t;
-    typedef struct {
-        double now;
-        uint64_t seq, events_run;
-        int32_t n_ports, n_switches, n_ingress, n_pools;
-        fab_port_t *ports;
-        fab_switch_t *switches;
-        fab_ingress_t *ingress;
-        fab_pool_t *pools;
-        ...;
-    } fab_t;
-
-    fab_t *fab_new(int32_t n_ports, int32_t n_switches, int32_t n_ingress, int32_t n_pools);
-    void fab_free(fab_t *f);
-    int fab_oom(fab_t *f);
-    void fab_set_rng(fab_t *f, int32_t port, int32_t which, const uint32_t *state,
-                     int32_t index);
-    void fab_get_rng(fab_t *f, int32_t port, int32_t which, uint32_t *state, int32_t *index);
-    double fab_rng_random(fab_t *f, int32_t port, int32_t which);
-    void fab_at(fab_t *f, double when_s, int64_t handle);
-    int64_t fab_pending(fab_t *f);
-    int fab_send(fab_t *f, int32_t port, int32_t src, int32_t dst, int32_t sport, int32_t size,
-                 int32_t ecn, int32_t control, int64_t tag, int32_t priority, int64_t flow,
-                 int32_t dport, int64_t mhash, int64_t handle);
-    int fab_route_set(fab_t *f, int32_t sw, int32_t src, int32_t dst, int32_t sport,
-                      int32_t control, int32_t dport, int32_t port);
-    void fab_routes_clear(fab_t *f, int32_t sw);
-    void fab_set_up(fab_t *f, int32_t port, int32_t up);
-    int32_t fab_attr_take(fab_t *f, int32_t port, fab_attr_t **items, int64_t **marked,
-                          int32_t *n_marked);
-    void fab_attr_reset(fab_t *f, int32_t port);
-    int64_t fab_dead(fab_t *f, int64_t **handles);
-    void fab_dead_clear(fab_t *f);
-    int fab_run(fab_t *f, double until_s, int64_t *budget, fab_out_t *out);
-    """
-)
+ffibuilder.cdef(API.read_text())
 ffibuilder.set_source(
     "emulator.native._simfab",
-    SOURCE.read_text(),
+    '#include <stdint.h>\n#include "simfab_api.h"\n',
+    sources=[str(SOURCE)],
+    include_dirs=[str(HERE)],
     # the simulated times must be the Python fabric's, bit for bit: no fused multiply-add
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-ffp-contract=off"],
 )

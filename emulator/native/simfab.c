@@ -17,50 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- what Python sees (declared again in build_simfab.py) ---------------------------- */
-enum { RET_DONE = 0, RET_PY = 1, RET_HOST_RX = 2, RET_IDLE = 3, RET_ROUTE = 4, RET_BUDGET = 5,
-       RET_NOMEM = 6 };
-
-typedef struct {
-    int32_t kind;
-    int32_t node;   /* host (RX, IDLE) or switch (ROUTE) */
-    int32_t port;   /* the port a frame arrives from (RX) */
-    int32_t src, dst, sport, size, ecn, control, dport, priority;
-    int64_t tag, flow, handle; /* its collective, flow; its packet's handle, or a callback's */
-    int64_t mhash;
-} fab_out_t;
-
-typedef struct {
-    double rate_bps, delay_s;
-    int64_t buffer_bytes;
-    double loss_p;
-    int32_t lossless, mark_on_arrival, has_marker;
-    int64_t kmin, kmax, span;
-    double pmax;
-    int32_t up, busy, paused;
-    double paused_since, paused_s;
-    int64_t pause_frames, resume_frames, tx_frames, tx_bytes, drops, losses, lost_bytes, marks;
-    int64_t queued_bytes, max_queued_bytes;
-    int32_t peer_host, peer_switch, far_ingress; /* -1: none */
-    int32_t idle_host;                       /* >= 0: a host pulls when it goes idle */
-    int32_t attribution;                                   /* 0: off */
-} fab_port_t;
-
-typedef struct {
-    int32_t upstream, pool;
-    int64_t xoff, xon_offset, headroom_bytes, shared, hdrm, max_bytes, drops;
-    int32_t paused;
-} fab_ingress_t;
-
-typedef struct {
-    int64_t free_bytes, used;
-    int32_t shift;
-} fab_pool_t;
-
-typedef struct {
-    int64_t tag, q, tx, marks, drops;
-    double byte_s, last;
-} fab_attr_t;
+#include "simfab_api.h" /* what Python sees */
 
 /* ---- inside ---------------------------------------------------------------------------- */
 enum { EV_PY = 0, EV_DONE = 1, EV_DONE_DELIVER = 2, EV_DELIVER = 3, EV_SEND = 4, EV_PAUSE = 5 };
@@ -101,19 +58,7 @@ typedef struct {
 } route_map_t;
 
 typedef struct {
-    double latency_s;
-    int64_t no_route;
-} fab_switch_t;
-
-typedef struct {
-    double now;
-    uint64_t seq, events_run;
-    int32_t n_ports, n_switches, n_ingress, n_pools;
-    fab_port_t *ports;
-    fab_switch_t *switches;
-    fab_ingress_t *ingress;
-    fab_pool_t *pools;
-    /* private from here on */
+    fab_t pub; /* what Python reads (simfab_api.h); the rest is the fabric's own */
     ev_t *heap;
     int64_t n_heap, cap_heap;
     frame_t *frames;
@@ -128,7 +73,7 @@ typedef struct {
     /* what to finish on the next fab_run before the heap: a frame to deliver after a host's
      * idle callback (DONE_DELIVER), or a switch's frame waiting for its route */
     int32_t pend_kind, pend_a, pend_frame;
-} fab_t;
+} core_t;
 
 enum { PEND_NONE = 0, PEND_DELIVER = 1, PEND_ROUTE = 2 };
 
@@ -168,7 +113,7 @@ static int ev_less(const ev_t *x, const ev_t *y) {
     return x->t < y->t || (x->t == y->t && x->seq < y->seq);
 }
 
-static void push(fab_t *f, double t, int32_t kind, int32_t a, int64_t b) {
+static void push(core_t *f, double t, int32_t kind, int32_t a, int64_t b) {
     if (f->n_heap == f->cap_heap) {
         int64_t cap = f->cap_heap ? f->cap_heap * 2 : 1024;
         ev_t *heap = realloc(f->heap, cap * sizeof(ev_t));
@@ -179,7 +124,7 @@ static void push(fab_t *f, double t, int32_t kind, int32_t a, int64_t b) {
         f->heap = heap;
         f->cap_heap = cap;
     }
-    ev_t ev = {t, ++f->seq, kind, a, b};
+    ev_t ev = {t, ++f->pub.seq, kind, a, b};
     int64_t i = f->n_heap++;
     while (i > 0) {
         int64_t parent = (i - 1) >> 1;
@@ -190,7 +135,7 @@ static void push(fab_t *f, double t, int32_t kind, int32_t a, int64_t b) {
     f->heap[i] = ev;
 }
 
-static ev_t pop(fab_t *f) {
+static ev_t pop(core_t *f) {
     ev_t top = f->heap[0], last = f->heap[--f->n_heap];
     int64_t i = 0, n = f->n_heap;
     for (;;) {
@@ -206,7 +151,7 @@ static ev_t pop(fab_t *f) {
 }
 
 /* ---- frames ------------------------------------------------------------------------------ */
-static int32_t frame_new(fab_t *f) {
+static int32_t frame_new(core_t *f) {
     if (f->free_frame >= 0) {
         int32_t i = f->free_frame;
         f->free_frame = f->frames[i].next;
@@ -225,13 +170,13 @@ static int32_t frame_new(fab_t *f) {
     return f->n_frames++;
 }
 
-static void frame_free(fab_t *f, int32_t i) {
+static void frame_free(core_t *f, int32_t i) {
     f->frames[i].next = f->free_frame;
     f->free_frame = i;
 }
 
 /* a frame that will never reach a host: its packet's handle goes back to Python */
-static void frame_gone(fab_t *f, int32_t i) {
+static void frame_gone(core_t *f, int32_t i) {
     if (f->n_dead == f->cap_dead) {
         int64_t cap = f->cap_dead ? f->cap_dead * 2 : 256;
         int64_t *dead = realloc(f->dead, cap * sizeof(int64_t));
@@ -247,14 +192,14 @@ static void frame_gone(fab_t *f, int32_t i) {
     frame_free(f, i);
 }
 
-static void fifo_push(fab_t *f, fifo_t *q, int32_t i) {
+static void fifo_push(core_t *f, fifo_t *q, int32_t i) {
     f->frames[i].next = -1;
     if (q->tail >= 0) f->frames[q->tail].next = i;
     else q->head = i;
     q->tail = i;
 }
 
-static int32_t fifo_pop(fab_t *f, fifo_t *q) {
+static int32_t fifo_pop(core_t *f, fifo_t *q) {
     int32_t i = q->head;
     q->head = f->frames[i].next;
     if (q->head < 0) q->tail = -1;
@@ -262,7 +207,7 @@ static int32_t fifo_pop(fab_t *f, fifo_t *q) {
 }
 
 /* ---- attribution (port.py _account, _queue_change) -------------------------------------- */
-static fab_attr_t *account(fab_t *f, int32_t port, int64_t tag) {
+static fab_attr_t *account(core_t *f, int32_t port, int64_t tag) {
     attr_t *a = &f->attr[port];
     for (int32_t k = a->n - 1; k >= 0; k--)
         if (a->items[k].tag == tag) return &a->items[k];
@@ -280,13 +225,13 @@ static fab_attr_t *account(fab_t *f, int32_t port, int64_t tag) {
     e->tag = tag;
     e->q = e->tx = e->marks = e->drops = 0;
     e->byte_s = 0.0;
-    e->last = f->now;
+    e->last = f->pub.now;
     return e;
 }
 
-static void queue_change(fab_t *f, fab_attr_t *e, int64_t delta) {
-    e->byte_s += (double)e->q * (f->now - e->last);
-    e->last = f->now;
+static void queue_change(core_t *f, fab_attr_t *e, int64_t delta) {
+    e->byte_s += (double)e->q * (f->pub.now - e->last);
+    e->last = f->pub.now;
     e->q += delta;
 }
 
@@ -296,20 +241,20 @@ static int64_t pool_threshold(fab_pool_t *p) {
     return (room > 0 ? room : 0) >> p->shift;
 }
 
-static int64_t ingress_threshold(fab_t *f, fab_ingress_t *g) {
-    return g->pool < 0 ? g->xoff : pool_threshold(&f->pools[g->pool]);
+static int64_t ingress_threshold(core_t *f, fab_ingress_t *g) {
+    return g->pool < 0 ? g->xoff : pool_threshold(&f->pub.pools[g->pool]);
 }
 
-static void signal_pause(fab_t *f, int32_t port, int pause) {
-    fab_port_t *p = &f->ports[port];
+static void signal_pause(core_t *f, int32_t port, int pause) {
+    fab_port_t *p = &f->pub.ports[port];
     double delay = 84 * 8 / p->rate_bps + p->delay_s; /* PFC_FRAME_WIRE_BYTES */
-    push(f, f->now + delay, EV_PAUSE, port, pause);
+    push(f, f->pub.now + delay, EV_PAUSE, port, pause);
 }
 
-static int ingress_admit(fab_t *f, int32_t gi, int32_t fi) {
-    fab_ingress_t *g = &f->ingress[gi];
+static int ingress_admit(core_t *f, int32_t gi, int32_t fi) {
+    fab_ingress_t *g = &f->pub.ingress[gi];
     int64_t size = f->frames[fi].size;
-    fab_pool_t *pool = g->pool < 0 ? NULL : &f->pools[g->pool];
+    fab_pool_t *pool = g->pool < 0 ? NULL : &f->pub.pools[g->pool];
     int64_t threshold = pool ? pool_threshold(pool) : g->xoff;
     if (g->shared + size > threshold) {
         if (g->hdrm + size > g->headroom_bytes) {
@@ -332,8 +277,8 @@ static int ingress_admit(fab_t *f, int32_t gi, int32_t fi) {
     return 1;
 }
 
-static void ingress_release(fab_t *f, int32_t gi, int64_t size) {
-    fab_ingress_t *g = &f->ingress[gi];
+static void ingress_release(core_t *f, int32_t gi, int64_t size) {
+    fab_ingress_t *g = &f->pub.ingress[gi];
     int64_t hdrm = g->hdrm;
     if (hdrm) {
         int64_t from_hdrm = hdrm < size ? hdrm : size;
@@ -342,7 +287,7 @@ static void ingress_release(fab_t *f, int32_t gi, int64_t size) {
     }
     if (size) {
         g->shared -= size;
-        if (g->pool >= 0) f->pools[g->pool].used -= size;
+        if (g->pool >= 0) f->pub.pools[g->pool].used -= size;
     }
     if (g->paused && g->hdrm == 0 &&
         (g->shared == 0 || g->shared + g->xon_offset <= ingress_threshold(f, g))) {
@@ -351,7 +296,7 @@ static void ingress_release(fab_t *f, int32_t gi, int64_t size) {
     }
 }
 
-static void frame_release(fab_t *f, int32_t fi) {
+static void frame_release(core_t *f, int32_t fi) {
     frame_t *fr = &f->frames[fi];
     if (fr->ingress >= 0) {
         int32_t gi = fr->ingress;
@@ -361,8 +306,8 @@ static void frame_release(fab_t *f, int32_t fi) {
 }
 
 /* ---- ports (port.py Port) -------------------------------------------------------------- */
-static int should_mark(fab_t *f, int32_t port, int64_t queue_bytes) {
-    fab_port_t *p = &f->ports[port];
+static int should_mark(core_t *f, int32_t port, int64_t queue_bytes) {
+    fab_port_t *p = &f->pub.ports[port];
     if (queue_bytes <= p->kmin) return 0;
     if (queue_bytes > p->kmax) return 1;
     return mt_random(&f->mark_rng[port]) < p->pmax * (double)(queue_bytes - p->kmin) / (double)p->span;
@@ -370,8 +315,8 @@ static int should_mark(fab_t *f, int32_t port, int64_t queue_bytes) {
 
 static int is_ect(int32_t ecn) { return ecn == 1 || ecn == 2; }
 
-static void port_mark(fab_t *f, int32_t port, int32_t fi) {
-    fab_port_t *p = &f->ports[port];
+static void port_mark(core_t *f, int32_t port, int32_t fi) {
+    fab_port_t *p = &f->pub.ports[port];
     frame_t *fr = &f->frames[fi];
     fr->ecn = 3; /* CE: the Python side sets it in a packet's bytes on delivery */
     p->marks++;
@@ -393,8 +338,8 @@ static void port_mark(fab_t *f, int32_t port, int32_t fi) {
     }
 }
 
-static void port_drop(fab_t *f, int32_t port, int32_t fi) {
-    fab_port_t *p = &f->ports[port];
+static void port_drop(core_t *f, int32_t port, int32_t fi) {
+    fab_port_t *p = &f->pub.ports[port];
     p->drops++;
     if (p->attribution) {
         fab_attr_t *e = account(f, port, f->frames[fi].tag);
@@ -404,15 +349,15 @@ static void port_drop(fab_t *f, int32_t port, int32_t fi) {
     frame_gone(f, fi);
 }
 
-static void port_lose(fab_t *f, int32_t port, int32_t fi) {
-    fab_port_t *p = &f->ports[port];
+static void port_lose(core_t *f, int32_t port, int32_t fi) {
+    fab_port_t *p = &f->pub.ports[port];
     p->losses++;
     p->lost_bytes += f->frames[fi].size;
     frame_gone(f, fi);
 }
 
-static void port_start(fab_t *f, int32_t port) {
-    fab_port_t *p = &f->ports[port];
+static void port_start(core_t *f, int32_t port) {
+    fab_port_t *p = &f->pub.ports[port];
     int32_t fi;
     if (f->prio[port].head >= 0) {
         fi = fifo_pop(f, &f->prio[port]);
@@ -438,7 +383,7 @@ static void port_start(fab_t *f, int32_t port) {
     }
     frame_t *fr = &f->frames[fi];
     p->busy = 1;
-    double done = f->now + (double)((int64_t)fr->size * 8) / p->rate_bps;
+    double done = f->pub.now + (double)((int64_t)fr->size * 8) / p->rate_bps;
     p->tx_frames++;
     p->tx_bytes += fr->size;
     if (p->loss_p != 0.0 && mt_random(&f->loss_rng[port]) < p->loss_p) {
@@ -452,8 +397,8 @@ static void port_start(fab_t *f, int32_t port) {
     }
 }
 
-static void port_send(fab_t *f, int32_t port, int32_t fi) {
-    fab_port_t *p = &f->ports[port];
+static void port_send(core_t *f, int32_t port, int32_t fi) {
+    fab_port_t *p = &f->pub.ports[port];
     frame_t *fr = &f->frames[fi];
     if (!p->up) {
         port_drop(f, port, fi);
@@ -484,8 +429,8 @@ static void port_send(fab_t *f, int32_t port, int32_t fi) {
 }
 
 /* the port finished a frame: next one, or the host behind it is asked (returns 1) */
-static int port_done(fab_t *f, int32_t port) {
-    fab_port_t *p = &f->ports[port];
+static int port_done(core_t *f, int32_t port) {
+    fab_port_t *p = &f->pub.ports[port];
     p->busy = 0;
     if (f->prio[port].head >= 0 || (f->data[port].head >= 0 && !p->paused)) {
         port_start(f, port);
@@ -495,20 +440,20 @@ static int port_done(fab_t *f, int32_t port) {
 }
 
 /* the PAUSE or RESUME reached the port; returns 1 when its host must be asked */
-static int port_set_paused(fab_t *f, int32_t port, int pause) {
-    fab_port_t *p = &f->ports[port];
+static int port_set_paused(core_t *f, int32_t port, int pause) {
+    fab_port_t *p = &f->pub.ports[port];
     if (pause) {
         p->pause_frames++;
         if (!p->paused) {
             p->paused = 1;
-            p->paused_since = f->now;
+            p->paused_since = f->pub.now;
         }
         return 0;
     }
     p->resume_frames++;
     if (p->paused) {
         p->paused = 0;
-        p->paused_s += f->now - p->paused_since;
+        p->paused_s += f->pub.now - p->paused_since;
         if (!p->busy) {
             if (f->data[port].head >= 0 || f->prio[port].head >= 0) port_start(f, port);
             else return p->idle_host >= 0;
@@ -579,7 +524,7 @@ static int route_put(route_map_t *m, uint64_t key, int32_t port) {
 
 /* forward a frame the switch holds (charged to its ingress already); returns 1 to ask
  * Python for the route of a 5-tuple it has not seen (then pend_* keep the frame) */
-static int switch_forward(fab_t *f, int32_t sw, int32_t fi, fab_out_t *out) {
+static int switch_forward(core_t *f, int32_t sw, int32_t fi, fab_out_t *out) {
     frame_t *fr = &f->frames[fi];
     int32_t egress = route_find(&f->routes[sw], route_key(fr));
     if (egress == -2) {
@@ -596,13 +541,13 @@ static int switch_forward(fab_t *f, int32_t sw, int32_t fi, fab_out_t *out) {
         return 1;
     }
     if (egress < 0) {
-        f->switches[sw].no_route++;
+        f->pub.switches[sw].no_route++;
         frame_release(f, fi);
         frame_gone(f, fi);
         return 0;
     }
-    if (f->switches[sw].latency_s != 0.0)
-        push(f, f->now + f->switches[sw].latency_s, EV_SEND, egress, fi);
+    if (f->pub.switches[sw].latency_s != 0.0)
+        push(f, f->pub.now + f->pub.switches[sw].latency_s, EV_SEND, egress, fi);
     else
         port_send(f, egress, fi);
     return 0;
@@ -610,8 +555,8 @@ static int switch_forward(fab_t *f, int32_t sw, int32_t fi, fab_out_t *out) {
 
 /* a frame reaches the far end of `port`: a switch (returns 1 if Python must route it) or a
  * host (returns 1: Python receives it) */
-static int deliver(fab_t *f, int32_t port, int32_t fi, fab_out_t *out) {
-    fab_port_t *p = &f->ports[port];
+static int deliver(core_t *f, int32_t port, int32_t fi, fab_out_t *out) {
+    fab_port_t *p = &f->pub.ports[port];
     if (!p->up) {
         port_lose(f, port, fi);
         return 0;
@@ -643,24 +588,24 @@ static int deliver(fab_t *f, int32_t port, int32_t fi, fab_out_t *out) {
     return switch_forward(f, p->peer_switch, fi, out);
 }
 
-static void idle(fab_t *f, int32_t port, fab_out_t *out) {
+static void idle(core_t *f, int32_t port, fab_out_t *out) {
     out->kind = RET_IDLE;
-    out->node = f->ports[port].idle_host;
+    out->node = f->pub.ports[port].idle_host;
     out->port = port;
 }
 
 /* ---- the API ------------------------------------------------------------------------------ */
 fab_t *fab_new(int32_t n_ports, int32_t n_switches, int32_t n_ingress, int32_t n_pools) {
-    fab_t *f = calloc(1, sizeof(fab_t));
+    core_t *f = calloc(1, sizeof(core_t));
     if (!f) return NULL;
-    f->n_ports = n_ports;
-    f->n_switches = n_switches;
-    f->n_ingress = n_ingress;
-    f->n_pools = n_pools;
-    f->ports = calloc(n_ports ? n_ports : 1, sizeof(fab_port_t));
-    f->switches = calloc(n_switches ? n_switches : 1, sizeof(fab_switch_t));
-    f->ingress = calloc(n_ingress ? n_ingress : 1, sizeof(fab_ingress_t));
-    f->pools = calloc(n_pools ? n_pools : 1, sizeof(fab_pool_t));
+    f->pub.n_ports = n_ports;
+    f->pub.n_switches = n_switches;
+    f->pub.n_ingress = n_ingress;
+    f->pub.n_pools = n_pools;
+    f->pub.ports = calloc(n_ports ? n_ports : 1, sizeof(fab_port_t));
+    f->pub.switches = calloc(n_switches ? n_switches : 1, sizeof(fab_switch_t));
+    f->pub.ingress = calloc(n_ingress ? n_ingress : 1, sizeof(fab_ingress_t));
+    f->pub.pools = calloc(n_pools ? n_pools : 1, sizeof(fab_pool_t));
     f->data = calloc(n_ports ? n_ports : 1, sizeof(fifo_t));
     f->prio = calloc(n_ports ? n_ports : 1, sizeof(fifo_t));
     f->mark_rng = calloc(n_ports ? n_ports : 1, sizeof(mt_t));
@@ -668,40 +613,41 @@ fab_t *fab_new(int32_t n_ports, int32_t n_switches, int32_t n_ingress, int32_t n
     f->attr = calloc(n_ports ? n_ports : 1, sizeof(attr_t));
     f->routes = calloc(n_switches ? n_switches : 1, sizeof(route_map_t));
     f->free_frame = -1;
-    if (!f->ports || !f->switches || !f->ingress || !f->pools || !f->data || !f->prio ||
+    if (!f->pub.ports || !f->pub.switches || !f->pub.ingress || !f->pub.pools || !f->data || !f->prio ||
         !f->mark_rng || !f->loss_rng || !f->attr || !f->routes) {
         f->oom = 1;
-        return f; /* fab_free releases what was allocated; Python checks fab_oom */
+        return &f->pub; /* fab_free releases what was allocated; Python checks fab_oom */
     }
     for (int32_t i = 0; i < n_ports; i++) {
         f->data[i].head = f->data[i].tail = -1;
         f->prio[i].head = f->prio[i].tail = -1;
-        f->ports[i].up = 1;
-        f->ports[i].peer_host = f->ports[i].peer_switch = -1;
-        f->ports[i].idle_host = f->ports[i].far_ingress = -1;
+        f->pub.ports[i].up = 1;
+        f->pub.ports[i].peer_host = f->pub.ports[i].peer_switch = -1;
+        f->pub.ports[i].idle_host = f->pub.ports[i].far_ingress = -1;
         f->mark_rng[i].index = 624;
         f->loss_rng[i].index = 624;
     }
-    for (int32_t i = 0; i < n_ingress; i++) f->ingress[i].pool = -1;
-    return f;
+    for (int32_t i = 0; i < n_ingress; i++) f->pub.ingress[i].pool = -1;
+    return &f->pub;
 }
 
-void fab_free(fab_t *f) {
+void fab_free(fab_t *pub) {
+    core_t *f = (core_t *)pub;
     if (!f) return;
     if (f->attr)
-        for (int32_t i = 0; i < f->n_ports; i++) {
+        for (int32_t i = 0; i < f->pub.n_ports; i++) {
             free(f->attr[i].items);
             free(f->attr[i].marked);
         }
     if (f->routes)
-        for (int32_t i = 0; i < f->n_switches; i++) {
+        for (int32_t i = 0; i < f->pub.n_switches; i++) {
             free(f->routes[i].keys);
             free(f->routes[i].values);
         }
-    free(f->ports);
-    free(f->switches);
-    free(f->ingress);
-    free(f->pools);
+    free(f->pub.ports);
+    free(f->pub.switches);
+    free(f->pub.ingress);
+    free(f->pub.pools);
     free(f->data);
     free(f->prio);
     free(f->mark_rng);
@@ -714,33 +660,36 @@ void fab_free(fab_t *f) {
     free(f);
 }
 
-int fab_oom(fab_t *f) { return f->oom; }
+int fab_oom(fab_t *pub) { return ((core_t *)pub)->oom; }
+
+static mt_t *rng_of(core_t *f, int32_t port, int32_t which) {
+    return which ? &f->loss_rng[port] : &f->mark_rng[port];
+}
 
 /* the generator's state as random.Random.getstate() gives it: 624 words and the position */
-void fab_set_rng(fab_t *f, int32_t port, int32_t which, const uint32_t *state, int32_t index) {
-    mt_t *m = which ? &f->loss_rng[port] : &f->mark_rng[port];
+void fab_set_rng(fab_t *pub, int32_t port, int32_t which, const uint32_t *state, int32_t index) {
+    core_t *f = (core_t *)pub;
+    mt_t *m = rng_of(f, port, which);
     memcpy(m->state, state, sizeof(m->state));
     m->index = index;
 }
 
-void fab_get_rng(fab_t *f, int32_t port, int32_t which, uint32_t *state, int32_t *index) {
-    mt_t *m = which ? &f->loss_rng[port] : &f->mark_rng[port];
-    memcpy(state, m->state, sizeof(m->state));
-    *index = m->index;
+double fab_rng_random(fab_t *pub, int32_t port, int32_t which) {
+    core_t *f = (core_t *)pub;
+    return mt_random(rng_of(f, port, which));
 }
 
-double fab_rng_random(fab_t *f, int32_t port, int32_t which) {
-    return mt_random(which ? &f->loss_rng[port] : &f->mark_rng[port]);
+void fab_at(fab_t *pub, double when_s, int64_t handle) {
+    push((core_t *)pub, when_s, EV_PY, 0, handle);
 }
 
-void fab_at(fab_t *f, double when_s, int64_t handle) { push(f, when_s, EV_PY, 0, handle); }
-
-int64_t fab_pending(fab_t *f) { return f->n_heap; }
+int64_t fab_pending(fab_t *pub) { return ((core_t *)pub)->n_heap; }
 
 /* a frame from a host (or a test) into `port` */
-int fab_send(fab_t *f, int32_t port, int32_t src, int32_t dst, int32_t sport, int32_t size,
+int fab_send(fab_t *pub, int32_t port, int32_t src, int32_t dst, int32_t sport, int32_t size,
              int32_t ecn, int32_t control, int64_t tag, int32_t priority, int64_t flow,
              int32_t dport, int64_t mhash, int64_t handle) {
+    core_t *f = (core_t *)pub;
     int32_t fi = frame_new(f);
     if (fi < 0) return -1;
     frame_t *fr = &f->frames[fi];
@@ -763,8 +712,9 @@ int fab_send(fab_t *f, int32_t port, int32_t src, int32_t dst, int32_t sport, in
     return f->oom ? -1 : 0;
 }
 
-int fab_route_set(fab_t *f, int32_t sw, int32_t src, int32_t dst, int32_t sport, int32_t control,
+int fab_route_set(fab_t *pub, int32_t sw, int32_t src, int32_t dst, int32_t sport, int32_t control,
                   int32_t dport, int32_t port) {
+    core_t *f = (core_t *)pub;
     frame_t key = {0};
     key.src = src;
     key.dst = dst;
@@ -774,15 +724,17 @@ int fab_route_set(fab_t *f, int32_t sw, int32_t src, int32_t dst, int32_t sport,
     return route_put(&f->routes[sw], route_key(&key), port);
 }
 
-void fab_routes_clear(fab_t *f, int32_t sw) {
+void fab_routes_clear(fab_t *pub, int32_t sw) {
+    core_t *f = (core_t *)pub;
     route_map_t *m = &f->routes[sw];
     for (int64_t i = 0; i < m->cap; i++) m->values[i] = -3;
     m->n = 0;
 }
 
 /* a cable goes up or down (port.py set_up): down loses what the port holds */
-void fab_set_up(fab_t *f, int32_t port, int32_t up) {
-    fab_port_t *p = &f->ports[port];
+void fab_set_up(fab_t *pub, int32_t port, int32_t up) {
+    core_t *f = (core_t *)pub;
+    fab_port_t *p = &f->pub.ports[port];
     if ((up != 0) == (p->up != 0)) return;
     p->up = up != 0;
     if (up) return;
@@ -797,8 +749,9 @@ void fab_set_up(fab_t *f, int32_t port, int32_t up) {
 
 /* take_attribution: the byte-time up to now, every entry out (items, count, marked flows);
  * fab_attr_reset then keeps only the entries holding bytes, in their order */
-int32_t fab_attr_take(fab_t *f, int32_t port, fab_attr_t **items, int64_t **marked,
+int32_t fab_attr_take(fab_t *pub, int32_t port, fab_attr_t **items, int64_t **marked,
                       int32_t *n_marked) {
+    core_t *f = (core_t *)pub;
     attr_t *a = &f->attr[port];
     for (int32_t k = 0; k < a->n; k++) queue_change(f, &a->items[k], 0);
     *items = a->items;
@@ -807,7 +760,8 @@ int32_t fab_attr_take(fab_t *f, int32_t port, fab_attr_t **items, int64_t **mark
     return a->n;
 }
 
-void fab_attr_reset(fab_t *f, int32_t port) {
+void fab_attr_reset(fab_t *pub, int32_t port) {
+    core_t *f = (core_t *)pub;
     attr_t *a = &f->attr[port];
     int32_t kept = 0;
     for (int32_t k = 0; k < a->n; k++) {
@@ -815,7 +769,7 @@ void fab_attr_reset(fab_t *f, int32_t port) {
         if (!e.q) continue;
         e.tx = e.marks = e.drops = 0;
         e.byte_s = 0.0;
-        e.last = f->now;
+        e.last = f->pub.now;
         a->items[kept++] = e;
     }
     a->n = kept;
@@ -823,17 +777,19 @@ void fab_attr_reset(fab_t *f, int32_t port) {
 }
 
 /* the packet handles of frames dropped or lost since the last call (Python forgets them) */
-int64_t fab_dead(fab_t *f, int64_t **handles) {
+int64_t fab_dead(fab_t *pub, int64_t **handles) {
+    core_t *f = (core_t *)pub;
     *handles = f->dead;
     return f->n_dead;
 }
 
-void fab_dead_clear(fab_t *f) { f->n_dead = 0; }
+void fab_dead_clear(fab_t *pub) { ((core_t *)pub)->n_dead = 0; }
 
 /* Run events up to `until_s` with at most `*budget` of them (decremented as they run), until
  * one needs Python (returns its RET_*, `out` says what), or up to `until_s` (RET_DONE: `now`
  * is left at the last event run; the caller sets it to until_s). */
-int fab_run(fab_t *f, double until_s, int64_t *budget, fab_out_t *out) {
+int fab_run(fab_t *pub, double until_s, int64_t *budget, fab_out_t *out) {
+    core_t *f = (core_t *)pub;
     if (f->pend_kind == PEND_DELIVER) {
         f->pend_kind = PEND_NONE;
         if (deliver(f, f->pend_a, f->pend_frame, out)) return out->kind;
@@ -845,8 +801,8 @@ int fab_run(fab_t *f, double until_s, int64_t *budget, fab_out_t *out) {
         if (f->oom) return RET_NOMEM;
         if (*budget <= 0) return RET_BUDGET;
         ev_t ev = pop(f);
-        f->now = ev.t;
-        f->events_run++;
+        f->pub.now = ev.t;
+        f->pub.events_run++;
         (*budget)--;
         switch (ev.kind) {
         case EV_PY:

@@ -22,8 +22,6 @@ from emulator.sim.port import Frame, SharedBuffer, _set_ce
 from emulator.transport.params import EcnMarkingParams
 from emulator.transport.wire import ECN_CE
 
-# fab_run's answers (simfab.c RET_*)
-RET_DONE, RET_PY, RET_HOST_RX, RET_IDLE, RET_ROUTE, RET_BUDGET, RET_NOMEM = range(7)
 # a route key holds a host's index in 15 bits (simfab.c route_key)
 MAX_HOSTS = 1 << 15
 MARK_RNG, LOSS_RNG = 0, 1
@@ -64,8 +62,7 @@ class NativeSimulator:
         self.hosts: list[Any] = []
         self.ports: list[NativePort] = []
         self.switches: list[NativeSwitch] = []
-        self._pools: dict[int, int] = {}
-        self._keep: list[SharedBuffer] = []
+        self._pools: dict[SharedBuffer, int] = {}  # a switch's buffer -> its number in C
 
     @property
     def events_run(self) -> int:
@@ -91,26 +88,34 @@ class NativeSimulator:
         """Every event up to `until_s` (at most `max_events` of them), as Simulator.run."""
         lib, fab, out, budget = self.lib, self.fab, self._out, self._budget
         budget[0] = max_events
+        # fab_run's answers (simfab_api.h)
+        done, py, rx, idle, route = (
+            lib.RET_DONE,
+            lib.RET_PY,
+            lib.RET_HOST_RX,
+            lib.RET_IDLE,
+            lib.RET_ROUTE,
+        )
         run = lib.fab_run
         calls = self._calls
         try:
             while True:
                 kind = run(fab, until_s, budget, out)
-                if kind == RET_DONE:
+                if kind == done:
                     break
                 self.now = fab.now
-                if kind == RET_PY:
+                if kind == py:
                     fn, args = calls.pop(out.handle)
                     fn(*args)
-                elif kind == RET_HOST_RX:
+                elif kind == rx:
                     self._receive(out)
-                elif kind == RET_IDLE:
+                elif kind == idle:
                     on_idle = self.ports[out.port].on_idle
                     if on_idle is not None:
                         on_idle()
-                elif kind == RET_ROUTE:
+                elif kind == route:
                     self.switches[out.node].route(out)
-                elif kind == RET_BUDGET:
+                elif kind == lib.RET_BUDGET:
                     raise RuntimeError(
                         f"simulation exceeded {max_events} events at t={fab.now:.6f}s"
                     )
@@ -157,12 +162,11 @@ class NativeSimulator:
         )
         g.pool = -1
         if pool is not None:
-            number = self._pools.get(id(pool))
+            number = self._pools.get(pool)
             if number is None:
-                number = self._pools[id(pool)] = len(self._pools)
+                number = self._pools[pool] = len(self._pools)
                 c_pool = self.fab.pools[number]
                 c_pool.free_bytes, c_pool.used, c_pool.shift = pool.free_bytes, 0, pool.shift
-                self._keep.append(pool)  # its id stays its own while the fabric is built
             g.pool = number
         upstream._p.far_ingress = index
         return NativeIngress(self, index, upstream)
