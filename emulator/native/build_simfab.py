@@ -1,5 +1,6 @@
 """cffi builder of emulator.native._simfab (simfab.c): the packet simulator's fabric (event
-heap, ports, ECMP switches, PFC accounts) in C; emulator/sim/native.py is its Python side and
+heap, ports, ECMP switches, PFC accounts) in C, with the receive queue pairs' common path
+(simfab_rqp.c); emulator/sim/native.py is its Python side and
 emulator/sim/fabric.py falls back to the Python fabric when it is not built.
 
 `python -m emulator.native.build` compiles it with every other build_*.py here.
@@ -12,7 +13,7 @@ from pathlib import Path
 from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "simfab.c"
+SOURCES = [HERE / "simfab.c", HERE / "simfab_rqp.c"]
 API = HERE / "simfab_api.h"  # the declarations, read as they are: cdef and C cannot disagree
 
 ffibuilder = FFI()
@@ -20,7 +21,7 @@ ffibuilder.cdef(API.read_text())
 ffibuilder.set_source(
     "emulator.native._simfab",
     '#include <stdint.h>\n#include "simfab_api.h"\n',
-    sources=[str(SOURCE)],
+    sources=[str(p) for p in SOURCES],
     include_dirs=[str(HERE)],
     # the simulated times must be the Python fabric's, bit for bit: no fused multiply-add
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-ffp-contract=off"],

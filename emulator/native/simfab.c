@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "simfab_api.h" /* what Python sees */
+#include "simfab_rqp.h"
 
 /* ---- inside ---------------------------------------------------------------------------- */
 enum { EV_PY = 0, EV_DONE = 1, EV_DONE_DELIVER = 2, EV_DELIVER = 3, EV_SEND = 4, EV_PAUSE = 5 };
@@ -33,6 +34,8 @@ typedef struct {
     int32_t src, dst, sport, size, ecn, control, dport, priority, marked_here;
     int32_t ingress, next;
     int64_t tag, flow, handle, mhash;
+    int32_t qpn, data_flags, payload_bytes; /* a data packet's (qpn -1: not one) */
+    uint32_t psn;
 } frame_t;
 
 typedef struct {
@@ -67,6 +70,7 @@ typedef struct {
     mt_t *mark_rng, *loss_rng;
     attr_t *attr;
     route_map_t *routes;
+    rqp_table_t rqp; /* receive queue pairs whose common path is taken here (simfab_rqp.c) */
     int64_t *dead;
     int64_t n_dead, cap_dead;
     int32_t oom;
@@ -175,7 +179,8 @@ static void frame_free(core_t *f, int32_t i) {
     f->free_frame = i;
 }
 
-/* a frame that will never reach a host: its packet's handle goes back to Python */
+/* a frame Python will not receive (dropped, lost, or taken by a receive queue pair here):
+ * its packet's handle goes back to Python */
 static void frame_gone(core_t *f, int32_t i) {
     if (f->n_dead == f->cap_dead) {
         int64_t cap = f->cap_dead ? f->cap_dead * 2 : 256;
@@ -563,7 +568,18 @@ static int deliver(core_t *f, int32_t port, int32_t fi, fab_out_t *out) {
     }
     frame_t *fr = &f->frames[fi];
     if (p->peer_host >= 0) {
+        if (fr->qpn >= 0) {
+            int took = rqp_take(&f->rqp, fr->qpn, p->peer_host, fr->psn, fr->data_flags,
+                                fr->ecn == 3, fr->payload_bytes);
+            if (took > 0) {
+                f->pub.rx_taken++;
+                frame_gone(f, fi);
+                return 0;
+            }
+            if (took < 0) f->oom = 1; /* fab_run stops on it; this frame still goes to Python */
+        }
         out->kind = RET_HOST_RX;
+        out->qpn = fr->qpn;
         out->node = p->peer_host;
         out->port = port;
         out->src = fr->src;
@@ -657,6 +673,7 @@ void fab_free(fab_t *pub) {
     free(f->heap);
     free(f->frames);
     free(f->dead);
+    rqp_free(&f->rqp);
     free(f);
 }
 
@@ -688,7 +705,8 @@ int64_t fab_pending(fab_t *pub) { return ((core_t *)pub)->n_heap; }
 /* a frame from a host (or a test) into `port` */
 int fab_send(fab_t *pub, int32_t port, int32_t src, int32_t dst, int32_t sport, int32_t size,
              int32_t ecn, int32_t control, int64_t tag, int32_t priority, int64_t flow,
-             int32_t dport, int64_t mhash, int64_t handle) {
+             int32_t dport, int64_t mhash, int64_t handle, int32_t qpn, uint32_t psn,
+             int32_t data_flags, int32_t payload_bytes) {
     core_t *f = (core_t *)pub;
     int32_t fi = frame_new(f);
     if (fi < 0) return -1;
@@ -705,6 +723,10 @@ int fab_send(fab_t *pub, int32_t port, int32_t src, int32_t dst, int32_t sport, 
     fr->dport = dport;
     fr->mhash = mhash;
     fr->handle = handle;
+    fr->qpn = qpn;
+    fr->psn = psn;
+    fr->data_flags = data_flags;
+    fr->payload_bytes = payload_bytes;
     fr->marked_here = 0;
     fr->ingress = -1;
     fr->next = -1;
@@ -784,6 +806,31 @@ int64_t fab_dead(fab_t *pub, int64_t **handles) {
 }
 
 void fab_dead_clear(fab_t *pub) { ((core_t *)pub)->n_dead = 0; }
+
+/* receive queue pair `qpn`'s state in C (NULL: out of memory, or not a 24-bit QP number); a
+ * new one is claimed by no host */
+fab_rqp_t *fab_rqp(fab_t *pub, int32_t qpn) { return rqp_slot(&((core_t *)pub)->rqp, qpn); }
+
+/* what deliver asks of a data frame for `host`: 1 if the queue pair took it (tests drive the
+ * common path through this without a fabric), 0 if Python must, -1 out of memory */
+int fab_rqp_offer(fab_t *pub, int32_t qpn, int32_t host, uint32_t psn, int32_t data_flags,
+                  int32_t ce, int32_t payload_bytes) {
+    return rqp_take(&((core_t *)pub)->rqp, qpn, host, psn, data_flags, ce, payload_bytes);
+}
+
+/* the queue pairs that took packets since fab_rqp_dirty_clear (each once; Python reads those
+ * still dirty, then clears the list and their listed marks) */
+int64_t fab_rqp_dirty(fab_t *pub, int32_t **qpns) {
+    core_t *f = (core_t *)pub;
+    *qpns = f->rqp.dirty;
+    return f->rqp.n_dirty;
+}
+
+void fab_rqp_dirty_clear(fab_t *pub) {
+    core_t *f = (core_t *)pub;
+    for (int64_t i = 0; i < f->rqp.n_dirty; i++) f->rqp.q[f->rqp.dirty[i]].listed = 0;
+    f->rqp.n_dirty = 0;
+}
 
 /* Run events up to `until_s` with at most `*budget` of them (decremented as they run), until
  * one needs Python (returns its RET_*, `out` says what), or up to `until_s` (RET_DONE: `now`

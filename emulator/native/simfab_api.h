@@ -13,6 +13,7 @@ typedef struct {
     int32_t src, dst, sport, size, ecn, control, dport, priority;
     int64_t tag, flow, handle; /* its collective, flow; its packet's handle, or a callback's */
     int64_t mhash;
+    int32_t qpn; /* RX of a data packet: the receive queue pair it is for (else -1) */
 } fab_out_t;
 
 typedef struct {
@@ -52,10 +53,25 @@ typedef struct {
     int64_t no_route;
 } fab_switch_t;
 
+/* A receive queue pair whose common path C takes (simfab_rqp.c): what it must know of the
+ * Python receiver's state, and what it took since Python last read it. A data frame's flags: */
+enum { DATA_ACK_REQ = 1, DATA_FIRST = 2, DATA_LAST = 4 };
+
+typedef struct {
+    int32_t host;       /* the host it receives at; -1: none, -2: two hosts claim the number */
+    int32_t eligible;   /* 1: nothing held or seen ahead (receiver.py's common path applies) */
+    int32_t in_message; /* inside a message (its next packet is a MIDDLE or LAST) */
+    uint32_t expected_psn, highest_psn;
+    int32_t dirty;  /* it took packets Python has not read (packets, bytes: how many) */
+    int32_t listed; /* on the list fab_rqp_dirty gives */
+    int64_t packets, bytes;
+} fab_rqp_t;
+
 /* the fabric's state Python reads (the rest is simfab.c's own) */
 typedef struct {
     double now;
     uint64_t seq, events_run;
+    int64_t rx_taken; /* data packets a receive queue pair took in C, never handed to Python */
     int32_t n_ports, n_switches, n_ingress, n_pools;
     fab_port_t *ports;
     fab_switch_t *switches;
@@ -74,7 +90,8 @@ void fab_at(fab_t *f, double when_s, int64_t handle);
 int64_t fab_pending(fab_t *f);
 int fab_send(fab_t *f, int32_t port, int32_t src, int32_t dst, int32_t sport, int32_t size,
              int32_t ecn, int32_t control, int64_t tag, int32_t priority, int64_t flow,
-             int32_t dport, int64_t mhash, int64_t handle);
+             int32_t dport, int64_t mhash, int64_t handle, int32_t qpn, uint32_t psn,
+             int32_t data_flags, int32_t payload_bytes);
 int fab_route_set(fab_t *f, int32_t sw, int32_t src, int32_t dst, int32_t sport,
                   int32_t control, int32_t dport, int32_t port);
 void fab_routes_clear(fab_t *f, int32_t sw);
@@ -85,3 +102,8 @@ void fab_attr_reset(fab_t *f, int32_t port);
 int64_t fab_dead(fab_t *f, int64_t **handles);
 void fab_dead_clear(fab_t *f);
 int fab_run(fab_t *f, double until_s, int64_t *budget, fab_out_t *out);
+fab_rqp_t *fab_rqp(fab_t *f, int32_t qpn);
+int fab_rqp_offer(fab_t *f, int32_t qpn, int32_t host, uint32_t psn, int32_t data_flags,
+                  int32_t ce, int32_t payload_bytes);
+int64_t fab_rqp_dirty(fab_t *f, int32_t **qpns);
+void fab_rqp_dirty_clear(fab_t *f);

@@ -238,7 +238,8 @@ class SimSpec:
         "auto",
         doc="run the simulated fabric (its event heap, ports, ECMP switches and PFC accounts) in "
         "C (emulator/native/simfab.c), which gives the Python fabric's results bit for bit, "
-        "faster; the hosts and their transport stay in Python. auto: in C when it is built and "
+        "faster; the hosts and their transport stay in Python but for the receive queue pairs' "
+        "common path (in-order data that asks for nothing). auto: in C when it is built and "
         "the fabric is one it runs (every tier's load_balancing ecmp, fewer than 32,768 hosts), "
         "else in Python; on: in C or refuse, saying why; off: in Python. summary.json "
         "engine.fabric_code says which ran and why",

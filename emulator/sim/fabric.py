@@ -187,6 +187,13 @@ class SimFabric:
     # which code ran the fabric: "native" (C), or "python" and why not native
     code: str = "python"
 
+    @property
+    def data_packets_taken_in_c(self) -> int:
+        """Data packets the C fabric's receive queue pairs took on their common path, never
+        handed to a Python receiver (emulator/sim/native_rqp.py); 0 with the Python fabric."""
+        rx = getattr(self.sim, "rx", None)
+        return rx.taken if rx is not None else 0
+
     def host_address(self, rank: int) -> ipaddress.IPv4Address:
         return self.topology.host_address(self.hosts[rank].name)
 

@@ -18,7 +18,9 @@ from types import ModuleType
 from typing import Any
 
 from emulator.native import load
+from emulator.sim.native_rqp import ReceiveOffload, data_flags_table
 from emulator.sim.port import Frame, SharedBuffer, _set_ce
+from emulator.transport.packets import ROCEV2_UDP_PORT, DataPacket
 from emulator.transport.params import EcnMarkingParams
 from emulator.transport.wire import ECN_CE
 
@@ -56,6 +58,9 @@ class NativeSimulator:
         self._out = self.ffi.new("fab_out_t *")
         self._budget = self.ffi.new("int64_t *")
         self._dead = self.ffi.new("int64_t **")
+        # receivers whose in-order packets C takes (native_rqp.py), and the flags it reads
+        self.rx = ReceiveOffload(self.ffi, self.lib, self.fab)
+        self.data_flags = data_flags_table(self.lib)
         # set by connect
         self.host_names: list[str] = []
         self.host_index: dict[str, int] = {}
@@ -123,6 +128,7 @@ class NativeSimulator:
                     raise MemoryError("the native simulated fabric: out of memory")
         finally:
             self._forget()
+            self.rx.read_all()
         self.now = until_s
         fab.now = until_s
 
@@ -136,6 +142,8 @@ class NativeSimulator:
         self.ports = sorted(ports, key=lambda p: p.index)
         self.switches = sorted(switches, key=lambda s: s.index)
         switch_index = {id(s): s.index for s in self.switches}
+        for i, host in enumerate(self.hosts):
+            host.receive_offload = lambda qp, i=i: self.rx.take(i, qp)
         for port in self.ports:
             if port.peer.name in self.host_index:
                 port._p.peer_host = self.host_index[port.peer.name]
@@ -192,7 +200,14 @@ class NativeSimulator:
             dport=out.dport,
         )
         port = self.ports[out.port]
-        port.peer.receive(frame, port)  # the host (port.peer, as the Python fabric delivers)
+        qpn = out.qpn
+        if qpn >= 0 and qpn in self.rx.receivers:
+            rx = self.rx
+            rx.read(qpn)  # what C took for its queue pair, before the receiver sees this one
+            port.peer.receive(frame, port)  # the host (port.peer, as the Python fabric delivers)
+            rx.write(qpn)
+        else:
+            port.peer.receive(frame, port)
 
     def _forget(self) -> None:
         """The packets of frames the fabric dropped or lost."""
@@ -262,6 +277,14 @@ class NativePort:
         index = sim.host_index
         if frame.ingress is not None:
             raise ValueError(f"{self.name}: a frame charged to a switch ingress enters a port")
+        packet = frame.packet
+        if type(packet) is DataPacket and frame.dport == ROCEV2_UDP_PORT:
+            # what a receive queue pair's common path in C reads (native_rqp.py)
+            qpn, psn = packet.dest_qp, packet.psn
+            flags = sim.data_flags[packet.opcode] | packet.ack_req  # DATA_ACK_REQ is 1
+            payload = packet.payload_bytes
+        else:
+            qpn, psn, flags, payload = -1, 0, 0, 0
         if sim.lib.fab_send(
             sim.fab,
             self.index,
@@ -276,7 +299,11 @@ class NativePort:
             frame.flow,
             frame.dport,
             frame.mhash,
-            sim.packet_handle(frame.packet),
+            sim.packet_handle(packet),
+            qpn,
+            psn,
+            flags,
+            payload,
         ):
             raise MemoryError("the native simulated fabric: out of memory")
 

@@ -112,6 +112,8 @@ class Host:
         self.peers: dict[str, Host] = {}
         # the scenario's streams (emulator.transport.stream): sent from here, counted here
         self.stream_sink: StreamSink | None = None
+        # the C fabric's offer to take a receive QP's common path (emulator/sim/native_rqp.py)
+        self.receive_offload: Callable[[ReceiveQueuePair], bool] | None = None
 
     def attach(self, nic: Port) -> None:
         self.nic = nic
@@ -141,6 +143,10 @@ class Host:
     ) -> None:
         self.endpoint.add_receiver(qp)
         self._rx_route[qp.qpn] = (src.name, src.address, sport, mhash, tag)
+        offload = self.receive_offload
+        # not with wire bytes (decoded here) or a sender of the same number (woken per packet)
+        if offload is not None and not self.wire_bytes and qp.qpn not in self.endpoint.senders:
+            offload(qp)
 
     def post(
         self, qp: SendQueuePair, *, message_id: int, size_bytes: int, payload: bytes | None = None

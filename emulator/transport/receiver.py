@@ -33,7 +33,7 @@ packets more.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from emulator.transport.dcqcn import NotificationPoint
 from emulator.transport.events import CnpSent, MessageReceived, PacketDropped, TransportEvent
@@ -90,7 +90,10 @@ class ReceiveQueuePair:
         self.acks_sent = 0
         self.naks_sent = 0
         self.drops: Counter[str] = Counter()
-        self.deliveries: list[Delivery] | None = [] if record_deliveries else None
+        self._deliveries: list[Delivery] | None = [] if record_deliveries else None
+        # told when delivery recording is switched on or off (a common path taken elsewhere
+        # must hand every packet back while it records: emulator/sim/native_rqp.py)
+        self.on_recording: Callable[[], None] | None = None
         self._selective = params.reliability == "selective"
         # selective: bit i set = PSN expected + i is held (bit 0 never: that is the gap)
         self._held = 0
@@ -108,6 +111,17 @@ class ReceiveQueuePair:
     @property
     def expected_psn(self) -> int:
         return self._expected_psn
+
+    @property
+    def deliveries(self) -> list[Delivery] | None:
+        """Every accepted packet from when recording began (None: not recording)."""
+        return self._deliveries
+
+    @deliveries.setter
+    def deliveries(self, record: list[Delivery] | None) -> None:
+        self._deliveries = record
+        if self.on_recording is not None:
+            self.on_recording()
 
     def on_data(self, *, now: float, packet: DataPacket, ce: bool) -> list[Packet]:
         """Handle one data packet; returns the ACK/NAK/CNP packets to send back."""
@@ -250,8 +264,8 @@ class ReceiveQueuePair:
         if self._seen_ahead:
             self._seen_ahead.discard(packet.psn)
         n = packet.payload_bytes
-        if self.deliveries is not None:
-            self.deliveries.append((self._message_index, self._message_offset, packet))
+        if self._deliveries is not None:
+            self._deliveries.append((self._message_index, self._message_offset, packet))
         self._message_offset += n
         self.delivered_bytes += n
         if packet.opcode in LAST_OPCODES:
@@ -267,6 +281,26 @@ class ReceiveQueuePair:
             self._in_message = True
         if packet.ack_req and respond:
             out.append(self._ack())
+
+    # -- the common path, taken elsewhere (emulator/sim/native_rqp.py) ------------------------
+    def common_path(self) -> tuple[int, int, bool, bool]:
+        """(expected PSN, highest PSN, inside a message, whether an in-order packet may take
+        the common path elsewhere now: nothing held or seen ahead, no delivery record)."""
+        eligible = not self._held and not self._seen_ahead and self._deliveries is None
+        return self._expected_psn, self._highest_psn, self._in_message, eligible
+
+    def took_common_path(
+        self, packets: int, payload_bytes: int, expected_psn: int, highest_psn: int
+    ) -> None:
+        """The state on_data leaves after `packets` in-order packets on its common path (none
+        asking for an ACK, ending a message or CE-marked) that another implementation took."""
+        self.packets_received += packets
+        self.delivered_bytes += payload_bytes
+        self._message_offset += payload_bytes
+        self._expected_psn = expected_psn
+        self._highest_psn = highest_psn
+        self._in_message = True
+        self._nak_sent = False
 
     def on_data_run(
         self,
@@ -285,7 +319,7 @@ class ReceiveQueuePair:
         count = len(opcodes)
         fast = not ce and psn == self._expected_psn and not self._held and not self._seen_ahead
         ends = self._run_message_ends(opcodes) if fast else None
-        if ends is None or self.deliveries is not None:
+        if ends is None or self._deliveries is not None:
             out: list[Packet] = []
             acks = set(ack_req_at)
             last = count - 1

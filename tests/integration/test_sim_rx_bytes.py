@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from emulator.backends.sim.backend import SimSession
-from emulator.events import NicSample
+from emulator.events import NicSamples
 from emulator.scenario import load_scenario
 from emulator.sim.port import Frame
 
@@ -37,12 +37,8 @@ def session(tmp_path: Path) -> SimSession:
 
 
 def rx_bytes(s: SimSession, rank: int) -> int:
-    (sample,) = [
-        e
-        for e in s._samples(s.fabric.sim.now)
-        if isinstance(e, NicSample) and e.rank == rank and e.direction == "rx"
-    ]
-    return int(sample.bytes)
+    (sample,) = [e for e in s._samples(s.fabric.sim.now) if isinstance(e, NicSamples)]
+    return int(sample.bytes[sample.nics.index((rank, "rx"))])
 
 
 def test_three_lost_1000_byte_frames_are_3000_bytes_not_received(tmp_path: Path) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import resource
 from typing import Any
 
+import numpy as np
+
 from collectors.capture import LINKTYPE_IPV4, Packet, write_pcap
 from collectors.queue_pairs import qp_rows
 from emulator.backends.base import (
@@ -35,11 +37,12 @@ from emulator.backends.simulated_time import run_in_simulated_time
 from emulator.backends.streams import stream_extra, stream_sinks, stream_sources
 from emulator.errors import ScenarioError
 from emulator.events import (
+    Direction,
     FlowFinished,
     FlowStarted,
-    NicSample,
+    NicSamples,
     PortAttribution,
-    PortSample,
+    PortSamples,
     RateSample,
     RunEvent,
 )
@@ -162,6 +165,15 @@ class SimSession(Session):
         for _, _, port in self._switch_ports:
             port.attribution = {}
         self._attributed_s = 0.0  # simulated time of the last attribution sample
+        # what each sample reads, in one order for the run: every port (with the ingress account
+        # at its far end), and each host's NIC both ways (its own port, and its downlink)
+        ports = self.fabric.ports
+        self._sampled_names = tuple(ports)
+        self._sampled = [(port, self._ingress_of.get(port)) for port in ports.values()]
+        hosts = self.fabric.hosts
+        both: tuple[Direction, ...] = ("tx", "rx")
+        self._nic_names = tuple((rank, d) for rank in range(len(hosts)) for d in both)
+        self._nic_ports = [(ports[(h.name, HOST_IFNAME)], self._downlink(h.name)) for h in hosts]
         self._paused_at: dict[Any, float] = {}  # each port's paused time at that sample
 
     # -- Session --------------------------------------------------------------------------
@@ -281,32 +293,32 @@ class SimSession(Session):
 
     # -- readings -------------------------------------------------------------------------
     def _samples(self, t: float) -> list[RunEvent]:
-        """Every port's counters and exact queue, every NIC's bytes, at simulated time t."""
-        fabric = self.fabric
-        out: list[RunEvent] = []
-        for (node, dev), port in fabric.ports.items():
-            out.append(
-                PortSample(
-                    t,
-                    node,
-                    dev,
-                    port.tx_bytes,
-                    port.tx_frames,
-                    port.marks,
-                    port.drops + (i.drops if (i := self._ingress_of.get(port)) else 0),
-                    port.queued_bytes,
-                    port.rate_bps,
-                    port.paused_s_until(t),
-                    port.pause_frames,
-                )
+        """Every port's counters and exact queue, every NIC's bytes, at simulated time t: one
+        event of columns for the ports and one for the NICs (a row object per port and sample
+        would hold most of a large fabric's memory by the end of the run)."""
+        sampled, n = self._sampled, len(self._sampled)
+        out: list[RunEvent] = [
+            PortSamples(
+                t,
+                self._sampled_names,
+                np.fromiter((p.tx_bytes for p, _ in sampled), np.int64, n),
+                np.fromiter((p.tx_frames for p, _ in sampled), np.int64, n),
+                np.fromiter((p.marks for p, _ in sampled), np.int64, n),
+                # a port's drops and the headroom drops of the ingress account at its far end
+                np.fromiter((p.drops + (i.drops if i else 0) for p, i in sampled), np.int64, n),
+                np.fromiter((p.queued_bytes for p, _ in sampled), np.int64, n),
+                np.fromiter((p.rate_bps for p, _ in sampled), np.float64, n),
+                np.fromiter((p.paused_s_until(t) for p, _ in sampled), np.float64, n),
+                np.fromiter((p.pause_frames for p, _ in sampled), np.int64, n),
             )
+        ]
         out.extend(self._attribution(t))
-        for rank, host in enumerate(fabric.hosts):
-            nic = fabric.ports[(host.name, HOST_IFNAME)]
-            down = self._downlink(host.name)
-            out.append(NicSample(t, rank, "tx", nic.tx_bytes))
+        nic_bytes = []
+        for nic, down in self._nic_ports:
+            nic_bytes.append(nic.tx_bytes)
             # what its downlink sent, less the bytes of the frames lost on that link
-            out.append(NicSample(t, rank, "rx", down.tx_bytes - down.lost_bytes if down else 0))
+            nic_bytes.append(down.tx_bytes - down.lost_bytes if down else 0)
+        out.append(NicSamples(t, self._nic_names, np.array(nic_bytes, dtype=np.int64)))
         return out
 
     def _attribution(self, t: float) -> list[RunEvent]:
@@ -339,6 +351,7 @@ class SimSession(Session):
         return {
             "simulator": "emulator.sim (discrete events, simulated time)",
             "fabric_code": fabric.code,
+            "data_packets_taken_in_c": fabric.data_packets_taken_in_c,
             "simulated_s": fabric.sim.now,
             "events": fabric.sim.events_run,
             "packet_hops": hops,

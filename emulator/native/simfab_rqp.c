@@ -1,0 +1,76 @@
+/* A receive queue pair's common path in C: a data packet that arrives in order, asks for no
+ * ACK, ends no message and carries no CE mark changes the responder's state and nothing else:
+ * no reply, no event (emulator/transport/receiver.py, on_data's first branch and _accept). The
+ * fabric takes such packets at the host without handing them to Python; Python reads what they
+ * changed (the counters and PSNs here) before its receiver handles any other packet of the
+ * queue pair, and at the end of every run call (emulator/sim/native_rqp.py). Every packet that
+ * is not this common case, and every queue pair whose receiver holds or has seen packets ahead
+ * of the expected PSN, goes to the Python receiver as before. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "simfab_api.h"
+#include "simfab_rqp.h"
+
+#define PSN_MASK 0xFFFFFFu
+#define QPN_SLOTS (1 << 24) /* BTH's destination QP is 24 bits */
+
+/* packets.psn_diff: the signed distance a - b on the 24-bit PSN circle */
+static int32_t psn_diff(uint32_t a, uint32_t b) {
+    return (int32_t)((a - b + (1u << 23)) & PSN_MASK) - (1 << 23);
+}
+
+/* queue pair `qpn`'s slot, the table grown to hold it (NULL: out of memory or range) */
+fab_rqp_t *rqp_slot(rqp_table_t *t, int32_t qpn) {
+    if (qpn < 0 || qpn >= QPN_SLOTS) return NULL;
+    if (qpn >= t->n) {
+        int32_t n = t->n ? t->n : 256;
+        while (n <= qpn) n *= 2;
+        fab_rqp_t *q = realloc(t->q, (size_t)n * sizeof(fab_rqp_t));
+        if (!q) return NULL;
+        memset(q + t->n, 0, (size_t)(n - t->n) * sizeof(fab_rqp_t));
+        for (int32_t i = t->n; i < n; i++) q[i].host = -1;
+        t->q = q;
+        t->n = n;
+    }
+    return &t->q[qpn];
+}
+
+/* 1: the packet took the common path here; 0: Python's receiver must handle it; -1: out of
+ * memory (nothing changed) */
+int rqp_take(rqp_table_t *t, int32_t qpn, int32_t host, uint32_t psn, int32_t data_flags,
+             int32_t ce, int32_t payload_bytes) {
+    if (qpn < 0 || qpn >= t->n) return 0;
+    fab_rqp_t *q = &t->q[qpn];
+    if (q->host != host || !q->eligible || ce || (data_flags & (DATA_ACK_REQ | DATA_LAST)))
+        return 0;
+    if (((data_flags & DATA_FIRST) != 0) == (q->in_message != 0)) return 0; /* malformed */
+    if (psn != q->expected_psn) return 0;
+    if (psn != ((q->highest_psn + 1) & PSN_MASK) && psn_diff(psn, q->highest_psn) <= 0)
+        return 0; /* reordered (RFC 4737): Python counts it */
+    if (!q->listed) {
+        if (t->n_dirty == t->cap_dirty) {
+            int64_t cap = t->cap_dirty ? t->cap_dirty * 2 : 256;
+            int32_t *dirty = realloc(t->dirty, (size_t)cap * sizeof(int32_t));
+            if (!dirty) return -1;
+            t->dirty = dirty;
+            t->cap_dirty = cap;
+        }
+        t->dirty[t->n_dirty++] = qpn;
+        q->listed = 1;
+    }
+    q->expected_psn = (psn + 1) & PSN_MASK;
+    q->highest_psn = psn;
+    q->in_message = 1;
+    q->dirty = 1;
+    q->packets++;
+    q->bytes += payload_bytes;
+    return 1;
+}
+
+void rqp_free(rqp_table_t *t) {
+    free(t->q);
+    free(t->dirty);
+    memset(t, 0, sizeof(*t));
+}

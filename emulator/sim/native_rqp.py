@@ -1,0 +1,104 @@
+"""The receive queue pairs whose common path the C fabric takes (emulator/native/simfab_rqp.c).
+
+A data packet that arrives in order, asks for no ACK, ends no message and carries no CE mark
+changes its responder's state and nothing else (receiver.py: on_data's first branch and
+_accept): no reply, no event, nothing scheduled. The C fabric takes such a packet at the host
+and never hands it to Python. The Python ReceiveQueuePair stays the queue pair: C keeps a copy
+of the few fields that decide the common path and counts what it took; this side folds those
+counts into the receiver (`read`) before the receiver handles any other packet of its own, and
+for every queue pair at the end of each run call, and copies the receiver's state back to C
+(`write`) after it handled one. Between those points nothing reads a receiver (the replay's
+MessageReceived handler reads only what the common path never changes: CE and reordering
+counts), so every table is the one the Python path writes (tests/integration/test_sim_native.py).
+
+A queue pair is taken only when its receiver can take the common path at all: descriptors, not
+wire bytes (the host decodes those); no delivery record; no sender of the same number at the
+same host (the host would wake it on every packet); a number of 24 bits at most one host claims.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emulator.transport.packets import FIRST_OPCODES, LAST_OPCODES
+from emulator.transport.receiver import ReceiveQueuePair
+
+
+def data_flags_table(lib: Any) -> tuple[int, ...]:
+    """A data packet's opcode -> the DATA_FIRST / DATA_LAST flags C reads (simfab_api.h)."""
+    return tuple(
+        (lib.DATA_FIRST if op in FIRST_OPCODES else 0)
+        | (lib.DATA_LAST if op in LAST_OPCODES else 0)
+        for op in range(256)
+    )
+
+
+class ReceiveOffload:
+    """The receivers C takes the common path of, by QP number, and their synchronisation."""
+
+    def __init__(self, ffi: Any, lib: Any, fab: Any) -> None:
+        self.ffi, self.lib, self.fab = ffi, lib, fab
+        assert lib.DATA_ACK_REQ == 1  # NativePort.send ORs a packet's ack_req (a bool) in
+        # qpn -> the receiver; its state in C is lib.fab_rqp(fab, qpn), looked up each time:
+        # the table moves when it grows, so a pointer into it is not kept
+        self.receivers: dict[int, ReceiveQueuePair] = {}
+        self._dirty = ffi.new("int32_t **")
+
+    @property
+    def taken(self) -> int:
+        """Data packets C took without handing them to Python."""
+        return int(self.fab.rx_taken)
+
+    def take(self, host_index: int, qp: ReceiveQueuePair) -> bool:
+        """Let C take `qp`'s common path at host `host_index` (False: it stays Python's).
+        While its receiver records deliveries C hands it every packet (common_path says so,
+        and the receiver tells when recording is switched)."""
+        slot = self.lib.fab_rqp(self.fab, qp.qpn)
+        if slot == self.ffi.NULL:
+            return False  # not a 24-bit QP number (or out of memory): Python's, as before
+        if slot.host != -1:
+            # a second host with this number: neither is taken (C keys by number alone)
+            if qp.qpn in self.receivers:
+                self.read(qp.qpn)  # what C took for the first is folded in before it leaves
+                del self.receivers[qp.qpn]
+            slot.host, slot.eligible = -2, 0
+            return False
+        slot.host = host_index
+        self.receivers[qp.qpn] = qp
+        self.write(qp.qpn)
+        qp.on_recording = lambda: self._sync(qp.qpn)
+        return True
+
+    def _sync(self, qpn: int) -> None:
+        self.read(qpn)
+        self.write(qpn)
+
+    def read(self, qpn: int) -> None:
+        """Fold what C took for `qpn` into its receiver."""
+        if qpn not in self.receivers:
+            return
+        slot = self.lib.fab_rqp(self.fab, qpn)
+        if not slot.dirty:
+            return
+        self.receivers[qpn].took_common_path(
+            int(slot.packets), int(slot.bytes), int(slot.expected_psn), int(slot.highest_psn)
+        )
+        slot.packets = slot.bytes = slot.dirty = 0
+
+    def write(self, qpn: int) -> None:
+        """Copy the receiver's state to C after Python handled one of its packets."""
+        receiver = self.receivers.get(qpn)
+        if receiver is None:
+            return
+        slot = self.lib.fab_rqp(self.fab, qpn)
+        expected, highest, in_message, eligible = receiver.common_path()
+        slot.expected_psn, slot.highest_psn = expected, highest
+        slot.in_message, slot.eligible = in_message, eligible
+
+    def read_all(self) -> None:
+        """Every receiver C took packets for since the last call, brought up to date."""
+        n = self.lib.fab_rqp_dirty(self.fab, self._dirty)
+        if n:
+            for qpn in self.ffi.unpack(self._dirty[0], n):
+                self.read(qpn)
+            self.lib.fab_rqp_dirty_clear(self.fab)

@@ -1,0 +1,192 @@
+"""A receive queue pair whose common path the C fabric takes (emulator/native/simfab_rqp.c, with
+emulator/sim/native_rqp.py folding what it took into the Python receiver) against the Python
+receiver alone (emulator/transport/receiver.py): for any arrival order (loss, duplicates, swaps,
+CE marks, AckReq anywhere, messages of one or many packets, both reliabilities), each packet gets
+the same replies and events, and the receivers end in the same state. The whole simulator with it
+against the Python fabric is tests/integration/test_sim_native.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from emulator.sim import native
+from emulator.sim.native_rqp import ReceiveOffload, data_flags_table
+from emulator.transport.events import TransportEvent
+from emulator.transport.packets import PSN_MASK, DataPacket, Opcode
+from emulator.transport.params import TransportParams
+from emulator.transport.receiver import ReceiveQueuePair
+
+MODULE, WHY_NOT = native.load_module()
+needs_native = pytest.mark.skipif(MODULE is None, reason=f"native simfab absent: {WHY_NOT}")
+QPN, HOST = 7, 3
+
+
+def stream(draw: Any, first_psn: int) -> list[DataPacket]:
+    """A sender's packets in order: messages of 1..6 packets, AckReq where the draw says."""
+    packets: list[DataPacket] = []
+    psn = first_psn
+    for _ in range(draw(st.integers(1, 6))):
+        n = draw(st.integers(1, 6))
+        for k in range(n):
+            if n == 1:
+                op = Opcode.SEND_ONLY
+            else:
+                op = Opcode.SEND_FIRST if k == 0 else Opcode.SEND_LAST if k == n - 1 else 1
+            ack = draw(st.booleans()) if k < n - 1 else True
+            size = 1024 if k < n - 1 else draw(st.integers(1, 1024))
+            packets.append(DataPacket(QPN, psn, int(op), ack, size))
+            psn = (psn + 1) & PSN_MASK
+    return packets
+
+
+@st.composite
+def arrivals(draw: Any) -> tuple[list[tuple[DataPacket, bool]], str]:
+    """Packets as a fabric might deliver them (each with its CE mark), and the reliability."""
+    first_psn = draw(st.sampled_from([0, 100, PSN_MASK - 3]))  # across the 24-bit wrap too
+    sent = stream(draw, first_psn)
+    out: list[DataPacket] = []
+    window = TransportParams().window_packets
+    for packet in sent:
+        fate = draw(st.sampled_from(["keep"] * 6 + ["lose", "twice", "swap", "stray"]))
+        if fate == "twice":
+            out += [packet, packet]
+        elif fate == "stray":  # and one from far ahead, out of the window (it moves highest)
+            far = (packet.psn + window + draw(st.integers(0, 9))) & PSN_MASK
+            out += [replace(packet, psn=far), packet]
+        elif fate == "swap" and out:
+            out.insert(len(out) - 1, packet)
+        elif fate == "keep":
+            out.append(packet)
+    # the sender goes back: the whole stream again from some point (go-back-N's resend)
+    resend_from = draw(st.integers(0, len(sent)))
+    out += sent[resend_from:]
+    ce = [draw(st.booleans()) if draw(st.integers(0, 9)) == 0 else False for _ in out]
+    reliability = draw(st.sampled_from(["go_back_n", "selective"]))
+    return list(zip(out, ce, strict=True)), reliability
+
+
+def state(r: ReceiveQueuePair) -> dict[str, Any]:
+    skip = ("events", "notification_point", "on_recording")
+    s = {k: v for k, v in vars(r).items() if k not in skip}
+    s["notification_point"] = dict(vars(r.notification_point))
+    s["events"] = list(r.events)
+    return s
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(arrivals())
+def test_the_c_common_path_leaves_the_python_receivers_state(
+    case: tuple[list[tuple[DataPacket, bool]], str],
+) -> None:
+    assert MODULE is not None
+    ffi, lib = MODULE.ffi, MODULE.lib
+    fab = ffi.gc(lib.fab_new(1, 0, 0, 0), lib.fab_free)
+    packets, reliability = case
+    params = TransportParams(reliability=reliability)  # type: ignore[arg-type]
+    first = packets[0][0].psn if packets else 0
+    ours_events: list[TransportEvent] = []
+    plain = ReceiveQueuePair(qpn=QPN, remote_qp=QPN, params=params, initial_psn=first)
+    ours = ReceiveQueuePair(
+        qpn=QPN, remote_qp=QPN, params=params, initial_psn=first, events=ours_events
+    )
+    offload = ReceiveOffload(ffi, lib, fab)
+    assert offload.take(HOST, ours)
+    flags = data_flags_table(lib)
+    taken = 0
+    for i, (packet, ce) in enumerate(packets):
+        now = i * 1e-6
+        expected = plain.on_data(now=now, packet=packet, ce=ce)
+        events_before = len(ours_events)
+        took = lib.fab_rqp_offer(
+            fab,
+            QPN,
+            HOST,
+            packet.psn,
+            flags[packet.opcode] | packet.ack_req,
+            ce,
+            packet.payload_bytes,
+        )
+        assert took >= 0
+        if took:
+            taken += 1
+            replies = []
+        else:
+            offload.read(QPN)
+            replies = ours.on_data(now=now, packet=packet, ce=ce)
+            offload.write(QPN)
+        assert replies == expected, (i, packet)
+        assert ours_events[events_before:] == plain.events[events_before:], (i, packet)
+    offload.read_all()
+    assert state(ours) == state(plain)
+    # a packet the common path took is one that needed nothing from Python (no reply, no event)
+    assert taken <= sum(1 for p, ce in packets if not ce and not p.ack_req)
+
+
+@needs_native
+def test_in_order_middles_are_taken_and_everything_else_is_not() -> None:
+    assert MODULE is not None
+    ffi, lib = MODULE.ffi, MODULE.lib
+    fab = ffi.gc(lib.fab_new(1, 0, 0, 0), lib.fab_free)
+    r = ReceiveQueuePair(qpn=QPN, remote_qp=QPN, params=TransportParams())
+    offload = ReceiveOffload(ffi, lib, fab)
+    assert offload.take(HOST, r)
+    first, middle, last = lib.DATA_FIRST, 0, lib.DATA_LAST
+
+    def offer(psn: int, data_flags: int, *, ce: bool = False, host: int = HOST) -> int:
+        return int(lib.fab_rqp_offer(fab, QPN, host, psn, data_flags, ce, 1000))
+
+    assert offer(0, first) == 1  # a FIRST opens a message
+    assert offer(1, middle) == 1
+    assert offer(2, middle, host=HOST + 1) == 0  # another host's packet of that number
+    assert offer(2, middle, ce=True) == 0  # a CE mark: the notification point decides
+    assert offer(2, middle | lib.DATA_ACK_REQ) == 0  # an ACK to send
+    assert offer(3, middle) == 0  # ahead of the expected PSN
+    assert offer(2, first) == 0  # a FIRST inside a message: malformed, Python drops it
+    assert offer(2, last) == 0  # the end of a message: an event
+    assert offer(2, middle) == 1
+    offload.read_all()
+    assert (r.packets_received, r.delivered_bytes, r.expected_psn) == (3, 3000, 3)
+    # a receiver recording its deliveries gets every packet (switched on after it was taken)
+    r.deliveries = []
+    assert offer(3, middle) == 0
+    r.on_data(now=0.0, packet=DataPacket(QPN, 3, Opcode.SEND_MIDDLE, False, 1000), ce=False)
+    assert [offset for _, offset, _ in r.deliveries] == [3000]
+    r.deliveries = None
+    assert offer(4, middle) == 1
+    # a second receiver of the same number on another host: neither is taken from then on
+    other = ReceiveQueuePair(qpn=QPN, remote_qp=QPN, params=TransportParams())
+    assert not offload.take(HOST + 1, other)
+    assert offer(3, middle) == 0
+    assert QPN not in offload.receivers
+
+
+@needs_native
+def test_a_receiver_taken_before_the_table_grew_is_still_in_step() -> None:
+    """The C table moves when a higher QP number arrives: the Python side holds no pointer into
+    it (a 3-tier run with thousands of queue pairs once crashed on one)."""
+    assert MODULE is not None
+    ffi, lib = MODULE.ffi, MODULE.lib
+    fab = ffi.gc(lib.fab_new(1, 0, 0, 0), lib.fab_free)
+    offload = ReceiveOffload(ffi, lib, fab)
+    first = ReceiveQueuePair(qpn=QPN, remote_qp=QPN, params=TransportParams())
+    assert offload.take(HOST, first)
+    for qpn in range(QPN + 1, 5000):  # the table doubles several times
+        assert offload.take(
+            HOST, ReceiveQueuePair(qpn=qpn, remote_qp=qpn, params=TransportParams())
+        )
+    # in step after the growth: the FIRST goes through Python, which writes its state back
+    packet = DataPacket(QPN, 0, Opcode.SEND_FIRST, True, 1000)
+    assert lib.fab_rqp_offer(fab, QPN, HOST, 0, lib.DATA_FIRST | lib.DATA_ACK_REQ, 0, 1000) == 0
+    offload.read(QPN)
+    first.on_data(now=0.0, packet=packet, ce=False)
+    offload.write(QPN)
+    assert lib.fab_rqp_offer(fab, QPN, HOST, 1, 0, 0, 1000) == 1
+    offload.read_all()
+    assert (first.packets_received, first.delivered_bytes, first.expected_psn) == (2, 2000, 2)
