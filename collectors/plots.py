@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -135,33 +136,43 @@ def plot_fct_cdf(tables: RunTables, path: Path, title: str) -> Path:
     return save_figure(fig, path)
 
 
+def _grouped(keys: np.ndarray, *by: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows grouped by integer `keys` (ascending), each group's rows sorted by `by` (the first
+    most significant, as sorting tuples would): the row order, each group's key, and each
+    group's start in that order (one more: the end). Arrays, not a tuple per row: a large
+    fabric's samples are millions of rows."""
+    order = np.lexsort((*reversed(by), keys))
+    ordered = keys[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(order) else order
+    return order, ordered[starts], np.r_[starts, len(order)]
+
+
 def plot_nic_heatmap(tables: RunTables, path: Path, title: str) -> Path:
     fig = new_figure(9, 6)
     axes = fig.subplots(2, 1, sharex=True)
-    nic = rows(tables.nic, ("time_s", "interval_s", "rank", "direction", "utilization"))
+    nic = tables.nic
     image = None
     for ax, direction in zip(axes, ("tx", "rx"), strict=True):
-        per_rank: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
-        for t, interval, rank, d, u in nic:
-            if d == direction:
-                per_rank[rank].append((t, interval, u))
+        mine = nic.filter(pc.equal(nic.column("direction"), direction))
         ax.set_title(f"NIC {direction} utilization — {title}")
         ax.set_ylabel("rank")
-        if not per_rank:
+        if not mine.num_rows:
             _empty(ax, f"{direction} samples")
             continue
-        ranks = sorted(per_rank)
+        t, interval, u = (
+            mine.column(n).to_numpy() for n in ("time_s", "interval_s", "utilization")
+        )
+        order, ranks, bounds = _grouped(mine.column("rank").to_numpy(), t, interval, u)
         # One strip per rank with its own sample times: ranks served by different engine
         # workers are sampled at different instants. A cell spans the interval it measured.
-        for i, rank in enumerate(ranks):
-            cells = sorted(per_rank[rank])
-            edges = np.array([cells[0][0] - cells[0][1], *(c[0] for c in cells)])
-            values = np.array([[c[2] for c in cells]])
+        for i in range(len(ranks)):
+            cells = order[bounds[i] : bounds[i + 1]]
+            edges = np.concatenate(([t[cells[0]] - interval[cells[0]]], t[cells]))
             image = ax.pcolormesh(
-                edges, [i - 0.5, i + 0.5], values, vmin=0.0, vmax=1.0, cmap="viridis"
+                edges, [i - 0.5, i + 0.5], u[cells][None, :], vmin=0.0, vmax=1.0, cmap="viridis"
             )
         ax.set_ylim(-0.5, len(ranks) - 0.5)
-        ax.set_yticks(range(len(ranks)), [str(r) for r in ranks])
+        ax.set_yticks(range(len(ranks)), [str(r) for r in ranks.tolist()])
     axes[-1].set_xlabel("time (s, target timescale)")
     if image is not None:
         fig.colorbar(image, ax=list(axes), label="utilization (share of line rate)")
@@ -173,18 +184,25 @@ def plot_nic_heatmap(tables: RunTables, path: Path, title: str) -> Path:
 def plot_switch_queue(tables: RunTables, path: Path, title: str) -> Path:
     fig = new_figure(9, 4.5)
     ax = fig.subplots()
-    series: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for time_s, switch, port, queue in rows(
-        tables.ports, ("time_s", "switch", "port", "queue_bytes")
-    ):
-        series[f"{switch}:{port}"].append((time_s, queue))
-    ranked = sorted(series, key=lambda k: max(q for _, q in series[k]), reverse=True)
-    shown = sorted(ranked[:MAX_PORT_LINES])
-    for name in shown:
-        points = sorted(series[name])
-        ax.plot([t for t, _ in points], [q / 1e3 for _, q in points], label=name)
-    if shown:
-        more = f" (deepest {len(shown)} of {len(series)} ports)" if len(series) > len(shown) else ""
+    ports = tables.ports
+    names: list[str] = []
+    if ports.num_rows:
+        # each row's "switch:port", numbered in order of first appearance
+        joined = pc.binary_join_element_wise(ports.column("switch"), ports.column("port"), ":")
+        encoded = pc.dictionary_encode(joined.combine_chunks())
+        names = encoded.dictionary.to_pylist()
+        t = ports.column("time_s").to_numpy()
+        queue = ports.column("queue_bytes").to_numpy()
+        order, keys, bounds = _grouped(encoded.indices.to_numpy(), t, queue)
+        deepest = np.maximum.reduceat(queue[order], bounds[:-1])
+        at = {int(k): i for i, k in enumerate(keys)}
+        # the deepest ports (ties in order of first appearance), shown in name order
+        ranked = sorted(range(len(names)), key=lambda k: deepest[at[k]], reverse=True)
+        shown = sorted(ranked[:MAX_PORT_LINES], key=lambda k: names[k])
+        for k in shown:
+            points = order[bounds[at[k]] : bounds[at[k] + 1]]
+            ax.plot(t[points], queue[points] / 1e3, label=names[k])
+        more = f" (deepest {len(shown)} of {len(names)} ports)" if len(names) > len(shown) else ""
         ax.legend(
             fontsize="small", title=f"switch:port{more}", loc="upper left", bbox_to_anchor=(1.01, 1)
         )
