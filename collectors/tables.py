@@ -7,6 +7,7 @@ flow finished) still has every column. File names: flows, collectives, nic, port
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,13 @@ from collectors.queue_pairs import QpRow
 from collectors.records import CollectiveRecord, FlowRecord
 from collectors.samples import CpuRow, NicColumns, NicRow, PortColumns, PortRow
 from emulator.errors import InputError
+
+# A run builds and writes its tables once, at its end: the system allocator hands the buffers
+# back as they are freed, where pyarrow's default (mimalloc) keeps them for reuse that never
+# comes, and a large run's peak memory is its results stage (a 64-host MoE step: 449 -> 413 MB
+# peak; docs/simulation.md). ARROW_DEFAULT_MEMORY_POOL, when set, still chooses.
+if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+    pa.set_memory_pool(pa.system_memory_pool())
 
 _ARROW_TYPES: dict[str, Any] = {
     "int": pa.int64(),
