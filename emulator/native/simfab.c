@@ -8,7 +8,8 @@
  * float expressions (built without fused multiply-add) and the same random draws (CPython's
  * Mersenne Twister, its state handed over from random.Random.getstate()), so a run is the
  * Python fabric's bit for bit (tests/integration/test_sim_native.py). Everything that is not
- * the fabric stays in Python: the hosts and their transport, the replay, the ECMP hash itself.
+ * the fabric stays in Python: the hosts and their transport (but for the receive queue pairs'
+ * common path, simfab_rqp.c), the replay, the ECMP hash itself.
  * fab_run returns to Python whenever the Python side must act (a callback it scheduled, a frame
  * reaching a host, a host NIC going idle, a switch meeting a 5-tuple it has not routed yet) and
  * picks up where it stopped on the next call.

@@ -6,8 +6,9 @@ results it gives bit for bit (tests/integration/test_sim_native.py).
 The objects here stand where the Python ones do (SimFabric.sim, ports, switches, ingresses) and
 answer the same questions (counters, attribution, link events, reroutes), reading the C state.
 A packet stays a Python object: a frame in C carries a handle to it, and the frames the fabric
-drops hand their handles back (`_forget`). A fabric with a balancing mode other than ecmp, or
-with MAX_HOSTS hosts or more, runs in Python (fabric.build_fabric says so, or refuses `on`).
+drops, or a receive queue pair's common path takes (native_rqp.py), hand their handles back
+(`_forget`). A fabric with a balancing mode other than ecmp, or with MAX_HOSTS hosts or more,
+runs in Python (fabric.build_fabric says so, or refuses `on`).
 """
 
 from __future__ import annotations
