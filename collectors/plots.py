@@ -193,14 +193,14 @@ def plot_switch_queue(tables: RunTables, path: Path, title: str) -> Path:
         names = encoded.dictionary.to_pylist()
         t = ports.column("time_s").to_numpy()
         queue = ports.column("queue_bytes").to_numpy()
-        order, keys, bounds = _grouped(encoded.indices.to_numpy(), t, queue)
+        # the dictionary holds only names that occur: group k is port number k
+        order, _, bounds = _grouped(encoded.indices.to_numpy(), t, queue)
         deepest = np.maximum.reduceat(queue[order], bounds[:-1])
-        at = {int(k): i for i, k in enumerate(keys)}
         # the deepest ports (ties in order of first appearance), shown in name order
-        ranked = sorted(range(len(names)), key=lambda k: deepest[at[k]], reverse=True)
+        ranked = sorted(range(len(names)), key=lambda k: deepest[k], reverse=True)
         shown = sorted(ranked[:MAX_PORT_LINES], key=lambda k: names[k])
         for k in shown:
-            points = order[bounds[at[k]] : bounds[at[k] + 1]]
+            points = order[bounds[k] : bounds[k + 1]]
             ax.plot(t[points], queue[points] / 1e3, label=names[k])
         more = f" (deepest {len(shown)} of {len(names)} ports)" if len(names) > len(shown) else ""
         ax.legend(

@@ -820,7 +820,7 @@ int fab_rqp_offer(fab_t *pub, int32_t qpn, int32_t host, uint32_t psn, int32_t d
 }
 
 /* the queue pairs that took packets since fab_rqp_dirty_clear (each once; Python reads those
- * still dirty, then clears the list and their listed marks) */
+ * with packets still unread, then clears the list and their listed marks) */
 int64_t fab_rqp_dirty(fab_t *pub, int32_t **qpns) {
     core_t *f = (core_t *)pub;
     *qpns = f->rqp.dirty;

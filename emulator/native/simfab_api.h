@@ -62,9 +62,8 @@ typedef struct {
     int32_t eligible;   /* 1: nothing held or seen ahead (receiver.py's common path applies) */
     int32_t in_message; /* inside a message (its next packet is a MIDDLE or LAST) */
     uint32_t expected_psn, highest_psn;
-    int32_t dirty;  /* it took packets Python has not read (packets, bytes: how many) */
     int32_t listed; /* on the list fab_rqp_dirty gives */
-    int64_t packets, bytes;
+    int64_t packets, bytes; /* taken here since Python last read them (0: nothing to read) */
 } fab_rqp_t;
 
 /* the fabric's state Python reads (the rest is simfab.c's own) */

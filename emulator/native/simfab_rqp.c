@@ -63,7 +63,6 @@ int rqp_take(rqp_table_t *t, int32_t qpn, int32_t host, uint32_t psn, int32_t da
     q->expected_psn = (psn + 1) & PSN_MASK;
     q->highest_psn = psn;
     q->in_message = 1;
-    q->dirty = 1;
     q->packets++;
     q->bytes += payload_bytes;
     return 1;

@@ -78,12 +78,12 @@ class ReceiveOffload:
         if qpn not in self.receivers:
             return
         slot = self.lib.fab_rqp(self.fab, qpn)
-        if not slot.dirty:
+        if not slot.packets:
             return
         self.receivers[qpn].took_common_path(
             int(slot.packets), int(slot.bytes), int(slot.expected_psn), int(slot.highest_psn)
         )
-        slot.packets = slot.bytes = slot.dirty = 0
+        slot.packets = slot.bytes = 0
 
     def write(self, qpn: int) -> None:
         """Copy the receiver's state to C after Python handled one of its packets."""
