@@ -76,8 +76,16 @@ def test_pfc_incast_on_the_emulated_fabric(fabric_env: str, tmp_path: Path) -> N
 
 
 def test_packet_spray_on_the_emulated_fabric(fabric_env: str, tmp_path: Path) -> None:
+    # TDF 3000 as the incast's above: CI once read this run degraded at 1000 (1% of the ticks
+    # 5 ms late, and the late ticks reordered by up to 244 packets, past the allowance of 64:
+    # 127 resent, 2026-11-29); MMR and the out-of-order share do not depend on the factor
     rows = run(
-        fabric_env, tmp_path, "packet-spray", "reliability=selective", "bytes_per_pair_kb=16384"
+        fabric_env,
+        tmp_path,
+        "packet-spray",
+        "reliability=selective",
+        "bytes_per_pair_kb=16384",
+        tdf=3000,
     )
     ecmp, spray = rows["ecmp"], rows["spray-selective"]
     assert ecmp["judged"] == 1 and spray["judged"] == 1
