@@ -42,6 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from collectors.columns import RecordColumns
 from emulator.events import PortAttribution, PortClassSample
 
 TOP_PORTS = 4  # ports the summary and the plot describe, most queue byte-time first
@@ -113,17 +114,27 @@ class AttributionTable:
     into window rows."""
 
     def __init__(self) -> None:
-        self.rows: list[AttributionRow] = []
-        self.marks: list[MarkRow] = []
+        # as columns: a large simulated run has hundreds of thousands of windows
+        # (collectors.columns)
+        self.row_columns: RecordColumns[AttributionRow] = RecordColumns(AttributionRow)
+        self.mark_columns: RecordColumns[MarkRow] = RecordColumns(MarkRow)
         self.measured = False
         # per port: the time of its last class reading and each class's counters then
         self._last: dict[tuple[str, str], tuple[float, dict[int, tuple[Any, ...]]]] = {}
 
-    def add_classes(self, event: PortClassSample) -> None:
+    @property
+    def rows(self) -> list[AttributionRow]:
+        return self.row_columns.rows()
+
+    @property
+    def marks(self) -> list[MarkRow]:
+        return self.mark_columns.rows()
+
+    def add_classes(self, event: PortClassSample) -> list[AttributionRow]:
         """A port's cumulative per-class counters: the first reading of a port is its baseline
         (no row); each later one adds a row per class with something in the window since. A
         counter that went backwards was reset (the marker re-attached): its value is the
-        window's."""
+        window's. Returns the rows added."""
         self.measured = True
         key = (event.switch, event.port)
         now = {
@@ -140,8 +151,9 @@ class AttributionTable:
         }
         last = self._last.get(key)
         self._last[key] = (event.time_s, now)
+        added: list[AttributionRow] = []
         if last is None or event.time_s <= last[0]:
-            return
+            return added
         interval = event.time_s - last[0]
         for c in event.by_class:
             values = now[c.attribution_class]
@@ -153,7 +165,7 @@ class AttributionTable:
                 continue  # no packet and no time above XOFF in the window
             # with several jobs a class is one job's type, named job/TYPE
             job, _, ctype = c.name.rpartition("/")
-            self.rows.append(
+            added.append(
                 AttributionRow(
                     event.time_s,
                     interval,
@@ -174,6 +186,9 @@ class AttributionTable:
                     job=job,
                 )
             )
+        for row in added:
+            self.row_columns.append(row)
+        return added
 
     def add(
         self,
@@ -181,14 +196,17 @@ class AttributionTable:
         type_of: Callable[[int], str],
         instance_of: Callable[[int], int],
         job_of: Callable[[int], str] = lambda instance: "",
-    ) -> None:
+    ) -> list[AttributionRow]:
+        """A simulated port's window: a row per instance, a mark row per marked packet.
+        Returns the rows added (not the marks)."""
         self.measured = True
+        added: list[AttributionRow] = []
         # PFC held the port's queue for paused_s of the window: charged to the instances by
         # their share of the queue's byte-time in the window
         held = sum(e[5] for e in event.by_instance)
         for instance, queued, tx, marks, drops, byte_s in event.by_instance:
             paused = event.paused_s * byte_s / held if held and event.paused_s > 0 else None
-            self.rows.append(
+            added.append(
                 AttributionRow(
                     event.time_s,
                     event.interval_s,
@@ -205,9 +223,11 @@ class AttributionTable:
                     job=job_of(instance),
                 )
             )
+        for row in added:
+            self.row_columns.append(row)
         for flow_id in event.marked_flows:
             instance = instance_of(flow_id)
-            self.marks.append(
+            self.mark_columns.append(
                 MarkRow(
                     event.time_s,
                     event.switch,
@@ -218,6 +238,7 @@ class AttributionTable:
                     job_of(instance),
                 )
             )
+        return added
 
 
 def _rows(table: pa.Table, names: Iterable[str]) -> list[tuple[Any, ...]]:

@@ -99,8 +99,8 @@ class RunRecorder:
                 list(self.cpu_rows),
                 nic_columns=list(self.nic.columns),
                 port_columns=list(self.ports.columns),
-                attribution=list(self.attribution.rows),
-                marks=list(self.attribution.marks),
+                attribution=self.attribution.row_columns,
+                marks=self.attribution.mark_columns,
                 attribution_measured=self.attribution.measured,
             )
 
@@ -252,14 +252,10 @@ class RunRecorder:
             meta = collectives.get(instance)
             return meta.job if meta is not None else ""
 
-        before = len(self.attribution.rows)
-        self.attribution.add(event, type_of, instance_of, job_of)
-        self.live.add_attribution(self.attribution.rows[before:])
+        self.live.add_attribution(self.attribution.add(event, type_of, instance_of, job_of))
 
     def _class_sample(self, event: PortClassSample) -> None:
-        before = len(self.attribution.rows)
-        self.attribution.add_classes(event)
-        self.live.add_attribution(self.attribution.rows[before:])
+        self.live.add_attribution(self.attribution.add_classes(event))
 
     def _cpu(self, event: CpuSample) -> None:
         self.cpu_rows.append(CpuRow(event.time_s, event.busy_ratio, event.server))

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from collectors.attribution import AttributionRow, MarkRow
+from collectors.columns import RecordColumns, schema_of
 from collectors.queue_pairs import QpRow
 from collectors.records import CollectiveRecord, FlowRecord
 from collectors.samples import CpuRow, NicColumns, NicRow, PortColumns, PortRow
@@ -29,25 +30,6 @@ from emulator.errors import InputError
 # peak; docs/simulation.md). ARROW_DEFAULT_MEMORY_POOL, when set, still chooses.
 if not os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
     pa.set_memory_pool(pa.system_memory_pool())
-
-_ARROW_TYPES: dict[str, Any] = {
-    "int": pa.int64(),
-    "float": pa.float64(),
-    "str": pa.string(),
-    "bool": pa.bool_(),
-}
-
-
-def schema_of(cls: type) -> pa.Schema:
-    """Arrow schema of a record dataclass (field annotations int/float/str/bool, `| None`)."""
-    fields = []
-    for f in dataclasses.fields(cls):
-        text = str(f.type).replace(" ", "")
-        nullable = text.endswith("|None")
-        base = text.removesuffix("|None")
-        fields.append(pa.field(f.name, _ARROW_TYPES[base], nullable=nullable))
-    return pa.schema(fields)
-
 
 # Table name -> record class; the parquet file is <name>.parquet.
 TABLES: dict[str, type] = {
@@ -69,6 +51,10 @@ def to_table(rows: Sequence[Any], cls: type) -> pa.Table:
     schema = schema_of(cls)
     columns = {name: [getattr(r, name) for r in rows] for name in schema.names}
     return pa.Table.from_pydict(columns, schema=schema)
+
+
+def _table(rows: Sequence[Any] | RecordColumns[Any], cls: type) -> pa.Table:
+    return rows.table() if isinstance(rows, RecordColumns) else to_table(rows, cls)
 
 
 def nic_table(rows: Sequence[NicRow], columns: Sequence[NicColumns] = ()) -> pa.Table:
@@ -170,8 +156,8 @@ class RunTables:
         *,
         nic_columns: Sequence[NicColumns] = (),
         port_columns: Sequence[PortColumns] = (),
-        attribution: Sequence[AttributionRow] = (),
-        marks: Sequence[MarkRow] = (),
+        attribution: Sequence[AttributionRow] | RecordColumns[AttributionRow] = (),
+        marks: Sequence[MarkRow] | RecordColumns[MarkRow] = (),
         attribution_measured: bool = False,
     ) -> RunTables:
         return cls(
@@ -181,8 +167,8 @@ class RunTables:
             ports=ports_table(ports, port_columns),
             cpu=to_table(cpu, CpuRow),
             queue_pairs=to_table(queue_pairs, QpRow),
-            attribution=to_table(attribution, AttributionRow),
-            marks=to_table(marks, MarkRow),
+            attribution=_table(attribution, AttributionRow),
+            marks=_table(marks, MarkRow),
             attribution_measured=attribution_measured,
         )
 

@@ -116,7 +116,16 @@ class Topology:
         router's name (never 0, which would mean a random kernel key)."""
         if not self.ecmp_hash_seed or not self.ecmp_seed_per_router:
             return self.ecmp_hash_seed
-        return zlib.crc32(f"{self.ecmp_hash_seed}:{node}".encode()) or 1
+        seed = self._router_seeds.get(node)
+        if seed is None:
+            seed = self._router_seeds[node] = (
+                zlib.crc32(f"{self.ecmp_hash_seed}:{node}".encode()) or 1
+            )
+        return seed
+
+    @cached_property
+    def _router_seeds(self) -> dict[str, int]:
+        return {}
 
     @cached_property
     def hosts(self) -> tuple[str, ...]:
@@ -153,15 +162,33 @@ class Topology:
         return out
 
     def host_address(self, host: str) -> ipaddress.IPv4Address:
-        return self.ports[host][0].address.ip
+        address = self._host_addresses.get(host)
+        if address is None:  # one object per host (IPv4Interface.ip makes a new one per call)
+            address = self._host_addresses[host] = self.ports[host][0].address.ip
+        return address
+
+    @cached_property
+    def _host_addresses(self) -> dict[str, ipaddress.IPv4Address]:
+        return {}
 
     @cached_property
     def _host_by_address(self) -> dict[ipaddress.IPv4Address, str]:
         return {self.host_address(h): h for h in self.hosts}
 
-    def path(self, src: str, dst: str, sport: int, dport: int = ROCE_UDP_DPORT) -> tuple[Link, ...]:
+    def path(
+        self,
+        src: str,
+        dst: str,
+        sport: int,
+        dport: int = ROCE_UDP_DPORT,
+        *,
+        remember: bool = True,
+    ) -> tuple[Link, ...]:
         """Directed links a UDP flow from host `src` to host `dst` crosses: the kernel's own
-        ECMP choice when the seed is fixed, else an ideal uniform hash."""
+        ECMP choice when the seed is fixed, else an ideal uniform hash. `remember`: keep the
+        hashes for the next call with this 5-tuple (not for a one-off probe: the schedule's
+        balanced source ports try up to 256 per queue pair, 74k entries kept for nothing in
+        moe_mix)."""
         if src == dst:
             return ()
         src_ip, dst_ip = self.host_address(src), self.host_address(dst)
@@ -180,7 +207,11 @@ class Topology:
             route = self.lookup(node, dst_ip)
             choice = route is not None and len(route.nexthops) > 1
             if seeded and choice:
-                mhash = self._flow_hash(src_ip, dst_ip, sport, dport, self.router_seed(node))
+                seed = self.router_seed(node)
+                if remember:
+                    mhash = self._flow_hash(src_ip, dst_ip, sport, dport, seed)
+                else:
+                    mhash = l4_multipath_hash(src_ip, dst_ip, UDP_PROTO, sport, dport, seed)
             else:
                 mhash = 0
             hop = self.next_hop(node, dst_ip, mhash, flow)
@@ -199,9 +230,10 @@ class Topology:
     ) -> int:
         """The kernel's multipath hash of a UDP 5-tuple (the same both ways: it is symmetric),
         at router `node` (its own seed), or with the fabric's seed when no node is given (a
-        flow's identity, as the simulator's route caches key it)."""
+        flow's identity, as the simulator's route caches key it). Not remembered: its callers
+        (the simulator's switches and queue pairs) ask once per 5-tuple and keep the answer."""
         seed = self.ecmp_hash_seed if node is None else self.router_seed(node)
-        return self._flow_hash(src_ip, dst_ip, sport, dport, seed)
+        return l4_multipath_hash(src_ip, dst_ip, UDP_PROTO, sport, dport, seed)
 
     def _flow_hash(
         self,
@@ -211,8 +243,9 @@ class Topology:
         dport: int,
         seed: int,
     ) -> int:
-        """l4_multipath_hash, remembered: with one seed for the fabric a flow's hash is the same
-        at every router it meets (siphash in Python was 8% of a 1,024-rank flow-level run)."""
+        """l4_multipath_hash, remembered for `path`: with one seed for the fabric a flow's hash
+        is the same at every router it meets (siphash in Python was 8% of a 1,024-rank
+        flow-level run)."""
         key = (src_ip, dst_ip, sport, dport, seed)
         mhash = self._hashes.get(key)
         if mhash is None:

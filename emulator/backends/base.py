@@ -151,8 +151,12 @@ class Session(ABC):
     def metadata(self) -> dict[str, Any]:
         """summary.json's "fabric_backend": what was built (marker, shaper bursts, ...)."""
 
-    def impairments(self, flows: list[dict[str, Any]], job_end_s: float | None) -> dict[str, Any]:
-        """What the scenario's impairments did (loss drops, link events), given the flow rows."""
+    def impairments(
+        self, flows: Callable[[], list[dict[str, Any]]], job_end_s: float | None
+    ) -> dict[str, Any]:
+        """What the scenario's impairments did (loss drops, link events); `flows()` gives the
+        flow rows (called only by a backend that needs them: a large run's rows as dictionaries
+        take more memory than its table)."""
         del flows, job_end_s
         return {}
 

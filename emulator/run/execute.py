@@ -237,7 +237,7 @@ def run_planned(
     if scenario.compute.stragglers:
         impairments["stragglers"] = dict(scenario.compute.stragglers)
         impairments["collectives_with_a_straggler"] = dict(replay.affected)
-    impairments.update(session.impairments(tables.flows.to_pylist(), replay.job_time_s))
+    impairments.update(session.impairments(tables.flows.to_pylist, replay.job_time_s))
     if impairments:
         extra["impairments"] = impairments
     error = report.error

@@ -45,7 +45,9 @@ def clos_path(spec: Any, ranks: int) -> PathFn:
         )
 
     def path(src: int, dst: int, sport: int) -> Sequence[tuple[Hashable, float]]:
-        return [(link.name, link.rate_bps) for link in topology.path(hosts[src], hosts[dst], sport)]
+        # a probe (balanced source ports try many): the topology need not keep its hashes
+        links = topology.path(hosts[src], hosts[dst], sport, remember=False)
+        return [(link.name, link.rate_bps) for link in links]
 
     return path
 

@@ -165,11 +165,14 @@ class Switch:
         ports = (frame.dport, frame.sport) if frame.control else (frame.sport, frame.dport)
         # As Topology.path: this router's own hash of the 5-tuple (once per 5-tuple: receive
         # caches the port it gives), or the seed-0 model's flow key.
+        # A hash only where the route has a choice, as Topology.path (next_hop reads none).
         flow, mhash = b"", 0
-        if self._seeded:
-            mhash = topo.flow_hash(src_ip, dst_ip, *ports, node=self.name)
-        else:
-            flow = flow_key(src_ip, dst_ip, *ports)
+        route = topo.lookup(self.name, dst_ip)
+        if route is not None and len(route.nexthops) > 1:
+            if self._seeded:
+                mhash = topo.flow_hash(src_ip, dst_ip, *ports, node=self.name)
+            else:
+                flow = flow_key(src_ip, dst_ip, *ports)
         hop = topo.next_hop(self.name, dst_ip, mhash, flow)
         return None if hop is None else self.egress.get(hop.ifname)
 

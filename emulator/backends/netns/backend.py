@@ -129,7 +129,9 @@ class NetnsSession(EngineSession):
         assert isinstance(spec, ClosSpec)
         return not spec.loss_impairment() and self.links is None
 
-    def impairments(self, flows: list[dict[str, Any]], job_end_s: float | None) -> dict[str, Any]:
+    def impairments(
+        self, flows: Callable[[], list[dict[str, Any]]], job_end_s: float | None
+    ) -> dict[str, Any]:
         spec = self.context.scenario.fabric
         assert isinstance(spec, ClosSpec)
         out: dict[str, Any] = {}
@@ -146,7 +148,7 @@ class NetnsSession(EngineSession):
             )
         if self.links is not None:
             end_s = job_end_s or float("inf")
-            crossing = flows_crossing(self.live.topology, self.links.down_windows(end_s), flows)
+            crossing = flows_crossing(self.live.topology, self.links.down_windows(end_s), flows())
             out["link_events"] = self.links.applied
             out["flows_crossing_a_down_link"] = dict(crossing)
             if self.links.errors:

@@ -16,6 +16,7 @@ Determinism: every random draw comes from generators seeded by `run.seed` (salte
 from __future__ import annotations
 
 import resource
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -275,7 +276,9 @@ class SimSession(Session):
             out[rank] = write_pcap(packets, link=LINKTYPE_IPV4, snap=snap.snap_bytes if snap else 0)
         return out
 
-    def impairments(self, flows: list[dict[str, Any]], job_end_s: float | None) -> dict[str, Any]:
+    def impairments(
+        self, flows: Callable[[], list[dict[str, Any]]], job_end_s: float | None
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {}
         loss = self.spec.loss_impairment()
         if loss:
@@ -287,7 +290,9 @@ class SimSession(Session):
             end_s = job_end_s or float("inf")
             windows = self.links.down_windows(end_s)
             out["link_events"] = self.links.applied
-            out["flows_crossing_a_down_link"] = dict(flows_crossing(self.topology, windows, flows))
+            out["flows_crossing_a_down_link"] = dict(
+                flows_crossing(self.topology, windows, flows())
+            )
             out["no_route_drops"] = sum(s.no_route for s in self.fabric.switches.values())
         return out
 

@@ -1,0 +1,128 @@
+"""Record dataclasses as Arrow schemas, and a compact store of many records as typed columns.
+
+A table of many small records (attribution windows, marks) held as dataclass instances costs
+about 250 bytes a row in Python (the object and its boxed numbers); held as columns it costs
+8 bytes a number and 4 a string (a code into the column's distinct strings), and becomes the
+same Arrow table to_table would build from the instances.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from array import array
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+ARROW_TYPES: dict[str, Any] = {
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "str": pa.string(),
+    "bool": pa.bool_(),
+}
+_ARRAY_CODES = {"int": "q", "float": "d", "bool": "b", "str": "i"}  # str: codes into names
+
+R = TypeVar("R")
+
+
+def field_types(cls: type) -> list[tuple[str, str, bool]]:
+    """(name, base type int/float/str/bool, nullable) of each field of a record dataclass."""
+    out = []
+    for f in dataclasses.fields(cls):
+        text = str(f.type).replace(" ", "")
+        nullable = text.endswith("|None")
+        out.append((f.name, text.removesuffix("|None"), nullable))
+    return out
+
+
+def schema_of(cls: type) -> pa.Schema:
+    """Arrow schema of a record dataclass (field annotations int/float/str/bool, `| None`)."""
+    return pa.schema(
+        pa.field(name, ARROW_TYPES[base], nullable=nullable)
+        for name, base, nullable in field_types(cls)
+    )
+
+
+class RecordColumns(Generic[R]):
+    """Records of dataclass `cls`, appended one at a time, kept as one typed array per field
+    (a null is a cleared bit of the field's validity mask); `table()` is to_table's table of
+    the same records, `rows()` gives them back as instances."""
+
+    def __init__(self, cls: type[R]) -> None:
+        self.cls = cls
+        self.schema = schema_of(cls)
+        self._fields = field_types(cls)
+        self._data = [array(_ARRAY_CODES[base]) for _, base, _ in self._fields]
+        self._valid = [bytearray() if nullable else None for _, _, nullable in self._fields]
+        # per str field: its distinct strings in first-seen order, and their codes
+        self._names: list[list[str] | None] = [
+            [] if base == "str" else None for _, base, _ in self._fields
+        ]
+        self._codes: list[dict[str, int] | None] = [
+            {} if base == "str" else None for _, base, _ in self._fields
+        ]
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def append(self, record: R) -> None:
+        for i, (name, _, _) in enumerate(self._fields):
+            value = getattr(record, name)
+            valid = self._valid[i]
+            if valid is not None:
+                valid.append(value is not None)
+                if value is None:
+                    self._data[i].append(0)
+                    continue
+            codes = self._codes[i]
+            if codes is not None:
+                code = codes.get(value)
+                if code is None:
+                    code = codes[value] = len(codes)
+                    names = self._names[i]
+                    assert names is not None
+                    names.append(value)
+                self._data[i].append(code)
+            else:
+                self._data[i].append(value)
+        self._len += 1
+
+    def _column(self, i: int, start: int = 0, stop: int | None = None) -> list[Any]:
+        stop = self._len if stop is None else stop
+        values: list[Any] = self._data[i][start:stop].tolist()
+        names = self._names[i]
+        if names is not None:
+            values = [names[c] for c in values] if names else [None] * len(values)
+        elif self._fields[i][1] == "bool":
+            values = [bool(v) for v in values]
+        valid = self._valid[i]
+        if valid is not None:
+            values = [v if ok else None for v, ok in zip(values, valid[start:stop], strict=True)]
+        return values
+
+    def rows(self, start: int = 0, stop: int | None = None) -> list[R]:
+        """Records start..stop as instances of cls."""
+        columns = [self._column(i, start, stop) for i in range(len(self._fields))]
+        return [self.cls(*values) for values in zip(*columns, strict=True)]
+
+    def table(self) -> pa.Table:
+        arrays = []
+        for i, (field, (_, base, _)) in enumerate(zip(self.schema, self._fields, strict=True)):
+            data = self._data[i]
+            valid = self._valid[i]
+            mask = None if valid is None else np.frombuffer(bytes(valid), dtype=np.bool_) == 0
+            names = self._names[i]
+            if names is not None:
+                codes = np.frombuffer(data, dtype=np.int32) if len(data) else np.zeros(0, np.int32)
+                dictionary = pa.array(names, type=pa.string())
+                column = pa.DictionaryArray.from_arrays(pa.array(codes, mask=mask), dictionary)
+                arrays.append(column.cast(pa.string()))
+                continue
+            dtype = {"int": np.int64, "float": np.float64, "bool": np.int8}[base]
+            values = np.frombuffer(data, dtype=dtype) if len(data) else np.zeros(0, dtype)
+            if base == "bool":
+                values = values.astype(np.bool_)
+            arrays.append(pa.array(values, type=field.type, mask=mask))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
