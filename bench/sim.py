@@ -16,7 +16,8 @@ baseline child (`--child baseline`) imports the same modules and builds the same
 fabric without traffic. Net = peak - baseline, per planned flow and per port.
 Scaling (--scaling, the default): the moe_mix workload at 16 (moe_mix.yaml), 64 (moe_mix_128.yaml
 cut to 4 leaves, written to a temporary file) and 128 hosts (moe_mix_128.yaml): wall time, peak
-RSS, flows and packet hops, and the growth 64/16 and 128/16 of each side by side.
+RSS, flows and packet hops, the growth 64/16 and 128/16 of each side by side, and the memory per
+host: what each host beyond the 16 adds to the peak (and per flow), the fixed costs cancelled.
 The fabric's code (--fabric-peer, the default): these runs use the fabric in C where it is built
 (sim.native_fabric auto; the table says which ran); moe_mix.yaml and an 8:1 DCQCN incast at 40
 Gb/s (INCAST: 8 senders into one receiver through a leaf, 60 ms of simulated time) are also run
@@ -358,15 +359,38 @@ def print_runs(runs: dict[int, dict[str, Any]]) -> None:
 
 
 def growth(runs: dict[int, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    keys = ("wall_s", "replay_wall_s", "max_rss_kb", "net_rss_kb", "flows", "packet_hops")
+    keys: tuple[str, ...] = (
+        "wall_s",
+        "replay_wall_s",
+        "max_rss_kb",
+        "net_rss_kb",
+        "flows",
+        "packet_hops",
+    )
     out = {
         f"{hosts}/16": {k: ratio(r.get(k), runs[16].get(k)) for k in keys}
         for hosts, r in runs.items()
         if hosts != 16
     }
+    # memory per host: what each host beyond the 16 adds to the peak (the modules, the fabric's
+    # fixed part and the results stage's fixed part cancel out), and per flow
+    base = runs[16]
+    for hosts, r in runs.items():
+        if hosts == 16:
+            continue
+        added = None
+        if r.get("max_rss_kb") is not None and base.get("max_rss_kb") is not None:
+            added = (r["max_rss_kb"] - base["max_rss_kb"]) / 1024.0
+        flows = (r.get("flows") or 0) - (base.get("flows") or 0)
+        out[f"{hosts}/16"]["peak_mb_per_added_host"] = added / (hosts - 16) if added else None
+        out[f"{hosts}/16"]["peak_kb_per_added_flow"] = (
+            added * 1024 / flows if added and flows else None
+        )
     print()
     header = ["growth", "wall", "replay", "peak RSS", "net RSS", "flows", "packet hops"]
-    table(header, [[label, *(fmt(g[k]) for k in keys)] for label, g in out.items()])
+    header += ["peak MB per added host", "peak kB per added flow"]
+    keys += ("peak_mb_per_added_host", "peak_kb_per_added_flow")
+    table(header, [[label, *(fmt(g.get(k)) for k in keys)] for label, g in out.items()])
     return out
 
 

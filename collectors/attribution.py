@@ -42,7 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from collectors.columns import RecordColumns
+from collectors.columns import RecordColumns, rows
 from emulator.events import PortAttribution, PortClassSample
 
 TOP_PORTS = 4  # ports the summary and the plot describe, most queue byte-time first
@@ -241,18 +241,13 @@ class AttributionTable:
         return added
 
 
-def _rows(table: pa.Table, names: Iterable[str]) -> list[tuple[Any, ...]]:
-    cols = [table.column(n).to_pylist() for n in names]
-    return list(zip(*cols, strict=True))
-
-
 def port_shares(attribution: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
     """Per port: queue byte-seconds, bytes, marks and drops by collective type."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     names = ("switch", "port", "collective_type", "queue_bytes", "interval_s", "tx_bytes")
     more = ("ecn_marks", "drops", "queue_byte_s", "pause_s")
     counted = ("queue_byte_s", "tx_bytes", "ecn_marks", "drops", "pause_s")
-    for sw, port, kind, queued, interval, tx, marks, drops, byte_s, pause_s in _rows(
+    for sw, port, kind, queued, interval, tx, marks, drops, byte_s, pause_s in rows(
         attribution, names + more
     ):
         p = out.setdefault((sw, port), {k: defaultdict(float) for k in counted})
@@ -274,7 +269,7 @@ def job_queue_shares(attribution: pa.Table) -> dict[tuple[str, str], dict[str, f
     if len({j for j in attribution.column("job").to_pylist() if j}) < 2:
         return {}
     out: dict[tuple[str, str], dict[str, float]] = {}
-    for sw, port, job, queued, interval, byte_s in _rows(
+    for sw, port, job, queued, interval, byte_s in rows(
         attribution, ("switch", "port", "job", "queue_bytes", "interval_s", "queue_byte_s")
     ):
         if job:
@@ -289,8 +284,14 @@ def _share(counts: dict[str, float]) -> dict[str, float]:
     return {k: v / total for k, v in sorted(counts.items())} if total else {}
 
 
-def congested_ports(attribution: pa.Table, top: int = TOP_PORTS) -> list[tuple[str, str]]:
-    shares = port_shares(attribution)
+def congested_ports(
+    attribution: pa.Table,
+    top: int = TOP_PORTS,
+    shares: dict[tuple[str, str], dict[str, Any]] | None = None,
+) -> list[tuple[str, str]]:
+    """The ports with queue byte-time, most first (`shares`: port_shares of the table)."""
+    if shares is None:
+        shares = port_shares(attribution)
     ranked = sorted(shares, key=lambda k: -sum(shares[k]["queue_byte_s"].values()))
     return [k for k in ranked if sum(shares[k]["queue_byte_s"].values()) > 0][:top]
 
@@ -316,7 +317,7 @@ def attribution_summary(
     shares = port_shares(attribution)
     jobs = job_queue_shares(attribution)
     ports = []
-    for key in congested_ports(attribution, top=len(shares)):
+    for key in congested_ports(attribution, top=len(shares), shares=shares):
         p = shares[key]
         queue = _share(p["queue_byte_s"])
         port: dict[str, Any] = {
@@ -341,7 +342,7 @@ def attribution_summary(
             port["top_interfering_job"] = max(share, key=lambda k: share[k]) if share else None
         ports.append(port)
     cnps: dict[str, int] = defaultdict(int)
-    for kind, sent in _rows(flows, ("collective_type", "cnps_sent")):
+    for kind, sent in rows(flows, ("collective_type", "cnps_sent")):
         cnps[kind] += int(sent or 0)
     out: dict[str, Any] = {
         "measured": True,
@@ -365,10 +366,10 @@ def reconcile_marks(attribution: pa.Table, flows: pa.Table) -> dict[str, Any]:
     discrepancy (a packet the switches did not see marked, or counted under another class).
     Marks on untagged packets (ACKs, CNPs, other traffic) have no receiver count."""
     switch: dict[str, int] = defaultdict(int)
-    for kind, marks in _rows(attribution, ("collective_type", "ecn_marks")):
+    for kind, marks in rows(attribution, ("collective_type", "ecn_marks")):
         switch[kind] += int(marks)
     receiver: dict[str, int] = defaultdict(int)
-    for kind, ce in _rows(flows, ("collective_type", "ce_marks")):
+    for kind, ce in rows(flows, ("collective_type", "ce_marks")):
         receiver[class_of_type(kind, switch)] += int(ce or 0)
     by_type = {}
     discrepancies = []
@@ -406,22 +407,26 @@ def slow_flow_marks(
     marks (a queue that drains within a window still counts: the byte-time, not a snapshot)."""
     done = [
         (fct, fid)
-        for fid, k, fct in _rows(flows, ("flow_id", "collective_type", "fct_s"))
+        for fid, k, fct in rows(flows, ("flow_id", "collective_type", "fct_s"))
         if k == kind and fct is not None
     ]
     if not done:
         return []
     done.sort(reverse=True)
     slow = done[: max(1, round(len(done) * SLOW_SHARE))]
+    wanted = {fid for _, fid in slow}
+    by_flow: dict[int, list[tuple[float, str, str]]] = defaultdict(list)
+    for t, sw, port, fid in rows(marks, ("time_s", "switch", "port", "flow_id")):
+        if fid in wanted:
+            by_flow[fid].append((t, sw, port))
+    # the queues of the windows those marks fell in only (every window of a large run, as
+    # dictionaries, was tens of MB)
+    windows = {w for marked in by_flow.values() for w in marked}
     held: dict[tuple[float, str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     names = ("time_s", "switch", "port", "collective_type", "queue_bytes", "interval_s")
-    for t, sw, port, ckind, queued, interval, byte_s in _rows(
-        attribution, (*names, "queue_byte_s")
-    ):
-        held[(t, sw, port)][ckind] += byte_s if byte_s is not None else queued * interval
-    by_flow: dict[int, list[tuple[float, str, str]]] = defaultdict(list)
-    for t, sw, port, fid in _rows(marks, ("time_s", "switch", "port", "flow_id")):
-        by_flow[fid].append((t, sw, port))
+    for t, sw, port, ckind, queued, interval, byte_s in rows(attribution, (*names, "queue_byte_s")):
+        if (t, sw, port) in windows:
+            held[(t, sw, port)][ckind] += byte_s if byte_s is not None else queued * interval
     out = []
     for fct, fid in slow:
         at: dict[str, dict[str, Any]] = {}

@@ -29,7 +29,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from collectors.stats import percentile_nearest_rank
 from collectors.tables import rows
@@ -79,12 +81,18 @@ def tier_group(switch: str, port: str) -> str:
 
 def with_tier_groups(ports: pa.Table) -> pa.Table:
     """ports.parquet with its `tier_group` column (replaced if it has one)."""
-    groups = [tier_group(s, p) for s, p in rows(ports, ("switch", "port"))]
+    # one name per distinct port, spread over the rows by index (not a string per row)
+    switch = pc.dictionary_encode(ports.column("switch").combine_chunks())
+    port = pc.dictionary_encode(ports.column("port").combine_chunks())
+    switches, port_names = switch.dictionary.to_pylist(), port.dictionary.to_pylist()
+    n = max(len(port_names), 1)
+    key = switch.indices.to_numpy().astype(np.int64) * n + port.indices.to_numpy()
+    distinct, row_of = np.unique(key, return_inverse=True)
+    names = [tier_group(switches[k // n], port_names[k % n]) for k in distinct.tolist()]
+    groups = pa.array(names, pa.string()).take(pa.array(row_of.astype(np.int64)))
     if TIER_GROUP_COLUMN in ports.column_names:
         ports = ports.drop_columns([TIER_GROUP_COLUMN])
-    return ports.append_column(
-        pa.field(TIER_GROUP_COLUMN, pa.string(), nullable=False), pa.array(groups, pa.string())
-    )
+    return ports.append_column(pa.field(TIER_GROUP_COLUMN, pa.string(), nullable=False), groups)
 
 
 def max_to_mean_ratio(loads: Sequence[float]) -> float | None:

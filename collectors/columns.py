@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
+from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -24,6 +25,7 @@ ARROW_TYPES: dict[str, Any] = {
 _ARRAY_CODES = {"int": "q", "float": "d", "bool": "b", "str": "i"}  # str: codes into names
 
 R = TypeVar("R")
+ROWS_PER_BATCH = 16_384  # rows `rows` converts to Python objects at a time
 
 
 def field_types(cls: type) -> list[tuple[str, str, bool]]:
@@ -126,3 +128,12 @@ class RecordColumns(Generic[R]):
                 values = values.astype(np.bool_)
             arrays.append(pa.array(values, type=field.type, mask=mask))
         return pa.Table.from_arrays(arrays, schema=self.schema)
+
+
+def rows(table: pa.Table, names: Iterable[str]) -> Iterator[tuple[Any, ...]]:
+    """Rows of the named columns as tuples, in order, converted a batch at a time (a large
+    run's attribution or ports table as Python objects all at once is tens of MB)."""
+    selected = table.select(list(names))
+    for start in range(0, selected.num_rows, ROWS_PER_BATCH):
+        batch = selected.slice(start, ROWS_PER_BATCH)
+        yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)

@@ -240,11 +240,12 @@ def job_time_s(tables: RunTables) -> float | None:
 
 
 def _job_time(tables: RunTables) -> float | None:
-    starts = [s for s in rows(tables.flows, ("start_s",)) if s[0] is not None]
-    ends = [e for e in rows(tables.flows, ("end_s",)) if e[0] is not None]
-    if not starts or not ends:
+    # Arrow's min and max skip nulls (no Python float per flow); None when all are null
+    first = pc.min(tables.flows.column("start_s")).as_py()
+    last = pc.max(tables.flows.column("end_s")).as_py()
+    if first is None or last is None:
         return None
-    return float(max(e[0] for e in ends) - min(s[0] for s in starts))
+    return float(last - first)
 
 
 def port_growth(tables: RunTables, name: str) -> dict[tuple[str, str], Any]:
@@ -327,13 +328,13 @@ def build_summary(meta: RunMeta, tables: RunTables, partial: bool) -> dict[str, 
         "cv_method": CV_METHOD,
         "flows": {
             "planned": tables.flows.num_rows,
-            "finished": sum(1 for (e,) in rows(tables.flows, ("end_s",)) if e is not None),
+            "finished": tables.flows.num_rows - tables.flows.column("end_s").null_count,
         },
         "totals": {
             **totals,
             "switch_drops": port_counter_growth(tables, "drops"),
             "switch_ecn_marks": port_counter_growth(tables, "ecn_marks"),
-            "switch_queue_max_bytes": max(column(tables.ports, "queue_bytes"), default=None),
+            "switch_queue_max_bytes": pc.max(tables.ports.column("queue_bytes")).as_py(),
         },
         "pfc_equivalent": pfc_equivalent(tables),
         "machine": {

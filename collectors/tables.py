@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from collectors.attribution import AttributionRow, MarkRow
 from collectors.columns import RecordColumns, schema_of
+from collectors.columns import rows as _rows
 from collectors.queue_pairs import QpRow
 from collectors.records import CollectiveRecord, FlowRecord
 from collectors.samples import CpuRow, NicColumns, NicRow, PortColumns, PortRow
@@ -224,7 +225,4 @@ def column(table: pa.Table, name: str) -> list[Any]:
     return list(table.column(name).to_pylist())
 
 
-def rows(table: pa.Table, names: Iterable[str]) -> list[tuple[Any, ...]]:
-    """Rows of the named columns as tuples."""
-    cols = [column(table, n) for n in names]
-    return list(zip(*cols, strict=True))
+rows = _rows  # its callers import it from here (it lives in collectors.columns, below attribution)
