@@ -48,7 +48,7 @@ def schema_of(cls: type) -> pa.Schema:
 
 class RecordColumns(Generic[R]):
     """Records of dataclass `cls`, appended one at a time, kept as one typed array per field
-    (a null is a cleared bit of the field's validity mask); `table()` is to_table's table of
+    (a null: a zero in the field's validity bytes); `table()` is to_table's table of
     the same records, `rows()` gives them back as instances."""
 
     def __init__(self, cls: type[R]) -> None:
