@@ -382,10 +382,9 @@ def growth(runs: dict[int, dict[str, Any]]) -> dict[str, dict[str, float | None]
         if r.get("max_rss_kb") is not None and base.get("max_rss_kb") is not None:
             added = (r["max_rss_kb"] - base["max_rss_kb"]) / 1024.0
         flows = (r.get("flows") or 0) - (base.get("flows") or 0)
-        out[f"{hosts}/16"]["peak_mb_per_added_host"] = added / (hosts - 16) if added else None
-        out[f"{hosts}/16"]["peak_kb_per_added_flow"] = (
-            added * 1024 / flows if added and flows else None
-        )
+        row = out[f"{hosts}/16"]
+        row["peak_mb_per_added_host"] = None if added is None else added / (hosts - 16)
+        row["peak_kb_per_added_flow"] = None if added is None or not flows else added * 1024 / flows
     print()
     header = ["growth", "wall", "replay", "peak RSS", "net RSS", "flows", "packet hops"]
     header += ["peak MB per added host", "peak kB per added flow"]
