@@ -192,8 +192,6 @@ class Topology:
         if src == dst:
             return ()
         src_ip, dst_ip = self.host_address(src), self.host_address(dst)
-        seeded = bool(self.ecmp_hash_seed)
-        flow = b"" if seeded else flow_key(src_ip, dst_ip, sport, dport)
         hops: list[Link] = []
         node, ifname = src, HOST_IFNAME
         for _ in range(len(self.nodes)):
@@ -202,23 +200,36 @@ class Topology:
             node = link.dst
             if node == dst:
                 return tuple(hops)
-            # each router hashes with its own seed (router_seed: the fabric's, or one per router);
-            # a hash only where the route has a choice (one next hop reads no hash)
-            route = self.lookup(node, dst_ip)
-            choice = route is not None and len(route.nexthops) > 1
-            if seeded and choice:
-                seed = self.router_seed(node)
-                if remember:
-                    mhash = self._flow_hash(src_ip, dst_ip, sport, dport, seed)
-                else:
-                    mhash = l4_multipath_hash(src_ip, dst_ip, UDP_PROTO, sport, dport, seed)
-            else:
-                mhash = 0
-            hop = self.next_hop(node, dst_ip, mhash, flow)
+            hop = self.hop(node, src_ip, dst_ip, sport, dport, remember=remember)
             if hop is None:
                 break
             ifname = hop.ifname
         raise ValueError(f"no route from {src} to {dst} at {node}")
+
+    def hop(
+        self,
+        node: str,
+        src_ip: ipaddress.IPv4Address,
+        dst_ip: ipaddress.IPv4Address,
+        sport: int,
+        dport: int = ROCE_UDP_DPORT,
+        *,
+        remember: bool = False,
+    ) -> NextHop | None:
+        """The next hop router `node` picks for a UDP 5-tuple (path's and the simulator's
+        switches' one choice). Each router hashes with its own seed (router_seed: the fabric's,
+        or one per router), and only where the route has a choice (one next hop reads no hash);
+        `remember` keeps the hash (path's)."""
+        route = self.lookup(node, dst_ip)
+        mhash, flow = 0, b""
+        if route is not None and len(route.nexthops) > 1:
+            if not self.ecmp_hash_seed:
+                flow = flow_key(src_ip, dst_ip, sport, dport)
+            elif remember:
+                mhash = self._flow_hash(src_ip, dst_ip, sport, dport, self.router_seed(node))
+            else:
+                mhash = self.flow_hash(src_ip, dst_ip, sport, dport, node=node)
+        return self.next_hop(node, dst_ip, mhash, flow)
 
     def flow_hash(
         self,

@@ -33,7 +33,7 @@ from emulator.transport.params import EcnMarkingParams
 from emulator.transport.wire import ECN_ECT0, ECN_NOT_ECT
 from fabrics.queues import egress_ports
 from fabrics.spec import PFC_A_SHIFT, LoadBalancingSpec, TierSpec
-from fabrics.topology import Cable, Route, Topology, flow_key, routes_without
+from fabrics.topology import Cable, Route, Topology, routes_without
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,6 @@ class Switch:
         self._cache: dict[tuple[str, str, int, bool, int], Port | None] = {}
         self._candidates: dict[str, tuple[Port, ...]] = {}  # destination host -> next hops
         self.no_route = 0
-        self._seeded = bool(topology.ecmp_hash_seed)
         self.balancer: Balancer | None = None
         if balancing is not None:
             self.balancer = make_balancer(
@@ -159,21 +158,11 @@ class Switch:
         return out
 
     def _route(self, frame: Frame) -> Port | None:
-        topo = self.topology
         dst_ip = self.addresses[frame.dst]
         src_ip = self.addresses[frame.src]
         ports = (frame.dport, frame.sport) if frame.control else (frame.sport, frame.dport)
-        # As Topology.path: this router's own hash of the 5-tuple (once per 5-tuple: receive
-        # caches the port it gives), or the seed-0 model's flow key.
-        # A hash only where the route has a choice, as Topology.path (next_hop reads none).
-        flow, mhash = b"", 0
-        route = topo.lookup(self.name, dst_ip)
-        if route is not None and len(route.nexthops) > 1:
-            if self._seeded:
-                mhash = topo.flow_hash(src_ip, dst_ip, *ports, node=self.name)
-            else:
-                flow = flow_key(src_ip, dst_ip, *ports)
-        hop = topo.next_hop(self.name, dst_ip, mhash, flow)
+        # Topology.path's choice, this router's (once per 5-tuple: receive caches the port)
+        hop = self.topology.hop(self.name, src_ip, dst_ip, *ports)
         return None if hop is None else self.egress.get(hop.ifname)
 
 
