@@ -186,8 +186,7 @@ class AttributionTable:
                     job=job,
                 )
             )
-        for row in added:
-            self.row_columns.append(row)
+        self.row_columns.extend(added)
         return added
 
     def add(
@@ -223,8 +222,7 @@ class AttributionTable:
                     job=job_of(instance),
                 )
             )
-        for row in added:
-            self.row_columns.append(row)
+        self.row_columns.extend(added)
         for flow_id in event.marked_flows:
             instance = instance_of(flow_id)
             self.mark_columns.append(

@@ -91,6 +91,10 @@ class RecordColumns(Generic[R]):
                 self._data[i].append(value)
         self._len += 1
 
+    def extend(self, records: Iterable[R]) -> None:
+        for record in records:
+            self.append(record)
+
     def _column(self, i: int, start: int = 0, stop: int | None = None) -> list[Any]:
         stop = self._len if stop is None else stop
         values: list[Any] = self._data[i][start:stop].tolist()
