@@ -17,13 +17,14 @@ measured on each try by rebuilding the queue in lock order too; it came out unde
 0.2% of expected as slack. Measured with the fix: within 1.4 sigma in 21 tries; before it, the
 port marked 8-24% fewer than the law (the queue collapsed at each of 67-198 inversions). Every
 one of TRIES tries must pass (a correctness claim, not a timing one), and the race must be exercised in most: replayed
-in lock order with the old wrap (lock_order_marks), a try's arrivals must give fewer marks than
+in lock order with the old wrap (lock_order), a try's arrivals must give fewer marks than
 the law by more than the tolerance, so that the old program would have failed that try. (A bare
 count of inversions was too coarse: 28 to 309 from try to try, and one inversion in an off phase
 changes nothing while one at the top of the ramp empties a full queue.)
 
-The same trace checks the PFC-equivalent counters (time at or above XOFF and rises to it) and the
-attribution byte-time (each packet's bytes x its time in the FIFO, summed: the queue's integral
+The same trace checks the PFC-equivalent counters (time at or above XOFF and rises to it: the
+program counts rises in lock order, so they are checked against the lock-order rebuild, and
+against the time-order one as far as the two orders differ on the try) and the attribution byte-time (each packet's bytes x its time in the FIFO, summed: the queue's integral
 over time) against the rebuilt queue.
 """
 
@@ -222,27 +223,43 @@ def rebuild(arrivals: list[Arrival]) -> Rebuilt:
     return Rebuilt(expected, math.sqrt(variance), in_ramp, pause_ns, events, peak, byte_ns)
 
 
-def lock_order_marks(arrivals: list[Arrival], *, wrap: bool) -> float:
-    """The marks the law expects on the queue as a program rebuilds it in lock order. With
-    wrap=False, the fixed program: an older timestamp than the last holder's drains nothing and
-    keeps `last_ns` (its difference from the time-order law is the systematic part of the
-    tolerance, measured on each try). With wrap=True, the program before the fix: `now - last_ns`
-    wrapped, drained the queue to 0 and moved `last_ns` back."""
-    q = 0.0
-    last_ns: int | None = None
+# the program's drain arithmetic (phantom_marker.c): the rate in bytes per ns with 24 fraction
+# bits as fabrics/ecn/ebpf.py writes it, the drain truncated, an idle gap clamped at 2^34 ns
+DRAIN_Q24 = round(RATE_BPS / 8 / 1e9 * (1 << 24))
+MAX_ELAPSED_NS = 1 << 34
+
+
+@dataclass(frozen=True)
+class LockOrder:
+    expected_marks: float
+    rises: int  # rises to XOFF
+    mismatches: int  # packets whose traced queue is not the rebuilt one (wrap=False: must be 0)
+
+
+def lock_order(arrivals: list[Arrival], *, wrap: bool) -> LockOrder:
+    """The queue as the program rebuilds it in lock order, in its integer arithmetic: the marks the
+    law expects on it and its rises to XOFF. With wrap=False, the fixed program: an older
+    timestamp than the last holder's drains nothing and keeps `last_ns` (it must find the very
+    queue each packet's trace entry holds; its difference from the time-order rebuild is the
+    systematic part of each tolerance, measured on each try). With wrap=True, the program before
+    the fix: `now - last_ns` wrapped, drained the queue to 0 and moved `last_ns` back."""
+    q = last_ns = 0
     expected = 0.0
+    rises = mismatches = 0
     for a in sorted(arrivals, key=lambda a: a.seq):
-        if last_ns is None or a.now_ns >= last_ns:
-            if last_ns is not None:
-                q = max(0.0, q - (a.now_ns - last_ns) * BYTES_PER_NS)
-            last_ns = a.now_ns
-        elif wrap:
-            q, last_ns = 0.0, a.now_ns
+        if a.now_ns > last_ns:
+            drained = (min(a.now_ns - last_ns, MAX_ELAPSED_NS) * DRAIN_Q24) >> 24
+            q, last_ns = max(0, q - drained), a.now_ns
+        elif wrap and a.now_ns < last_ns:
+            q, last_ns = 0, a.now_ns
+        mismatches += q != a.queue_bytes
         if a.flags & TRACE_ECT:
-            expected += LAW.probability(int(q))
+            expected += LAW.probability(q)
+        before = q
         if q + a.length <= BUFFER_BYTES:
             q += a.length
-    return expected
+        rises += before < XOFF_BYTES <= q
+    return LockOrder(expected, rises, mismatches)
 
 
 def inversions(arrivals: list[Arrival]) -> int:
@@ -288,8 +305,9 @@ def _one_try(p: PairInfo) -> bool:
     data = [a for a in arrivals if a.length >= PAYLOAD_BYTES]
     r = rebuild(arrivals)
     inv = inversions(arrivals)
-    in_lock_order = lock_order_marks(arrivals, wrap=False)
-    old = lock_order_marks(arrivals, wrap=True)
+    locked = lock_order(arrivals, wrap=False)
+    in_lock_order, lock_rises = locked.expected_marks, locked.rises
+    old = lock_order(arrivals, wrap=True).expected_marks
     tolerance = SIGMAS * r.sigma + abs(in_lock_order - r.expected_marks) + SLACK * r.expected_marks
     line = (
         f"sent {sum(s or 0 for s in sent)} ({len(data)} data packets at the port, "
@@ -297,7 +315,8 @@ def _one_try(p: PairInfo) -> bool:
         f"marks {state.marks} vs the law {r.expected_marks:.0f} +- {tolerance:.0f} "
         f"(sigma {r.sigma:.1f}); peak queue {state.peak_queue_bytes} vs rebuilt "
         f"{r.max_queue_bytes:.0f}; above XOFF {state.pause_ns / 1e6:.2f} ms in "
-        f"{state.pause_events} rises vs rebuilt {r.pause_ns / 1e6:.2f} ms in {r.pause_events}"
+        f"{state.pause_events} rises vs rebuilt {r.pause_ns / 1e6:.2f} ms in {r.pause_events} "
+        f"({lock_rises} in lock order); {locked.mismatches} traced queues not the lock-order rebuild's"
     )
     print(line, flush=True)
     # the trace holds every packet the program judged (give or take a few the namespace sent on
@@ -310,8 +329,17 @@ def _one_try(p: PairInfo) -> bool:
     # PFC-equivalent: time above XOFF and rises, the program's against the rebuilt queue
     assert r.pause_events >= 10, f"the queue should cross XOFF in every on phase: {line}"
     assert state.pause_ns == pytest.approx(r.pause_ns, rel=0.05), line
-    # rises: a queue hovering at XOFF flickers across it differently in lock and in time order
-    assert abs(state.pause_events - r.pause_events) <= max(2, 0.1 * r.pause_events), line
+    # the program found, packet by packet, the queue its arithmetic gives in lock order
+    assert locked.mismatches == 0, line
+    # rises: the program counts them on those queues (exact, but for packets the namespace sent
+    # outside the trace, as for the marks above)...
+    assert abs(state.pause_events - lock_rises) <= abs(state.packets - len(arrivals)), line
+    # ...and in time order as far as the lock-order rebuild differs from it: a queue hovering at
+    # XOFF flickers across it differently in the two orders and with the program's truncated
+    # drain (up to 1.5 KB less drained over a ramp; 35 of 303 rises apart on one CI try), the
+    # systematic part of the tolerance as for the marks
+    rise_tolerance = abs(lock_rises - r.pause_events) + max(2, 0.02 * r.pause_events)
+    assert abs(state.pause_events - r.pause_events) <= rise_tolerance, line
     # attribution: these frames are not RoCEv2, all class 0, whose byte-time (each packet's
     # bytes x its time in the FIFO, charged at arrival) is the rebuilt queue's integral
     assert state.classes[0].packets == state.packets and state.classes[0].marks == state.marks
