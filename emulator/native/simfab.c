@@ -19,68 +19,8 @@
 #include <string.h>
 
 #include "simfab_api.h" /* what Python sees */
-#include "simfab_rqp.h"
 
-/* ---- inside ---------------------------------------------------------------------------- */
-enum { EV_PY = 0, EV_DONE = 1, EV_DONE_DELIVER = 2, EV_DELIVER = 3, EV_SEND = 4, EV_PAUSE = 5 };
-
-typedef struct {
-    double t;
-    uint64_t seq;
-    int32_t kind, a;
-    int64_t b;
-} ev_t;
-
-typedef struct {
-    int32_t src, dst, sport, size, ecn, control, dport, priority, marked_here;
-    int32_t ingress, next;
-    int64_t tag, flow, handle, mhash;
-    int32_t qpn, data_flags, payload_bytes; /* a data packet's (qpn -1: not one) */
-    uint32_t psn;
-} frame_t;
-
-typedef struct {
-    uint32_t state[624];
-    int32_t index;
-} mt_t;
-
-typedef struct {
-    int32_t head, tail;
-} fifo_t;
-
-typedef struct {
-    fab_attr_t *items;
-    int32_t n, cap;
-    int64_t *marked;
-    int32_t n_marked, cap_marked;
-} attr_t;
-
-typedef struct {
-    uint64_t *keys;
-    int32_t *values; /* port, or -1 for no route */
-    int64_t n, cap;  /* cap: a power of two */
-} route_map_t;
-
-typedef struct {
-    fab_t pub; /* what Python reads (simfab_api.h); the rest is the fabric's own */
-    ev_t *heap;
-    int64_t n_heap, cap_heap;
-    frame_t *frames;
-    int32_t n_frames, cap_frames, free_frame;
-    fifo_t *data, *prio;
-    mt_t *mark_rng, *loss_rng;
-    attr_t *attr;
-    route_map_t *routes;
-    rqp_table_t rqp; /* receive queue pairs whose common path is taken here (simfab_rqp.c) */
-    int64_t *dead;
-    int64_t n_dead, cap_dead;
-    int32_t oom;
-    /* what to finish on the next fab_run before the heap: a frame to deliver after a host's
-     * idle callback (DONE_DELIVER), or a switch's frame waiting for its route */
-    int32_t pend_kind, pend_a, pend_frame;
-} core_t;
-
-enum { PEND_NONE = 0, PEND_DELIVER = 1, PEND_ROUTE = 2 };
+#include "simfab_core.h" /* the fabric's own state */
 
 /* ---- CPython's Mersenne Twister (Modules/_randommodule.c genrand_uint32, random) ------- */
 static uint32_t mt_next(mt_t *m) {
@@ -118,7 +58,7 @@ static int ev_less(const ev_t *x, const ev_t *y) {
     return x->t < y->t || (x->t == y->t && x->seq < y->seq);
 }
 
-static void push(core_t *f, double t, int32_t kind, int32_t a, int64_t b) {
+void push(core_t *f, double t, int32_t kind, int32_t a, int64_t b) {
     if (f->n_heap == f->cap_heap) {
         int64_t cap = f->cap_heap ? f->cap_heap * 2 : 1024;
         ev_t *heap = realloc(f->heap, cap * sizeof(ev_t));
@@ -156,7 +96,7 @@ static ev_t pop(core_t *f) {
 }
 
 /* ---- frames ------------------------------------------------------------------------------ */
-static int32_t frame_new(core_t *f) {
+int32_t frame_new(core_t *f) {
     if (f->free_frame >= 0) {
         int32_t i = f->free_frame;
         f->free_frame = f->frames[i].next;
@@ -183,7 +123,7 @@ static void frame_free(core_t *f, int32_t i) {
 /* a frame Python will not receive (dropped, lost, or taken by a receive queue pair here):
  * its packet's handle goes back to Python */
 static void frame_gone(core_t *f, int32_t i) {
-    if (f->n_dead == f->cap_dead) {
+    if (f->frames[i].handle >= 0 && f->n_dead == f->cap_dead) {
         int64_t cap = f->cap_dead ? f->cap_dead * 2 : 256;
         int64_t *dead = realloc(f->dead, cap * sizeof(int64_t));
         if (!dead) {
@@ -194,7 +134,7 @@ static void frame_gone(core_t *f, int32_t i) {
         f->dead = dead;
         f->cap_dead = cap;
     }
-    f->dead[f->n_dead++] = f->frames[i].handle;
+    if (f->frames[i].handle >= 0) f->dead[f->n_dead++] = f->frames[i].handle;
     frame_free(f, i);
 }
 
@@ -403,7 +343,7 @@ static void port_start(core_t *f, int32_t port) {
     }
 }
 
-static void port_send(core_t *f, int32_t port, int32_t fi) {
+void port_send(core_t *f, int32_t port, int32_t fi) {
     fab_port_t *p = &f->pub.ports[port];
     frame_t *fr = &f->frames[fi];
     if (!p->up) {
@@ -595,6 +535,12 @@ static int deliver(core_t *f, int32_t port, int32_t fi, fab_out_t *out) {
         out->flow = fr->flow;
         out->handle = fr->handle;
         out->mhash = fr->mhash;
+        out->psn = fr->psn;
+        out->opcode = fr->opcode;
+        out->data_flags = fr->data_flags;
+        out->payload_bytes = fr->payload_bytes;
+        out->offset = fr->offset;
+        out->msg_bytes = fr->msg_bytes;
         frame_free(f, fi);
         return 1;
     }
@@ -641,6 +587,7 @@ fab_t *fab_new(int32_t n_ports, int32_t n_switches, int32_t n_ingress, int32_t n
         f->pub.ports[i].up = 1;
         f->pub.ports[i].peer_host = f->pub.ports[i].peer_switch = -1;
         f->pub.ports[i].idle_host = f->pub.ports[i].far_ingress = -1;
+        f->pub.ports[i].arbiter = -1;
         f->mark_rng[i].index = 624;
         f->loss_rng[i].index = 624;
     }
@@ -675,6 +622,7 @@ void fab_free(fab_t *pub) {
     free(f->frames);
     free(f->dead);
     rqp_free(&f->rqp);
+    sqp_free(f);
     free(f);
 }
 
@@ -728,6 +676,8 @@ int fab_send(fab_t *pub, int32_t port, int32_t src, int32_t dst, int32_t sport, 
     fr->psn = psn;
     fr->data_flags = data_flags;
     fr->payload_bytes = payload_bytes;
+    fr->opcode = -1; /* Python holds the packet (its handle) */
+    fr->offset = fr->msg_bytes = 0;
     fr->marked_here = 0;
     fr->ingress = -1;
     fr->next = -1;
@@ -858,13 +808,13 @@ int fab_run(fab_t *pub, double until_s, int64_t *budget, fab_out_t *out) {
             out->handle = ev.b;
             return RET_PY;
         case EV_DONE:
-            if (port_done(f, ev.a)) {
+            if (port_done(f, ev.a) && sqp_host_idle(f, ev.a)) {
                 idle(f, ev.a, out);
                 return RET_IDLE;
             }
             break;
         case EV_DONE_DELIVER:
-            if (port_done(f, ev.a)) {
+            if (port_done(f, ev.a) && sqp_host_idle(f, ev.a)) {
                 f->pend_kind = PEND_DELIVER;
                 f->pend_a = ev.a;
                 f->pend_frame = (int32_t)ev.b;
@@ -880,8 +830,14 @@ int fab_run(fab_t *pub, double until_s, int64_t *budget, fab_out_t *out) {
             port_send(f, ev.a, (int32_t)ev.b);
             break;
         case EV_PAUSE:
-            if (port_set_paused(f, ev.a, (int)ev.b)) {
+            if (port_set_paused(f, ev.a, (int)ev.b) && sqp_host_idle(f, ev.a)) {
                 idle(f, ev.a, out);
+                return RET_IDLE;
+            }
+            break;
+        case EV_WAKE:
+            if (sqp_wake(f, ev.a)) {
+                idle(f, f->sqp->hosts[ev.a].nic, out);
                 return RET_IDLE;
             }
             break;

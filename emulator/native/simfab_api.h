@@ -14,6 +14,11 @@ typedef struct {
     int64_t tag, flow, handle; /* its collective, flow; its packet's handle, or a callback's */
     int64_t mhash;
     int32_t qpn; /* RX of a data packet: the receive queue pair it is for (else -1) */
+    /* RX of a data packet a send queue pair's grant sent (handle -1: Python never held it):
+     * what Python builds its DataPacket from */
+    uint32_t psn;
+    int32_t opcode, data_flags, payload_bytes;
+    int64_t offset, msg_bytes;
 } fab_out_t;
 
 typedef struct {
@@ -29,6 +34,7 @@ typedef struct {
     int64_t queued_bytes, max_queued_bytes;
     int32_t peer_host, peer_switch, far_ingress; /* -1: none */
     int32_t idle_host;                       /* >= 0: a host pulls when it goes idle */
+    int32_t arbiter; /* >= 0: that host's NIC arbiter runs here (simfab_sqp.c); -1: Python's */
     int32_t attribution;                                   /* 0: off */
 } fab_port_t;
 
@@ -66,11 +72,58 @@ typedef struct {
     int64_t packets, bytes; /* taken here since Python last read them (0: nothing to read) */
 } fab_rqp_t;
 
+/* A host whose NIC arbiter runs here (simfab_sqp.c: emulator/sim/nodes.py Host._pull's round
+ * robin over its active send queue pairs, and its wake-ups). */
+typedef struct {
+    int32_t nic;      /* its NIC port */
+    int32_t index;    /* its number (a frame's src) */
+    double wakeup_at; /* Host._wakeup_at */
+    int32_t *ring;    /* Host._active, a circular buffer: ring[(head + i) % cap] */
+    int32_t head, len, cap;
+} fab_host_t;
+
+/* A send queue pair's grant (emulator/sim/native_sqp.py): packets of one message C sends at
+ * their pacing times, as SendQueuePair.poll_transmit would, while nothing but sending changes
+ * the queue pair; what it sent, Python folds in (the `sent` fields). */
+enum { SQP_PYTHON = 0, SQP_GRANTED = 1 };
+
+typedef struct {
+    int32_t host;      /* the host it sends from */
+    int32_t in_ring;   /* in its host's round robin (Host._active_set) */
+    int32_t state;     /* SQP_PYTHON: Python says what it sends; SQP_GRANTED: C sends `remaining` */
+    int32_t remaining; /* granted packets not sent yet */
+    int32_t after_idle; /* once they are sent it has nothing to send (it leaves the ring) */
+    int32_t listed;     /* on the list fab_sqp_dirty gives */
+    /* the packets: of the message `flow`, packet k next, PSN psn next */
+    int32_t dst, sport, ecn, priority, dest_qp, mtu, msg_packets, k;
+    int32_t opcodes[4];  /* first, middle, last, only */
+    int32_t reth_mask;   /* bit i: opcodes[i] carries a RETH */
+    int32_t frame_overhead, pace_overhead; /* bytes beyond the UDP payload: on the link, paced */
+    int32_t ack_every, ack_next, ack_last; /* AckReq on the j-th granted packet when j == ack_next
+                                            * (then ack_next += ack_every), on the last if ack_last */
+    int32_t granted;
+    uint32_t psn;
+    int64_t tag, flow, mhash, msg_bytes;
+    /* pacing (SendQueuePair._next_tx_s, _last_tx_s, _last_tx_bits, _max_burst_s, the rate) */
+    double next_tx_s, last_tx_s, max_burst_s, rate_bps;
+    int64_t last_tx_bits;
+    /* the controller: nothing sent at or after cc_deadline_s - cc_slack_s (its timers would
+     * run first), and the paced bytes of the grant stay below byte_budget (its byte counter) */
+    double cc_deadline_s, cc_slack_s;
+    int64_t byte_budget, granted_bytes;
+    /* sent since Python last folded them in: count, paced bytes, the last AckReq one */
+    int32_t sent, ack_k;
+    double ack_sent_s;
+    int64_t sent_bytes;
+} fab_sqp_t;
+
 /* the fabric's state Python reads (the rest is simfab.c's own) */
 typedef struct {
     double now;
     uint64_t seq, events_run;
     int64_t rx_taken; /* data packets a receive queue pair took in C, never handed to Python */
+    int64_t tx_granted; /* data packets a send queue pair's grant sent in C */
+    int64_t n_sqp_dirty; /* send queue pairs with packets sent since Python last folded them */
     int32_t n_ports, n_switches, n_ingress, n_pools;
     fab_port_t *ports;
     fab_switch_t *switches;
@@ -106,3 +159,13 @@ int fab_rqp_offer(fab_t *f, int32_t qpn, int32_t host, uint32_t psn, int32_t dat
                   int32_t ce, int32_t payload_bytes);
 int64_t fab_rqp_dirty(fab_t *f, int32_t **qpns);
 void fab_rqp_dirty_clear(fab_t *f);
+int fab_hosts(fab_t *f, int32_t n);
+fab_host_t *fab_host(fab_t *f, int32_t host);
+fab_sqp_t *fab_sqp(fab_t *f, int32_t id);
+int fab_host_pull(fab_t *f, int32_t host);
+void fab_host_wake(fab_t *f, int32_t host, double when_s);
+int32_t fab_ring_get(fab_t *f, int32_t host, int32_t **ids);
+int fab_ring_set(fab_t *f, int32_t host, const int32_t *ids, int32_t n);
+int fab_ring_append(fab_t *f, int32_t host, int32_t id);
+int64_t fab_sqp_dirty(fab_t *f, int32_t **ids);
+void fab_sqp_dirty_clear(fab_t *f);

@@ -186,6 +186,13 @@ class SimFabric:
         rx = getattr(self.sim, "rx", None)
         return rx.taken if rx is not None else 0
 
+    @property
+    def data_packets_sent_in_c(self) -> int:
+        """Data packets the C fabric's NIC arbiters sent from their queue pairs' grants, never
+        built by a Python sender (emulator/sim/native_sqp.py); 0 with the Python fabric."""
+        tx = getattr(self.sim, "tx", None)
+        return tx.sent if tx is not None else 0
+
     def host_address(self, rank: int) -> ipaddress.IPv4Address:
         return self.topology.host_address(self.hosts[rank].name)
 

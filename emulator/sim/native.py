@@ -20,6 +20,7 @@ from typing import Any
 
 from emulator.native import load
 from emulator.sim.native_rqp import ReceiveOffload, data_flags_table
+from emulator.sim.native_sqp import SendOffload
 from emulator.sim.port import Frame, SharedBuffer, _set_ce
 from emulator.transport.packets import ROCEV2_UDP_PORT, DataPacket
 from emulator.transport.params import EcnMarkingParams
@@ -62,6 +63,8 @@ class NativeSimulator:
         # receivers whose in-order packets C takes (native_rqp.py), and the flags it reads
         self.rx = ReceiveOffload(self.ffi, self.lib, self.fab)
         self.data_flags = data_flags_table(self.lib)
+        # the hosts' NIC arbiters and their queue pairs' grants (native_sqp.py), set by connect
+        self.tx: SendOffload | None = None
         # set by connect
         self.host_names: list[str] = []
         self.host_index: dict[str, int] = {}
@@ -104,6 +107,7 @@ class NativeSimulator:
         )
         run = lib.fab_run
         calls = self._calls
+        tx = self.tx
         try:
             while True:
                 kind = run(fab, until_s, budget, out)
@@ -111,6 +115,10 @@ class NativeSimulator:
                     break
                 self.now = fab.now
                 if kind == py:
+                    # what C sent for the queue pairs, before a callback can read them (the
+                    # hosts' own paths fold what they read: native_sqp.py)
+                    if tx is not None and fab.n_sqp_dirty:
+                        tx.fold_dirty()
                     fn, args = calls.pop(out.handle)
                     fn(*args)
                 elif kind == rx:
@@ -130,6 +138,8 @@ class NativeSimulator:
         finally:
             self._forget()
             self.rx.read_all()
+            if tx is not None:
+                tx.fold_dirty()
         self.now = until_s
         fab.now = until_s
 
@@ -145,6 +155,11 @@ class NativeSimulator:
         switch_index = {id(s): s.index for s in self.switches}
         for i, host in enumerate(self.hosts):
             host.receive_offload = lambda qp, i=i: self.rx.take(i, qp)
+        self.tx = SendOffload(self.ffi, self.lib, self.fab, self.host_index)
+        for i, host in enumerate(self.hosts):
+            # a host carrying encoded bytes builds and captures each packet in Python
+            if not host.wire_bytes and isinstance(host.nic, NativePort):
+                self.tx.arbitrate(host, i, host.nic.index)
         for port in self.ports:
             if port.peer.name in self.host_index:
                 port._p.peer_host = self.host_index[port.peer.name]
@@ -182,7 +197,8 @@ class NativeSimulator:
 
     def _receive(self, out: Any) -> None:
         names = self.host_names
-        packet = self.packets.pop(out.handle)
+        handle = out.handle
+        packet = self.packets.pop(handle) if handle >= 0 else SendOffload.packet(out)
         ecn = out.ecn
         if ecn == ECN_CE and isinstance(packet, bytes) and packet[1] & 3 != ECN_CE:
             packet = _set_ce(packet)  # marked in the fabric (port.py _mark does it there)

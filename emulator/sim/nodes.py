@@ -7,7 +7,7 @@ import struct
 import zlib
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from emulator.sim.engine import Simulator
 from emulator.sim.port import Frame, Port
@@ -34,6 +34,9 @@ from emulator.transport.wire import (
     ipv4_udp_packet,
     parse_ipv4_packet,
 )
+
+if TYPE_CHECKING:
+    from emulator.sim.native_sqp import SendOffload
 
 _FLOW_KEY = struct.Struct("!16s16sHI")
 
@@ -114,6 +117,10 @@ class Host:
         self.stream_sink: StreamSink | None = None
         # the C fabric's offer to take a receive QP's common path (emulator/sim/native_rqp.py)
         self.receive_offload: Callable[[ReceiveQueuePair], bool] | None = None
+        # the C fabric's NIC arbiter for this host, and its number there (native_sqp.py): the
+        # round robin below then runs in C, which sends what each QP's grant allows
+        self.send_offload: SendOffload | None = None
+        self.arbiter = -1
 
     def attach(self, nic: Port) -> None:
         self.nic = nic
@@ -151,17 +158,26 @@ class Host:
     def post(
         self, qp: SendQueuePair, *, message_id: int, size_bytes: int, payload: bytes | None = None
     ) -> None:
+        tx = self.send_offload
+        if tx is not None:
+            tx.revoke(qp)
         qp.post_send(
             now=self.sim.now, message_id=message_id, size_bytes=size_bytes, payload=payload
         )
         self._activate(qp)
+        if tx is not None:
+            tx.grant(self, qp)
         self._kick()
 
     # -- transmit ------------------------------------------------------------------------
     def _kick(self) -> None:
         nic = self.nic
         if nic is not None and not nic.busy:
-            self._pull()
+            tx = self.send_offload
+            if tx is None:
+                self._pull()
+            else:
+                tx.pull(self)  # in C, or back here when C cannot decide
 
     def _pull(self) -> None:
         """The NIC is idle: send the next eligible data packet, or sleep until one is due (a
@@ -173,6 +189,17 @@ class Host:
         nic = self.nic
         if nic is not None and nic.paused:
             return
+        tx = self.send_offload
+        if tx is None:
+            self._round_robin(None)
+            return
+        tx.load_ring(self)  # the C arbiter's ring, to go round here this once
+        try:
+            self._round_robin(tx)
+        finally:
+            tx.store_ring(self)
+
+    def _round_robin(self, tx: SendOffload | None) -> None:
         now = self.sim.now
         active = self._active
         earliest = math.inf
@@ -183,11 +210,17 @@ class Host:
                 self._active_set.discard(qp.qpn)
                 continue
             if due <= now + 1e-12:
+                if tx is not None:
+                    tx.revoke(qp)
                 packet = qp.poll_transmit(now=now)
+                if tx is not None and packet is None:
+                    tx.grant(self, qp)
                 if packet is not None:
                     active.append(qp)
                     self._transmit_data(qp, packet)
                     self._arm_timer(qp)
+                    if tx is not None:
+                        tx.grant(self, qp)
                     return
                 due = qp.next_transmit_s()
                 if due is None:
@@ -198,10 +231,16 @@ class Host:
                 earliest = due
         if earliest < self._wakeup_at:
             self._wakeup_at = earliest
-            self.sim.at(earliest, self._wakeup)
+            if tx is None:
+                self.sim.at(earliest, self._wakeup)
+            else:
+                tx.wake(self, earliest)
 
     def _activate(self, qp: SendQueuePair) -> None:
-        if qp.qpn not in self._active_set and qp.next_transmit_s() is not None:
+        tx = self.send_offload
+        if tx is not None:
+            tx.activate(self, qp)
+        elif qp.qpn not in self._active_set and qp.next_transmit_s() is not None:
             self._active_set.add(qp.qpn)
             self._active.append(qp)
 
@@ -349,10 +388,12 @@ class Host:
                 self.bad_icrc += 1
                 endpoint.drops["bad_icrc"] += 1
                 return
+            self._revoke_for(body)
             replies = endpoint.on_datagram(
                 now=now, data=datagram.udp_payload, ce=datagram.ecn == ECN_CE
             )
         else:
+            self._revoke_for(body)
             replies = endpoint.on_packet(now=now, packet=body, ce=frame.ecn == ECN_CE)
         local_qpn = _dest_qp(body)
         if replies:
@@ -371,7 +412,19 @@ class Host:
         if sender is not None:
             self._activate(sender)
             self._arm_timer(sender)
+            tx = self.send_offload
+            if tx is not None:
+                tx.grant(self, sender)
             self._kick()
+
+    def _revoke_for(self, body: Packet | bytes) -> None:
+        """Before the endpoint takes a packet: the C arbiter sends no more of the grant of the
+        sender it may change (an ACK, NAK, SACK or CNP for it)."""
+        tx = self.send_offload
+        if tx is not None:
+            sender = self.endpoint.senders.get(_dest_qp(body))
+            if sender is not None:
+                tx.revoke(sender)
 
     # -- timers --------------------------------------------------------------------------
     def _arm_timer(self, qp: SendQueuePair) -> None:
@@ -388,6 +441,9 @@ class Host:
         scheduled = self._timer_at.get(qp.qpn, math.inf)
         if now + 1e-12 < scheduled:
             return  # a stale timer: an earlier one replaced it
+        tx = self.send_offload
+        if tx is not None:
+            tx.revoke(qp)  # its grant counted on this timer staying armed
         self._timer_at[qp.qpn] = math.inf
         deadline = qp.next_timer_s()
         if deadline is not None and deadline <= now + 1e-12:
@@ -395,6 +451,8 @@ class Host:
             self._activate(qp)
             self._kick()
         self._arm_timer(qp)
+        if tx is not None:
+            tx.grant(self, qp)
 
     def drop_counts(self) -> Counter[str]:
         return self.endpoint.drop_counts()

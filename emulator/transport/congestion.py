@@ -6,9 +6,10 @@ scenario names its controller and later work adds one without touching the queue
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, ClassVar
 
-from emulator.transport.dcqcn import ReactionPoint
+from emulator.transport.dcqcn import NO_BYTE_BUDGET, ReactionPoint
 
 if TYPE_CHECKING:
     from emulator.transport.params import TransportParams
@@ -45,6 +46,18 @@ class CongestionControl:
 
     def next_deadline_s(self) -> float | None:
         return None
+
+    def quiet(self) -> tuple[float, float, int] | None:
+        """(deadline, slack, byte budget): a packet sent at `now` with now + slack < deadline,
+        while the bytes sent so (their sizes as on_packet_sent gets them) stay below the budget,
+        changes nothing here but what count_quiet_bytes adds (emulator.transport.grant).
+        None: this controller cannot say."""
+        if type(self).on_packet_sent is CongestionControl.on_packet_sent:
+            return math.inf, 0.0, NO_BYTE_BUDGET
+        return None
+
+    def count_quiet_bytes(self, size_bytes: int) -> None:
+        """Bytes sent inside quiet()'s bounds, all at once."""
 
 
 class LineRateControl(CongestionControl):
@@ -86,6 +99,12 @@ class DcqcnControl(CongestionControl):
 
     def next_deadline_s(self) -> float | None:
         return self.reaction_point.next_deadline_s()
+
+    def quiet(self) -> tuple[float, float, int] | None:
+        return self.reaction_point.quiet()
+
+    def count_quiet_bytes(self, size_bytes: int) -> None:
+        self.reaction_point.count_quiet_bytes(size_bytes)
 
 
 CONGESTION_CONTROLS: dict[str, type[CongestionControl]] = {

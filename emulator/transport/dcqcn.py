@@ -38,6 +38,7 @@ import math
 from emulator.transport.dcqcn_params import ALPHA_SCALE, DcqcnParams
 
 _EPS = 1e-9  # float slack when counting whole periods
+NO_BYTE_BUDGET = 1 << 62  # quiet(): the byte counter is not counting
 
 RP_INCREASE_REASONS = ("fast_recovery", "additive_increase", "hyper_increase")
 
@@ -175,6 +176,22 @@ class ReactionPoint:
         if not self.active:
             return None
         return min(self._decrease_due_s, self._next_increase_s)
+
+    def quiet(self) -> tuple[float, float, int]:
+        """(deadline, slack, byte budget) inside which on_bytes_sent changes nothing but the
+        byte count (CongestionControl.quiet): on_timer acts at now + slack >= the earlier of its
+        two deadlines; the counter acts once its bytes reach rpg_byte_reset_bytes."""
+        if not self.active:
+            return math.inf, 0.0, NO_BYTE_BUDGET  # on_packet_sent returns at once
+        deadline = min(self._decrease_due_s, self._next_increase_s)
+        if not self._counting:
+            return deadline, _EPS * 1e-3, NO_BYTE_BUDGET
+        return deadline, _EPS * 1e-3, self.params.rpg_byte_reset_bytes - self._bytes_since_reset
+
+    def count_quiet_bytes(self, size_bytes: int) -> None:
+        """Bytes sent inside quiet()'s bounds (on_bytes_sent's count, nothing else)."""
+        if self.active and self._counting:
+            self._bytes_since_reset += size_bytes
 
     # -- decrease and increase -----------------------------------------------------------
     def _decrease(self, at_s: float) -> None:

@@ -206,6 +206,11 @@ class SendQueuePair:
         """When poll_transmit will next hand out a packet (None: blocked on ACKs or no data)."""
         return self._next_tx_s if self._has_work() else None
 
+    @property
+    def pacing_due_s(self) -> float:
+        """The pacing clock: when a next packet may leave, whether or not there is one."""
+        return self._next_tx_s
+
     # -- what a packet is, from its message and place ------------------------------------
     def _opcode(self, m: _Message, k: int) -> int:
         if k == 0:

@@ -4,7 +4,8 @@ writes the same results, bit for bit (every table, the summary but for the wall 
 packet capture), across what the fabric models: PFC with the dynamic and a static threshold, ECN
 marking on departure and on arrival, switch latency and link delay, tail drops and go-back-N
 without PFC, random loss, a cable going down and up with reroutes, per-packet entropy, streams
-and real encoded bytes. And it says which code ran, falls back when it cannot run a fabric, and
+and real encoded bytes, and the hosts' senders in C at a small window with frequent AckReq and
+early marking, and under selective repeat with loss. And it says which code ran, falls back when it cannot run a fabric, and
 refuses `on` in one line then.
 """
 
@@ -77,6 +78,23 @@ CASES: dict[str, dict[str, Any]] = {
         }
     },
     "per_packet_entropy": {"transport": {"entropy": "per_packet"}},
+    # the hosts' senders in C (emulator/sim/native_sqp.py) where grants end most often: a small
+    # window, frequent AckReq, small packets, two queue pairs per peer, DCQCN marking early
+    "window_acks_dcqcn": {
+        "transport": {
+            "window_packets": 5,
+            "ack_every_packets": 3,
+            "path_mtu_bytes": 1024,
+            "congestion_control": "dcqcn",
+        },
+        "collectives": {"qps_per_peer": 2},
+        "fabric": {"leaf": {"ecn": {"kmin_bytes": 2000, "kmax_bytes": 30000, "pmax": 0.5}}},
+    },
+    # selective repeat under random loss, no PFC: resends and SACKs between grants
+    "selective_loss": {
+        "transport": {"reliability": "selective", "window_packets": 64},
+        "fabric": {"pfc": False, "spine": {"loss_probability": 0.003}},
+    },
     # real encoded bytes (a capture) and a tester's stream beside the job
     "capture_streams": {
         "metrics": {
@@ -106,6 +124,7 @@ WALL = (
     "max_rss_kb",
     "fabric_code",
     "data_packets_taken_in_c",
+    "data_packets_sent_in_c",
 )
 
 
@@ -149,6 +168,10 @@ def test_the_c_fabric_gives_the_python_fabrics_results_bit_for_bit(
     taken = ours["engine"]["data_packets_taken_in_c"]
     assert taken == 0 if case == "capture_streams" else taken > 0
     assert theirs["engine"]["data_packets_taken_in_c"] == 0
+    # and the senders' granted packets (not with encoded bytes, nor per-packet entropy)
+    sent = ours["engine"]["data_packets_sent_in_c"]
+    assert sent == 0 if case in ("capture_streams", "per_packet_entropy") else sent > 0
+    assert theirs["engine"]["data_packets_sent_in_c"] == 0
     assert ours["flows"]["finished"] == ours["flows"]["planned"] > 0
     assert ours["engine"]["packet_hops"] > 0
     tables = sorted(p.name for p in theirs_dir.glob("*.parquet") if p.name != "cpu.parquet")
@@ -164,8 +187,10 @@ def test_the_c_fabric_gives_the_python_fabrics_results_bit_for_bit(
     e, pfc = ours["engine"], ours.get("pfc") or {}
     if case == "static_xoff":
         assert pfc["pause_frames"] > 0
-    if case == "lossy":
+    if case in ("lossy", "selective_loss"):
         assert e["counters"].get("packets_resent_planned", 0) > 0
+    if case == "window_acks_dcqcn":
+        assert e["counters"].get("cnps_received", 0) > 0
     if case == "link_events":
         assert ours["impairments"]["link_events"]
     if case == "capture_streams":

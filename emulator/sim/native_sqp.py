@@ -1,0 +1,223 @@
+"""The hosts' NIC arbiters and the send queue pairs' granted packets in the C fabric
+(emulator/native/simfab_sqp.c).
+
+A host's round robin over its active send queue pairs (nodes.Host._pull) runs in C. Python
+describes each queue pair in the ring with a grant (emulator.transport.grant): the new packets C
+may send for it at their pacing times with nothing but sending changing it, and when it is due or
+whether it then has nothing to send. C sends granted packets with no Python packet object (their
+frames carry the BTH fields; `packet` builds the DataPacket a Python receiver needs) and hands
+the whole pull to Python when the round robin reaches a queue pair that is due and not granted
+(the host's on_idle, its Python pull, which reads and writes the ring here).
+
+Python folds what C sent into a queue pair (`fold`) before it reads it: the host folds the one
+it revokes or grants, its Python pull folds everything first, the fabric's run loop folds
+everything before each Python callback (the replay reads a finished flow's packet counts) and at
+the end of each run call. It revokes a queue pair's grant before it changes the queue pair (an
+ACK, a CNP, a timer, a post, a packet its own pull sends) and grants again after (`grant`). So
+every queue pair, event and table is the one the Python host's path gives
+(tests/integration/test_sim_native.py: the C fabric's results against the Python fabric's, bit
+for bit).
+
+A host is arbitrated here unless it carries real encoded bytes; a queue pair gets packets
+granted only while its host captures nothing and its packets carry one source port (per-packet
+entropy picks one per packet in Python).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from emulator.transport.grant import SendGrant, fold, grant
+from emulator.transport.packets import RETH_OPCODES, DataPacket
+from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
+
+if TYPE_CHECKING:
+    from emulator.sim.nodes import Host
+    from emulator.transport.sender import SendQueuePair
+
+
+class SendOffload:
+    """The hosts whose arbiters run in C, their send queue pairs' slots, and the folding."""
+
+    def __init__(self, ffi: Any, lib: Any, fab: Any, host_index: dict[str, int]) -> None:
+        self.ffi, self.lib, self.fab = ffi, lib, fab
+        self.host_index = host_index  # a host's name -> its number (a frame's src and dst)
+        n_hosts = len(host_index)
+        if lib.fab_hosts(fab, n_hosts):
+            raise MemoryError("the native simulated fabric: out of memory")
+        self.python, self.granted = lib.SQP_PYTHON, lib.SQP_GRANTED
+        self.qps: list[SendQueuePair] = []  # by slot id
+        self._slots: list[Any] = []  # the C slot of each (they never move)
+        self._ids: dict[SendQueuePair, int] = {}
+        self._ring = ffi.new("int32_t **")
+        self._dirty = ffi.new("int32_t **")
+
+    @property
+    def sent(self) -> int:
+        """Data packets C sent from grants."""
+        return int(self.fab.tx_granted)
+
+    def arbitrate(self, host: Host, index: int, nic_index: int) -> None:
+        """Run `host`'s round robin here (host number `index`, its NIC port `nic_index`)."""
+        h = self.lib.fab_host(self.fab, index)
+        h.nic = nic_index
+        self.fab.ports[nic_index].arbiter = index
+        host.arbiter = index
+        host.send_offload = self
+
+    def _slot(self, qp: SendQueuePair) -> tuple[int, Any]:
+        i = self._ids.get(qp)
+        if i is None:
+            i = len(self.qps)
+            s = self.lib.fab_sqp(self.fab, i)
+            if s == self.ffi.NULL:
+                raise MemoryError("the native simulated fabric: out of memory")
+            self._ids[qp] = i
+            self.qps.append(qp)
+            self._slots.append(s)
+            return i, s
+        return i, self._slots[i]
+
+    # -- the round robin -------------------------------------------------------------------
+    def pull(self, host: Host) -> None:
+        """Host._kick's pull: in C, or in Python when C cannot decide. (What C sends is folded
+        in where Python next reads a queue pair: see fold_dirty.)"""
+        if self.lib.fab_host_pull(self.fab, host.arbiter):
+            host._pull()
+
+    def load_ring(self, host: Host) -> None:
+        """Before Python's pull: the ring as Host._active (its queue pairs up to date), and the
+        wake-up."""
+        if self.fab.n_sqp_dirty:
+            self.fold_dirty()
+        n = self.lib.fab_ring_get(self.fab, host.arbiter, self._ring)
+        if n < 0:
+            raise MemoryError("the native simulated fabric: out of memory")
+        qps = self.qps
+        host._active = deque(qps[i] for i in self.ffi.unpack(self._ring[0], n))
+        host._active_set = {qp.qpn for qp in host._active}
+        host._wakeup_at = self.lib.fab_host(self.fab, host.arbiter).wakeup_at
+
+    def store_ring(self, host: Host) -> None:
+        """After Python's pull: its ring back. The queue pairs its pull only looked at keep
+        their grants (looking changes nothing); those that left the ring are Python's again."""
+        ids = [self._ids[qp] for qp in host._active]
+        if self.lib.fab_ring_set(self.fab, host.arbiter, self.ffi.new("int32_t[]", ids), len(ids)):
+            raise MemoryError("the native simulated fabric: out of memory")
+
+    def wake(self, host: Host, when_s: float) -> None:
+        """Python's pull schedules the host's wake-up (C runs it)."""
+        host._wakeup_at = when_s
+        self.lib.fab_host_wake(self.fab, host.arbiter, when_s)
+
+    def activate(self, host: Host, qp: SendQueuePair) -> None:
+        """Host._activate: into the ring if it is not there and has something to send."""
+        i, s = self._slot(qp)
+        if (
+            not s.in_ring
+            and qp.next_transmit_s() is not None
+            and self.lib.fab_ring_append(self.fab, host.arbiter, i)
+        ):
+            raise MemoryError("the native simulated fabric: out of memory")
+
+    # -- grants ------------------------------------------------------------------------------
+    def revoke(self, qp: SendQueuePair) -> None:
+        """Python is about to change `qp`: C sends nothing more for it until `grant`."""
+        i, s = self._slot(qp)
+        if s.sent:
+            self._fold(i)
+        s.state = self.python
+        s.remaining = 0
+
+    def grant(self, host: Host, qp: SendQueuePair) -> None:
+        """Describe `qp` to C after Python changed it: the packets C may send for it, when it is
+        due, or that it has nothing to send."""
+        i, s = self._slot(qp)
+        if s.sent:
+            self._fold(i)
+        count = 0
+        # a capture records each packet's bytes, and per-packet entropy picks each one's port
+        if host.capture is None and qp.qpn not in host._qp_entropy:
+            g = grant(qp, now=host.sim.now, timer_armed_s=host._timer_at.get(qp.qpn, math.inf))
+            count = g.granted
+        if count:
+            self._write(host, qp, s, g)
+            s.after_idle = g.after_idle
+        else:
+            s.after_idle = qp.next_transmit_s() is None
+        s.remaining = s.granted = count
+        s.next_tx_s = qp.pacing_due_s
+        s.state = self.granted
+
+    def _write(self, host: Host, qp: SendQueuePair, s: Any, g: SendGrant) -> None:
+        dst, _addr, sport, mhash, route_tag = host._qp_route[qp.qpn]
+        if s.host < 0:  # what does not change from grant to grant, once
+            s.host = host.arbiter
+            s.dst = self.host_index[dst]
+            s.sport, s.mhash = sport, mhash
+            s.ecn, s.priority = host._ecn[0], host._priority[0]
+            s.dest_qp, s.mtu = qp.dest_qp, g.mtu
+            s.opcodes = g.opcodes
+            s.reth_mask = sum(1 << j for j, r in enumerate(g.reth) if r)
+            s.frame_overhead = IPV4_FRAME_OVERHEAD_BYTES
+            s.pace_overhead = g.pace_overhead_bytes
+            s.ack_every = g.ack_every
+            s.max_burst_s = g.max_burst_s
+        tag = host.message_tags.get(g.message_id)
+        s.tag = route_tag if tag is None else tag
+        s.flow = g.message_id
+        s.msg_packets, s.msg_bytes, s.k, s.psn = g.message_packets, g.message_bytes, g.k, g.psn
+        s.ack_next, s.ack_last = g.ack_next, g.ack_last
+        s.last_tx_s, s.last_tx_bits, s.rate_bps = g.last_tx_s, g.last_tx_bits, g.rate_bps
+        s.cc_deadline_s, s.cc_slack_s, s.byte_budget = g.cc_deadline_s, g.cc_slack_s, g.byte_budget
+        s.granted_bytes = 0
+
+    # -- folding -------------------------------------------------------------------------------
+    def fold_dirty(self) -> None:
+        """Every queue pair C sent for since the last call, brought up to date."""
+        n = self.lib.fab_sqp_dirty(self.fab, self._dirty)
+        if n:
+            for i in self.ffi.unpack(self._dirty[0], n):
+                self._fold(i)
+            self.lib.fab_sqp_dirty_clear(self.fab)
+
+    def _fold(self, i: int) -> None:
+        s = self._slots[i]
+        count = s.sent
+        if not count:
+            return
+        fold(
+            self.qps[i],
+            count=count,
+            paced_bytes=s.sent_bytes,
+            ack_k=s.ack_k,
+            ack_sent_s=s.ack_sent_s,
+            last_tx_s=s.last_tx_s,
+            last_tx_bits=s.last_tx_bits,
+            next_tx_s=s.next_tx_s,
+        )
+        s.sent = 0
+        s.sent_bytes = 0
+        s.ack_k = -1
+
+    # -- a granted packet a Python receiver takes ---------------------------------------------
+    @staticmethod
+    def packet(out: Any) -> DataPacket:
+        """The DataPacket of a frame C built (its fields as SendQueuePair._packet sets them)."""
+        ack_req = bool(out.data_flags & 1)  # DATA_ACK_REQ
+        if out.opcode in RETH_OPCODES:
+            return DataPacket(
+                out.qpn,
+                out.psn,
+                out.opcode,
+                ack_req,
+                out.payload_bytes,
+                out.offset,
+                None,
+                0,
+                0,
+                out.msg_bytes,
+            )
+        return DataPacket(out.qpn, out.psn, out.opcode, ack_req, out.payload_bytes, out.offset)
