@@ -12,6 +12,8 @@ net/core/flow_dissector.c __flow_hash_from_keys; net/ipv4/fib_semantics.c fib_se
   4. hash-threshold: the first next hop whose upper bound, round(w_cum * 2^31 / w_total) - 1,
      is at least the hash.
 Verified against this kernel by tests/system/test_fabric_clos.py (every source port's spine).
+emulator/native/ecmphash.c computes the same hash when it is built (the balanced source-port
+policy asks for up to 256 ports per queue pair); this Python is its fallback and its reference.
 The kernel skips all this when the skb already carries an L4 hash: a CONNECTED UDP socket stamps
 its random sk_txhash on every packet, so flows from connected sockets take unpredictable (but
 still spread) paths. Send with unconnected sockets (sendto/sendmsg) for predictable paths.
@@ -21,8 +23,12 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from typing import Any
+
+from emulator.native import load
 
 _M64 = (1 << 64) - 1
+_NATIVE: Any = load("ecmphash")[0]
 
 
 def _rotl(x: int, b: int) -> int:
@@ -71,6 +77,20 @@ def l4_multipath_hash(
     seed: int,
 ) -> int:
     """The 31-bit hash fib_multipath_hash() gives a forwarded packet under policy 1."""
+    if _NATIVE is not None:
+        return int(_NATIVE.lib.l4_multipath_hash(int(src), int(dst), proto, sport, dport, seed))
+    return l4_multipath_hash_py(src, dst, proto, sport, dport, seed)
+
+
+def l4_multipath_hash_py(
+    src: ipaddress.IPv4Address,
+    dst: ipaddress.IPv4Address,
+    proto: int,
+    sport: int,
+    dport: int,
+    seed: int,
+) -> int:
+    """l4_multipath_hash in Python (the native module's fallback and reference)."""
     s, d = src.packed, dst.packed
     sp, dp = struct.pack("!H", sport), struct.pack("!H", dport)
     if int.from_bytes(d, "little") < int.from_bytes(s, "little"):
