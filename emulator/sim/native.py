@@ -115,10 +115,6 @@ class NativeSimulator:
                     break
                 self.now = fab.now
                 if kind == py:
-                    # what C sent for the queue pairs, before a callback can read them (the
-                    # hosts' own paths fold what they read: native_sqp.py)
-                    if tx is not None and fab.n_sqp_dirty:
-                        tx.fold_dirty()
                     fn, args = calls.pop(out.handle)
                     fn(*args)
                 elif kind == rx:

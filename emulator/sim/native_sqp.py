@@ -10,13 +10,12 @@ the whole pull to Python when the round robin reaches a queue pair that is due a
 (the host's on_idle, its Python pull, which reads and writes the ring here).
 
 Python folds what C sent into a queue pair (`fold`) before it reads it: the host folds the one
-it revokes or grants, its Python pull folds everything first, the fabric's run loop folds
-everything before each Python callback (the replay reads a finished flow's packet counts) and at
-the end of each run call. It revokes a queue pair's grant before it changes the queue pair (an
-ACK, a CNP, a timer, a post, a packet its own pull sends) and grants again after (`grant`). So
-every queue pair, event and table is the one the Python host's path gives
-(tests/integration/test_sim_native.py: the C fabric's results against the Python fabric's, bit
-for bit).
+it revokes, grants or settles (the replay settles a queue pair before it reads its counts), its
+Python pull folds everything first, and the fabric's run loop folds everything at the end of each
+run call. It revokes a queue pair's grant before it changes the queue pair (an ACK, a CNP, a
+timer, a post, a packet its own pull sends) and grants again after (`grant`). So every queue
+pair, event and table is the one the Python host's path gives (tests/integration/
+test_sim_native.py: the C fabric's results against the Python fabric's, bit for bit).
 
 A host is arbitrated here unless it carries real encoded bytes; a queue pair gets packets
 granted only while its host captures nothing and its packets carry one source port (per-packet
@@ -123,6 +122,12 @@ class SendOffload:
             raise MemoryError("the native simulated fabric: out of memory")
 
     # -- grants ------------------------------------------------------------------------------
+    def settle(self, qp: SendQueuePair) -> None:
+        """Fold in what C sent for `qp` (Host.settle: a reader outside the host's own paths)."""
+        i = self._ids.get(qp)
+        if i is not None and self._slots[i].sent:
+            self._fold(i)
+
     def revoke(self, qp: SendQueuePair) -> None:
         """Python is about to change `qp`: C sends nothing more for it until `grant`."""
         i, s = self._slot(qp)

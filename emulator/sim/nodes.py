@@ -155,6 +155,13 @@ class Host:
         if offload is not None and not self.wire_bytes and qp.qpn not in self.endpoint.senders:
             offload(qp)
 
+    def settle(self, qp: SendQueuePair) -> None:
+        """Bring `qp` up to date before reading it: a NIC arbiter in C may have sent packets
+        of its grant that it has not folded in yet (native_sqp.py)."""
+        tx = self.send_offload
+        if tx is not None:
+            tx.settle(qp)
+
     def post(
         self, qp: SendQueuePair, *, message_id: int, size_bytes: int, payload: bytes | None = None
     ) -> None:

@@ -309,6 +309,7 @@ class SimReplay:
     def _on_completed(self, ev: FlowCompleted) -> None:
         conn = self.by_qpn[ev.qpn]
         qp = conn.sender
+        self.fabric.hosts[conn.src].settle(qp)  # what its NIC sent for it since, counted
         snap = (qp.packets_sent, qp.packets_retransmitted, conn.cnps_received)
         old = conn.snapshot
         conn.snapshot = snap

@@ -95,6 +95,26 @@ CASES: dict[str, dict[str, Any]] = {
         "transport": {"reliability": "selective", "window_packets": 64},
         "fabric": {"pfc": False, "spine": {"loss_probability": 0.003}},
     },
+    # an incast of queue pairs each with many messages queued, bound by a small window: the ACK
+    # that completes a flow lets its NIC send the next one's granted packets at once, before the
+    # replay reads the flow's packet count (it settles the queue pair first)
+    "incast_queued_messages": {
+        "workload": None,
+        # window-bound: the ACK that completes a flow unblocks its queue pair at once
+        "transport": {"window_packets": 4, "ack_every_packets": 2},
+        "traffic": [
+            {
+                "name": "incast",
+                "kind": "incast",
+                "senders": [1, 2, 5, 6],
+                "receiver": 0,
+                "qps": 1,
+                "message_bytes": 65536,
+                "bytes_per_pair": 1_048_576,
+                "congestion_control": "dcqcn",
+            }
+        ],
+    },
     # real encoded bytes (a capture) and a tester's stream beside the job
     "capture_streams": {
         "metrics": {
@@ -131,7 +151,9 @@ WALL = (
 def scenario(tmp_path: Path, case: str, code: str) -> Path:
     doc = json.loads(json.dumps(BASE))
     for key, value in CASES[case].items():
-        if isinstance(value, dict) and isinstance(doc.get(key), dict):
+        if value is None:
+            del doc[key]
+        elif isinstance(value, dict) and isinstance(doc.get(key), dict):
             doc[key] = {**doc[key], **value}
         else:
             doc[key] = value
