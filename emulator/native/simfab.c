@@ -499,6 +499,38 @@ static int switch_forward(core_t *f, int32_t sw, int32_t fi, fab_out_t *out) {
     return 0;
 }
 
+/* the ACK a receive queue pair's common path answers data frame `data` with (receiver.py _ack,
+ * sent as nodes.py Host.receive sends a reply: the data's collective and flow) */
+static void rqp_ack(core_t *f, int32_t qpn, int64_t tag, int64_t flow) {
+    fab_rqp_t *q = rqp_slot(&f->rqp, qpn);
+    int32_t fi = frame_new(f); /* it may move the frames: the data frame's fields are passed */
+    if (fi < 0) return;
+    frame_t *fr = &f->frames[fi];
+    fr->src = q->ack_src;
+    fr->dst = q->ack_dst;
+    fr->sport = q->ack_sport;
+    fr->size = q->ack_size;
+    fr->ecn = q->ack_ecn;
+    fr->control = 1;
+    fr->priority = q->ack_priority;
+    fr->dport = 4791;
+    fr->mhash = q->ack_mhash;
+    fr->handle = -1;
+    fr->qpn = -1;
+    fr->psn = (q->expected_psn - 1) & 0xFFFFFF;
+    fr->data_flags = fr->payload_bytes = 0;
+    fr->opcode = 0x11; /* RC ACKNOWLEDGE */
+    fr->offset = fr->msg_bytes = 0;
+    fr->dest_qp = q->ack_dest_qp;
+    fr->msn = q->msn;
+    fr->marked_here = 0;
+    fr->ingress = -1;
+    fr->next = -1;
+    fr->tag = tag;
+    fr->flow = flow;
+    port_send(f, q->ack_port, fi);
+}
+
 /* a frame reaches the far end of `port`: a switch (returns 1 if Python must route it) or a
  * host (returns 1: Python receives it) */
 static int deliver(core_t *f, int32_t port, int32_t fi, fab_out_t *out) {
@@ -512,6 +544,8 @@ static int deliver(core_t *f, int32_t port, int32_t fi, fab_out_t *out) {
         if (fr->qpn >= 0) {
             int took = rqp_take(&f->rqp, fr->qpn, p->peer_host, fr->psn, fr->data_flags,
                                 fr->ecn == 3, fr->payload_bytes);
+            if (took == 2) /* it asked for an ACK: the receiver's answer */
+                rqp_ack(f, fr->qpn, fr->tag, fr->flow);
             if (took > 0) {
                 f->pub.rx_taken++;
                 frame_gone(f, fi);
@@ -541,6 +575,8 @@ static int deliver(core_t *f, int32_t port, int32_t fi, fab_out_t *out) {
         out->payload_bytes = fr->payload_bytes;
         out->offset = fr->offset;
         out->msg_bytes = fr->msg_bytes;
+        out->dest_qp = fr->dest_qp;
+        out->msn = fr->msn;
         frame_free(f, fi);
         return 1;
     }
@@ -677,7 +713,8 @@ int fab_send(fab_t *pub, int32_t port, int32_t src, int32_t dst, int32_t sport, 
     fr->data_flags = data_flags;
     fr->payload_bytes = payload_bytes;
     fr->opcode = -1; /* Python holds the packet (its handle) */
-    fr->offset = fr->msg_bytes = 0;
+    fr->offset = fr->msg_bytes = fr->msn = 0;
+    fr->dest_qp = -1;
     fr->marked_here = 0;
     fr->ingress = -1;
     fr->next = -1;

@@ -14,11 +14,12 @@ typedef struct {
     int64_t tag, flow, handle; /* its collective, flow; its packet's handle, or a callback's */
     int64_t mhash;
     int32_t qpn; /* RX of a data packet: the receive queue pair it is for (else -1) */
-    /* RX of a data packet a send queue pair's grant sent (handle -1: Python never held it):
-     * what Python builds its DataPacket from */
+    /* RX of a packet C built (handle -1: Python never held it): what Python builds its
+     * DataPacket (a send queue pair's grant) or AckPacket (opcode ACKNOWLEDGE: a receive queue
+     * pair's answer, to dest_qp with msn) from */
     uint32_t psn;
-    int32_t opcode, data_flags, payload_bytes;
-    int64_t offset, msg_bytes;
+    int32_t opcode, data_flags, payload_bytes, dest_qp;
+    int64_t offset, msg_bytes, msn;
 } fab_out_t;
 
 typedef struct {
@@ -70,6 +71,13 @@ typedef struct {
     uint32_t expected_psn, highest_psn;
     int32_t listed; /* on the list fab_rqp_dirty gives */
     int64_t packets, bytes; /* taken here since Python last read them (0: nothing to read) */
+    /* An in-order packet asking for an ACK is taken too once Python set how the receiver's host
+     * answers (ack_ready): its ACK (receiver.py _ack) leaves from port ack_port as a frame of
+     * ack_size bytes from host ack_src to ack_dst, to queue pair ack_dest_qp, carrying the
+     * message sequence number msn; `acks` counts those sent since Python last read them. */
+    int32_t ack_ready, ack_port, ack_src, ack_dst, ack_sport, ack_ecn, ack_priority, ack_size;
+    int32_t ack_dest_qp;
+    int64_t ack_mhash, msn, acks;
 } fab_rqp_t;
 
 /* A host whose NIC arbiter runs here (simfab_sqp.c: emulator/sim/nodes.py Host._pull's round

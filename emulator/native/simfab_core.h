@@ -21,8 +21,10 @@ typedef struct {
     int64_t tag, flow, handle, mhash;
     int32_t qpn, data_flags, payload_bytes; /* a data packet's (qpn -1: not one) */
     uint32_t psn;
-    int32_t opcode;            /* a granted packet's (handle -1), for Python's DataPacket */
-    int64_t offset, msg_bytes; /* its place in its message, and the message's size */
+    int32_t opcode;            /* a packet C built (handle -1), for Python's DataPacket or */
+    int64_t offset, msg_bytes; /* AckPacket: a data packet's place in its message, its size; */
+    int32_t dest_qp;           /* an ACK's queue pair and message sequence number */
+    int64_t msn;
 } frame_t;
 
 typedef struct {

@@ -1,6 +1,7 @@
-/* A receive queue pair's common path in C: a data packet that arrives in order, asks for no
- * ACK, ends no message and carries no CE mark changes the responder's state and nothing else:
- * no reply, no event (emulator/transport/receiver.py, on_data's first branch and _accept). The
+/* A receive queue pair's common path in C: a data packet that arrives in order, ends no message
+ * and carries no CE mark changes the responder's state and, if it asks for one, answers with an
+ * ACK (its PSN, the message sequence number), and nothing else: no event (emulator/transport/
+ * receiver.py, on_data's first branch and _accept; _ack). The
  * fabric takes such packets at the host without handing them to Python; Python reads what they
  * changed (the counters and PSNs here) before its receiver handles any other packet of the
  * queue pair, and at the end of every run call (emulator/sim/native_rqp.py). Every packet that
@@ -37,14 +38,14 @@ fab_rqp_t *rqp_slot(rqp_table_t *t, int32_t qpn) {
     return &t->q[qpn];
 }
 
-/* 1: the packet took the common path here; 0: Python's receiver must handle it; -1: out of
- * memory (nothing changed) */
+/* 1: the packet took the common path here; 2: so did it, and it asked for the ACK the caller
+ * sends; 0: Python's receiver must handle it; -1: out of memory (nothing changed) */
 int rqp_take(rqp_table_t *t, int32_t qpn, int32_t host, uint32_t psn, int32_t data_flags,
              int32_t ce, int32_t payload_bytes) {
     if (qpn < 0 || qpn >= t->n) return 0;
     fab_rqp_t *q = &t->q[qpn];
-    if (q->host != host || !q->eligible || ce || (data_flags & (DATA_ACK_REQ | DATA_LAST)))
-        return 0;
+    if (q->host != host || !q->eligible || ce || (data_flags & DATA_LAST)) return 0;
+    if ((data_flags & DATA_ACK_REQ) && !q->ack_ready) return 0;
     if (((data_flags & DATA_FIRST) != 0) == (q->in_message != 0)) return 0; /* malformed */
     if (psn != q->expected_psn) return 0;
     if (psn != ((q->highest_psn + 1) & PSN_MASK) && psn_diff(psn, q->highest_psn) <= 0)
@@ -65,6 +66,10 @@ int rqp_take(rqp_table_t *t, int32_t qpn, int32_t host, uint32_t psn, int32_t da
     q->in_message = 1;
     q->packets++;
     q->bytes += payload_bytes;
+    if (data_flags & DATA_ACK_REQ) {
+        q->acks++; /* the caller sends it (simfab.c rqp_ack) */
+        return 2;
+    }
     return 1;
 }
 

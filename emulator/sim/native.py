@@ -149,8 +149,9 @@ class NativeSimulator:
         self.ports = sorted(ports, key=lambda p: p.index)
         self.switches = sorted(switches, key=lambda s: s.index)
         switch_index = {id(s): s.index for s in self.switches}
+        self.rx.host_index = self.host_index
         for i, host in enumerate(self.hosts):
-            host.receive_offload = lambda qp, i=i: self.rx.take(i, qp)
+            host.receive_offload = lambda qp, i=i, host=host: self.rx.take(i, qp, host)
         self.tx = SendOffload(self.ffi, self.lib, self.fab, self.host_index)
         for i, host in enumerate(self.hosts):
             # a host carrying encoded bytes builds and captures each packet in Python

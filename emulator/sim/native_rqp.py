@@ -1,9 +1,10 @@
 """The receive queue pairs whose common path the C fabric takes (emulator/native/simfab_rqp.c).
 
-A data packet that arrives in order, asks for no ACK, ends no message and carries no CE mark
-changes its responder's state and nothing else (receiver.py: on_data's first branch and
-_accept): no reply, no event, nothing scheduled. The C fabric takes such a packet at the host
-and never hands it to Python. The Python ReceiveQueuePair stays the queue pair: C keeps a copy
+A data packet that arrives in order, ends no message and carries no CE mark changes its
+responder's state and nothing else but, if it asks for one, an ACK (receiver.py: on_data's first
+branch, _accept and _ack): no event, nothing scheduled. The C fabric takes such a packet at the
+host and never hands it to Python, and sends the ACK as the host would (the frame Host.receive
+sends; native.py builds its AckPacket where a Python sender takes it). The Python ReceiveQueuePair stays the queue pair: C keeps a copy
 of the few fields that decide the common path and counts what it took; this side folds those
 counts into the receiver (`read`) before the receiver handles any other packet of its own, and
 for every queue pair at the end of each run call, and copies the receiver's state back to C
@@ -20,8 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.transport.packets import FIRST_OPCODES, LAST_OPCODES
+from emulator.transport.packets import FIRST_OPCODES, LAST_OPCODES, AckPacket
 from emulator.transport.receiver import ReceiveQueuePair
+from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
 
 
 def data_flags_table(lib: Any) -> tuple[int, ...]:
@@ -38,6 +40,7 @@ class ReceiveOffload:
 
     def __init__(self, ffi: Any, lib: Any, fab: Any) -> None:
         self.ffi, self.lib, self.fab = ffi, lib, fab
+        self.host_index: dict[str, int] = {}  # set by NativeSimulator.connect
         assert lib.DATA_ACK_REQ == 1  # NativePort.send ORs a packet's ack_req (a bool) in
         # qpn -> the receiver; its state in C is lib.fab_rqp(fab, qpn), looked up each time:
         # the table moves when it grows, so a pointer into it is not kept
@@ -49,8 +52,9 @@ class ReceiveOffload:
         """Data packets C took without handing them to Python."""
         return int(self.fab.rx_taken)
 
-    def take(self, host_index: int, qp: ReceiveQueuePair) -> bool:
-        """Let C take `qp`'s common path at host `host_index` (False: it stays Python's).
+    def take(self, host_index: int, qp: ReceiveQueuePair, host: Any = None) -> bool:
+        """Let C take `qp`'s common path at host `host_index` (False: it stays Python's), and
+        with the host (nodes.Host) answer the packets that ask for an ACK as it would.
         While its receiver records deliveries C hands it every packet (common_path says so,
         and the receiver tells when recording is switched)."""
         slot = self.lib.fab_rqp(self.fab, qp.qpn)
@@ -64,10 +68,25 @@ class ReceiveOffload:
             slot.host, slot.eligible = -2, 0
             return False
         slot.host = host_index
+        if host is not None:
+            self._answer_as(slot, host, qp)
         self.receivers[qp.qpn] = qp
         self.write(qp.qpn)
         qp.on_recording = lambda: self._sync(qp.qpn)
         return True
+
+    def _answer_as(self, slot: Any, host: Any, qp: ReceiveQueuePair) -> None:
+        """How `host` sends `qp`'s ACK (nodes.Host.receive and _frame: from its NIC, on the
+        receive route, as an ACK's DSCP and ECN say), for C to send it the same way."""
+        peer, _address, sport, mhash, _tag = host._rx_route[qp.qpn]
+        ack = AckPacket(qp.remote_qp, 0)
+        slot.ack_port = host.nic.index
+        slot.ack_src, slot.ack_dst = self.host_index[host.name], self.host_index[peer]
+        slot.ack_sport, slot.ack_mhash = sport, mhash
+        slot.ack_ecn, slot.ack_priority = host._ecn[1], host._priority[1]
+        slot.ack_size = ack.udp_payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
+        slot.ack_dest_qp = qp.remote_qp
+        slot.ack_ready = 1
 
     def _sync(self, qpn: int) -> None:
         self.read(qpn)
@@ -81,9 +100,13 @@ class ReceiveOffload:
         if not slot.packets:
             return
         self.receivers[qpn].took_common_path(
-            int(slot.packets), int(slot.bytes), int(slot.expected_psn), int(slot.highest_psn)
+            int(slot.packets),
+            int(slot.bytes),
+            int(slot.expected_psn),
+            int(slot.highest_psn),
+            acks=int(slot.acks),
         )
-        slot.packets = slot.bytes = 0
+        slot.packets = slot.bytes = slot.acks = 0
 
     def write(self, qpn: int) -> None:
         """Copy the receiver's state to C after Python handled one of its packets."""
@@ -94,6 +117,7 @@ class ReceiveOffload:
         expected, highest, in_message, eligible = receiver.common_path()
         slot.expected_psn, slot.highest_psn = expected, highest
         slot.in_message, slot.eligible = in_message, eligible
+        slot.msn = receiver.message_index
 
     def read_all(self) -> None:
         """Every receiver C took packets for since the last call, brought up to date."""

@@ -29,8 +29,10 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from emulator.transport.grant import SendGrant, fold, grant
-from emulator.transport.packets import RETH_OPCODES, DataPacket
+from emulator.transport.packets import AETH_ACK, RETH_OPCODES, AckPacket, DataPacket, Opcode
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
+
+ACKNOWLEDGE = int(Opcode.ACKNOWLEDGE)
 
 if TYPE_CHECKING:
     from emulator.sim.nodes import Host
@@ -209,8 +211,11 @@ class SendOffload:
 
     # -- a granted packet a Python receiver takes ---------------------------------------------
     @staticmethod
-    def packet(out: Any) -> DataPacket:
-        """The DataPacket of a frame C built (its fields as SendQueuePair._packet sets them)."""
+    def packet(out: Any) -> DataPacket | AckPacket:
+        """The packet of a frame C built: a grant's DataPacket (its fields as
+        SendQueuePair._packet sets them), or a receive queue pair's ACK (native_rqp.py)."""
+        if out.opcode == ACKNOWLEDGE:
+            return AckPacket(out.dest_qp, out.psn, AETH_ACK, out.msn)
         ack_req = bool(out.data_flags & 1)  # DATA_ACK_REQ
         if out.opcode in RETH_OPCODES:
             return DataPacket(

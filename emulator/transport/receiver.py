@@ -283,6 +283,11 @@ class ReceiveQueuePair:
             out.append(self._ack())
 
     # -- the common path, taken elsewhere (emulator/sim/native_rqp.py) ------------------------
+    @property
+    def message_index(self) -> int:
+        """The message sequence number its ACKs carry (messages completed so far)."""
+        return self._message_index
+
     def common_path(self) -> tuple[int, int, bool, bool]:
         """(expected PSN, highest PSN, inside a message, whether an in-order packet may take
         the common path elsewhere now: nothing held or seen ahead, no delivery record)."""
@@ -290,11 +295,13 @@ class ReceiveQueuePair:
         return self._expected_psn, self._highest_psn, self._in_message, eligible
 
     def took_common_path(
-        self, packets: int, payload_bytes: int, expected_psn: int, highest_psn: int
+        self, packets: int, payload_bytes: int, expected_psn: int, highest_psn: int, acks: int = 0
     ) -> None:
         """The state on_data leaves after `packets` in-order packets on its common path (none
-        asking for an ACK, ending a message or CE-marked) that another implementation took."""
+        ending a message or CE-marked; `acks` of them asked for the ACK it answered with) that
+        another implementation took."""
         self.packets_received += packets
+        self.acks_sent += acks
         self.delivered_bytes += payload_bytes
         self._message_offset += payload_bytes
         self._expected_psn = expected_psn

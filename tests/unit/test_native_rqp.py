@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from emulator.sim import native
 from emulator.sim.native_rqp import ReceiveOffload, data_flags_table
 from emulator.transport.events import TransportEvent
-from emulator.transport.packets import PSN_MASK, DataPacket, Opcode
+from emulator.transport.packets import AETH_ACK, PSN_MASK, AckPacket, DataPacket, Opcode
 from emulator.transport.params import TransportParams
 from emulator.transport.receiver import ReceiveQueuePair
 
@@ -81,10 +81,11 @@ def state(r: ReceiveQueuePair) -> dict[str, Any]:
 
 @needs_native
 @settings(max_examples=300, deadline=None)
-@given(arrivals())
+@given(arrivals(), st.booleans())
 def test_the_c_common_path_leaves_the_python_receivers_state(
-    case: tuple[list[tuple[DataPacket, bool]], str],
+    case: tuple[list[tuple[DataPacket, bool]], str], answers: bool
 ) -> None:
+    """`answers`: C answers the packets that ask for an ACK (as with a host to send from)."""
     assert MODULE is not None
     ffi, lib = MODULE.ffi, MODULE.lib
     fab = ffi.gc(lib.fab_new(1, 0, 0, 0), lib.fab_free)
@@ -98,8 +99,10 @@ def test_the_c_common_path_leaves_the_python_receivers_state(
     )
     offload = ReceiveOffload(ffi, lib, fab)
     assert offload.take(HOST, ours)
+    slot = lib.fab_rqp(fab, QPN)
+    slot.ack_ready = int(answers)
     flags = data_flags_table(lib)
-    taken = 0
+    taken = answered = 0
     for i, (packet, ce) in enumerate(packets):
         now = i * 1e-6
         expected = plain.on_data(now=now, packet=packet, ce=ce)
@@ -117,6 +120,10 @@ def test_the_c_common_path_leaves_the_python_receivers_state(
         if took:
             taken += 1
             replies = []
+            if took == 2:  # the ACK simfab.c rqp_ack builds from the slot
+                answered += 1
+                psn = (lib.fab_rqp(fab, QPN).expected_psn - 1) & PSN_MASK
+                replies = [AckPacket(QPN, psn, AETH_ACK, lib.fab_rqp(fab, QPN).msn)]
         else:
             offload.read(QPN)
             replies = ours.on_data(now=now, packet=packet, ce=ce)
@@ -125,8 +132,10 @@ def test_the_c_common_path_leaves_the_python_receivers_state(
         assert ours_events[events_before:] == plain.events[events_before:], (i, packet)
     offload.read_all()
     assert state(ours) == state(plain)
-    # a packet the common path took is one that needed nothing from Python (no reply, no event)
-    assert taken <= sum(1 for p, ce in packets if not ce and not p.ack_req)
+    # a packet the common path took is one that needed nothing from Python (no event, and no
+    # reply but an ACK when C answers)
+    assert taken - answered <= sum(1 for p, ce in packets if not ce and not p.ack_req)
+    assert answers or not answered
 
 
 @needs_native
@@ -146,7 +155,7 @@ def test_in_order_middles_are_taken_and_everything_else_is_not() -> None:
     assert offer(1, middle) == 1
     assert offer(2, middle, host=HOST + 1) == 0  # another host's packet of that number
     assert offer(2, middle, ce=True) == 0  # a CE mark: the notification point decides
-    assert offer(2, middle | lib.DATA_ACK_REQ) == 0  # an ACK to send
+    assert offer(2, middle | lib.DATA_ACK_REQ) == 0  # an ACK to send, and no host to send it
     assert offer(3, middle) == 0  # ahead of the expected PSN
     assert offer(2, first) == 0  # a FIRST inside a message: malformed, Python drops it
     assert offer(2, last) == 0  # the end of a message: an event
