@@ -65,30 +65,31 @@ class RecordColumns(Generic[R]):
             {} if base == "str" else None for _, base, _ in self._fields
         ]
         self._len = 0
+        self._plan: list[tuple[str, array[Any], bytearray | None, dict[str, int] | None, Any]] = [
+            (name, self._data[i], self._valid[i], self._codes[i], self._names[i])
+            for i, (name, _, _) in enumerate(self._fields)
+        ]
 
     def __len__(self) -> int:
         return self._len
 
     def append(self, record: R) -> None:
-        for i, (name, _, _) in enumerate(self._fields):
+        # per field: its name, values, validity bytes (None: not nullable), string codes
+        for name, data, valid, codes, names in self._plan:
             value = getattr(record, name)
-            valid = self._valid[i]
             if valid is not None:
                 valid.append(value is not None)
                 if value is None:
-                    self._data[i].append(0)
+                    data.append(0)
                     continue
-            codes = self._codes[i]
             if codes is not None:
                 code = codes.get(value)
                 if code is None:
                     code = codes[value] = len(codes)
-                    names = self._names[i]
-                    assert names is not None
                     names.append(value)
-                self._data[i].append(code)
+                data.append(code)
             else:
-                self._data[i].append(value)
+                data.append(value)
         self._len += 1
 
     def extend(self, records: Iterable[R]) -> None:
