@@ -9,9 +9,11 @@
  * Mersenne Twister, its state handed over from random.Random.getstate()), so a run is the
  * Python fabric's bit for bit (tests/integration/test_sim_native.py). Everything that is not
  * the fabric stays in Python: the hosts and their transport (but for the receive queue pairs'
- * common path, simfab_rqp.c), the replay, the ECMP hash itself.
+ * common path with its ACKs, simfab_rqp.c, and the hosts' NIC round robin sending what each
+ * send queue pair's grant allows, simfab_sqp.c), the replay, the ECMP hash itself.
  * fab_run returns to Python whenever the Python side must act (a callback it scheduled, a frame
- * reaching a host, a host NIC going idle, a switch meeting a 5-tuple it has not routed yet) and
+ * reaching a host, a host NIC going idle with a queue pair C may not send for, a switch meeting
+ * a 5-tuple it has not routed yet) and
  * picks up where it stopped on the next call.
  */
 #include <stdint.h>
@@ -499,8 +501,8 @@ static int switch_forward(core_t *f, int32_t sw, int32_t fi, fab_out_t *out) {
     return 0;
 }
 
-/* the ACK a receive queue pair's common path answers data frame `data` with (receiver.py _ack,
- * sent as nodes.py Host.receive sends a reply: the data's collective and flow) */
+/* the ACK a receive queue pair's common path answers a data frame with (receiver.py _ack, sent
+ * as nodes.py Host.receive sends a reply: with the data frame's collective `tag` and `flow`) */
 static void rqp_ack(core_t *f, int32_t qpn, int64_t tag, int64_t flow) {
     fab_rqp_t *q = rqp_slot(&f->rqp, qpn);
     int32_t fi = frame_new(f); /* it may move the frames: the data frame's fields are passed */

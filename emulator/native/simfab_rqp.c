@@ -1,8 +1,8 @@
 /* A receive queue pair's common path in C: a data packet that arrives in order, ends no message
  * and carries no CE mark changes the responder's state and, if it asks for one, answers with an
  * ACK (its PSN, the message sequence number), and nothing else: no event (emulator/transport/
- * receiver.py, on_data's first branch and _accept; _ack). The
- * fabric takes such packets at the host without handing them to Python; Python reads what they
+ * receiver.py, on_data's first branch and _accept; _ack). The fabric takes such packets at the
+ * host without handing them to Python (simfab.c rqp_ack sends the ACK); Python reads what they
  * changed (the counters and PSNs here) before its receiver handles any other packet of the
  * queue pair, and at the end of every run call (emulator/sim/native_rqp.py). Every packet that
  * is not this common case, and every queue pair whose receiver holds or has seen packets ahead
