@@ -11,8 +11,8 @@ the whole pull to Python when the round robin reaches a queue pair that is due a
 
 Python folds what C sent into a queue pair (`fold`) before it reads it: the host folds the one
 it revokes, grants or settles (the replay settles a queue pair before it reads its counts), its
-Python pull folds everything first, and the fabric's run loop folds everything at the end of each
-run call. It revokes a queue pair's grant before it changes the queue pair (an ACK, a CNP, a
+Python pull folds the queue pairs in its ring first, and the fabric's run loop folds everything at
+the end of each run call. It revokes a queue pair's grant before it changes the queue pair (an ACK, a CNP, a
 timer, a post, a packet its own pull sends) and grants again after (`grant`). So every queue
 pair, event and table is the one the Python host's path gives (tests/integration/
 test_sim_native.py: the C fabric's results against the Python fabric's, bit for bit).
@@ -89,15 +89,18 @@ class SendOffload:
             host._pull()
 
     def load_ring(self, host: Host) -> None:
-        """Before Python's pull: the ring as Host._active (its queue pairs up to date), and the
-        wake-up."""
-        if self.fab.n_sqp_dirty:
-            self.fold_dirty()
+        """Before Python's pull: the ring as Host._active (its queue pairs up to date: the pull
+        reads no other), and the wake-up."""
         n = self.lib.fab_ring_get(self.fab, host.arbiter, self._ring)
         if n < 0:
             raise MemoryError("the native simulated fabric: out of memory")
+        ids = self.ffi.unpack(self._ring[0], n)
+        slots = self._slots
+        for i in ids:
+            if slots[i].sent:
+                self._fold(i)
         qps = self.qps
-        host._active = deque(qps[i] for i in self.ffi.unpack(self._ring[0], n))
+        host._active = deque(qps[i] for i in ids)
         host._active_set = {qp.qpn for qp in host._active}
         host._wakeup_at = self.lib.fab_host(self.fab, host.arbiter).wakeup_at
 
