@@ -4,11 +4,11 @@ A data packet that arrives in order, ends no message and carries no CE mark chan
 responder's state and nothing else but, if it asks for one, an ACK (receiver.py: on_data's first
 branch, _accept and _ack): no event, nothing scheduled. The C fabric takes such a packet at the
 host and never hands it to Python, and sends the ACK as the host would (the frame Host.receive
-sends; native.py builds its AckPacket where a Python sender takes it). The Python ReceiveQueuePair stays the queue pair: C keeps a copy
-of the few fields that decide the common path and counts what it took; this side folds those
-counts into the receiver (`read`) before the receiver handles any other packet of its own, and
-for every queue pair at the end of each run call, and copies the receiver's state back to C
-(`write`) after it handled one. Between those points nothing reads a receiver (the replay's
+sends; native.py builds its AckPacket where a Python sender takes it). The Python
+ReceiveQueuePair stays the queue pair: C keeps a copy of the few fields that decide the common
+path and counts what it took; this side folds those counts into the receiver (`read`) before the
+receiver handles any other packet of its own, and for every queue pair at the end of each run
+call, and copies the receiver's state back to C (`write`) after it handled one. Between those points nothing reads a receiver (the replay's
 MessageReceived handler reads only what the common path never changes: CE and reordering
 counts), so every table is the one the Python path writes (tests/integration/test_sim_native.py).
 
