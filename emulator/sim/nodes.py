@@ -13,6 +13,7 @@ from emulator.sim.engine import Simulator
 from emulator.sim.port import Frame, Port
 from emulator.transport.entropy import entropy_sport
 from emulator.transport.events import TransportEvent
+from emulator.transport.grant import TIMER_SLACK_S
 from emulator.transport.packets import (
     IPV4_HEADER_BYTES,
     ROCEV2_UDP_PORT,
@@ -439,7 +440,7 @@ class Host:
         if deadline is None:
             return
         scheduled = self._timer_at.get(qp.qpn, math.inf)
-        if deadline < scheduled - 1e-12:
+        if deadline < scheduled - TIMER_SLACK_S:
             self._timer_at[qp.qpn] = deadline
             self.sim.at(deadline, self._timer, qp)
 

@@ -39,6 +39,7 @@ from emulator.transport.dcqcn_params import ALPHA_SCALE, DcqcnParams
 
 _EPS = 1e-9  # float slack when counting whole periods
 NO_BYTE_BUDGET = 1 << 62  # quiet(): the byte counter is not counting
+_TIMER_SLACK_S = _EPS * 1e-3  # a deadline this close to `now` is due (on_timer, quiet)
 
 RP_INCREASE_REASONS = ("fast_recovery", "additive_increase", "hyper_increase")
 
@@ -156,7 +157,7 @@ class ReactionPoint:
         the rate changed."""
         changed = False
         period = self.params.rpg_time_reset_us * 1e-6
-        slack = _EPS * 1e-3
+        slack = _TIMER_SLACK_S
         while self.active:
             cut_s, inc_s = self._decrease_due_s, self._next_increase_s
             if cut_s <= inc_s and now + slack >= cut_s:
@@ -185,8 +186,8 @@ class ReactionPoint:
             return math.inf, 0.0, NO_BYTE_BUDGET  # on_packet_sent returns at once
         deadline = min(self._decrease_due_s, self._next_increase_s)
         if not self._counting:
-            return deadline, _EPS * 1e-3, NO_BYTE_BUDGET
-        return deadline, _EPS * 1e-3, self.params.rpg_byte_reset_bytes - self._bytes_since_reset
+            return deadline, _TIMER_SLACK_S, NO_BYTE_BUDGET
+        return deadline, _TIMER_SLACK_S, self.params.rpg_byte_reset_bytes - self._bytes_since_reset
 
     def count_quiet_bytes(self, size_bytes: int) -> None:
         """Bytes sent inside quiet()'s bounds (on_bytes_sent's count, nothing else)."""

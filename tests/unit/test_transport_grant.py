@@ -95,9 +95,9 @@ def histories(draw: Any) -> tuple[SendQueuePair, float, float]:
     return qp, now, armed
 
 
-def c_send(g: SendGrant, j: int, now: float, c: dict[str, Any]) -> dict[str, Any]:
-    """simfab_sqp.c's send_granted for the j-th packet of grant g at `now` (c: its pacing and
-    AckReq state): the packet's fields."""
+def shape(g: SendGrant, j: int) -> tuple[int, int, int]:
+    """The j-th granted packet's position kind (first, middle, last, only), payload and paced
+    bytes (sender.py _opcode, _describe; simfab_sqp.c describe)."""
     k = g.k + j
     n = min(g.mtu, g.message_bytes - k * g.mtu)
     if k == 0:
@@ -105,12 +105,19 @@ def c_send(g: SendGrant, j: int, now: float, c: dict[str, Any]) -> dict[str, Any
     else:
         kind = 2 if k == g.message_packets - 1 else 1
     udp = BTH_BYTES + (RETH_BYTES if g.reth[kind] else 0) + n + (-n & 3) + ICRC_BYTES
+    return kind, n, udp + g.pace_overhead_bytes
+
+
+def c_send(g: SendGrant, j: int, now: float, c: dict[str, Any]) -> dict[str, Any]:
+    """simfab_sqp.c's send_granted for the j-th packet of grant g at `now` (c: its pacing and
+    AckReq state): the packet's fields."""
+    k = g.k + j
+    kind, n, paced = shape(g, j)
     ack = j == c["ack_next"]
     if ack:
         c["ack_next"] += g.ack_every
     if j == g.granted - 1 and g.ack_last:
         ack = True
-    paced = udp + g.pace_overhead_bytes
     c["last_tx_s"] = max(c["next_tx_s"], now - g.max_burst_s)
     c["last_tx_bits"] = paced * 8
     c["next_tx_s"] = c["last_tx_s"] + c["last_tx_bits"] / g.rate_bps
@@ -176,17 +183,7 @@ def test_granted_packets_folded_in_are_poll_transmit_at_their_times(
         # the NIC sends it at its pacing time or later (busy with others)
         t = max(t, c["next_tx_s"]) + data.draw(st.sampled_from([0.0, 0.0, 1e-9, 3e-7, 5e-5]))
         # where C stops: the controller would act (its timers, its byte counter)
-        k = g.k + j
-        n = min(g.mtu, g.message_bytes - k * g.mtu)
-        kind = (
-            (3 if g.message_packets == 1 else 0)
-            if k == 0
-            else 2
-            if k == g.message_packets - 1
-            else 1
-        )
-        paced = BTH_BYTES + (RETH_BYTES if g.reth[kind] else 0) + n + (-n & 3) + ICRC_BYTES
-        paced += g.pace_overhead_bytes
+        paced = shape(g, j)[2]
         if t + g.cc_slack_s >= g.cc_deadline_s or budget_used + paced >= g.byte_budget:
             break
         budget_used += paced
