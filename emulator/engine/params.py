@@ -81,6 +81,12 @@ class EngineParams:
         "pure-Python path; on refuses to run without it; off is the Python path. The run's "
         "metadata says which ran and why (engine.data_path)",
     )
+    native_drain: bool = param(
+        True,
+        doc="With the native path: the reads of in-order data that ends no message, and their "
+        "ACKs, taken in C without a Python call per read (emulator/native/burst_drain.c; not "
+        "with one-way latency stamps or per-packet entropy); off reads each in Python",
+    )
     send_path: SendPath = param(
         "udp_gso",
         doc="How a rank's packets leave and arrive toward a switch under test: udp_gso (UDP "

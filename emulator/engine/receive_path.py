@@ -33,6 +33,7 @@ from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn
 from emulator.engine.sockets import ANCILLARY_BYTES, read_ancillary, segments
 from emulator.engine.worker_spec import QueuePairAhead
 from emulator.latency import LatencyHistogram
+from emulator.native.drain import ReceiveDrain
 from emulator.native.reads import NativeRunReader
 from emulator.transport.burst_wire import DataRun, read_ack_run, read_data_run
 from emulator.transport.entropy import entropy_sport, home_sport
@@ -94,6 +95,9 @@ class ReceivePath:
         *,
         receive_wait: LatencyHistogram,
         latency: bool,
+        drain: ReceiveDrain | None = None,
+        tos_ack: int = 0,
+        send_failed: Callable[[OSError, list[bytes], tuple[str, int], Rank], None] | None = None,
     ) -> None:
         self.transport = transport
         # per-packet entropy: a data packet's source port is one of its queue pair's; its
@@ -119,6 +123,11 @@ class ReceivePath:
         self.data_wait_s: dict[int, float] = {}
         self.ack_wait_s: dict[int, float] = {}
         self._wait_s = 0.0  # the current read's
+        # the receive queue pairs' common path in C (emulator/native/drain.py): not with
+        # departure stamps to read or per-packet source ports to map back
+        self.drain = drain if run_reader is not None and not latency and not self._entropy else None
+        self._tos_ack = tos_ack  # the drain's ACKs, counted in their class
+        self._send_failed = send_failed
 
     def on_readable(self, rank: Rank) -> None:
         """The rank's socket is readable: up to READS_PER_WAKEUP reads, then what they produced."""
@@ -198,24 +207,43 @@ class ReceivePath:
         self._count_class(tos, count, nbytes, sent=False)
 
     def _on_readable_native(self, rank: Rank, reader: NativeRunReader) -> None:
-        """on_readable on the native path: each read and what it is read as in C. ACK reads
-        in a row for one sender QP go to its on_acks together, before anything else is read
-        (the same state and events as one call per read: SendQueuePair.on_acks)."""
+        """on_readable on the native path: each read and what it is read as in C, and with the
+        drain (emulator/native/drain.py) the reads of data on the receive queue pairs' common
+        path taken in C as a whole, up to the first read it leaves here. ACK reads in a row for
+        one sender QP go to its on_acks together, before anything else is read here (the same
+        state and events as one call per read: SendQueuePair.on_acks)."""
         assert rank.rx_sock is not None
         fd = rank.rx_sock.fileno()
         buf = self.buf
         now = self.clock.now()
         endpoint = rank.endpoint
         senders = endpoint.senders
+        drain = self.drain
         got = False
         acks_qp = -1  # the sender QP whose ACKs are waiting in acks_psns
         acks_psns: list[int] = []
-        for _ in range(READS_PER_WAKEUP):
-            nbytes, tos, gso_size, rx_ns, source = reader.recv(fd)
-            if nbytes < 0:
-                if nbytes in _NOTHING_TO_READ:
-                    break
-                raise OSError(-nbytes, os.strerror(-nbytes))
+        budget = READS_PER_WAKEUP
+        while budget > 0:
+            if drain is not None:
+                made, nbytes, left = drain.run(fd, rank.spec.rank, budget)
+                budget -= made
+                if drain.d.reads:
+                    got = True
+                    self._count_drained(rank, drain)
+                if not left:
+                    if nbytes < 0 and nbytes not in _NOTHING_TO_READ:
+                        raise OSError(-nbytes, os.strerror(-nbytes))
+                    if nbytes < 0 or budget <= 0:
+                        break
+                    continue
+                nbytes, tos, gso_size, rx_ns, source = reader.last(nbytes)
+            else:
+                nbytes, tos, gso_size, rx_ns, source = reader.recv(fd)
+                budget -= 1
+                if nbytes < 0:
+                    if nbytes in _NOTHING_TO_READ:
+                        break
+                    raise OSError(-nbytes, os.strerror(-nbytes))
             got = True
             self._read_waited(rx_ns)
             self._count_read(rank, nbytes, gso_size, tos)
@@ -247,6 +275,34 @@ class ReceivePath:
         if got:
             self._after_reads(now, rank)
 
+    def _count_drained(self, rank: Rank, drain: ReceiveDrain) -> None:
+        """What the drain's last call took, counted as _count_read, _read_waited and the send
+        path's ACKs count it (one class for its reads: the drain stops at another)."""
+        d = drain.d
+        packets, udp_bytes = int(d.packets), int(d.udp_bytes)
+        self.counters["reads_taken_in_c"] += int(d.reads)
+        rank.rx_bytes += udp_bytes + IP_UDP_BYTES * packets
+        self.counters["packets_received"] += packets
+        self._count_class(int(d.tos), packets, udp_bytes, sent=False)
+        observe = self._wait_histogram.observe
+        for wait_s in drain.waits():
+            if wait_s >= 0.0:
+                observe(wait_s)
+        if d.acks:
+            acks, ack_bytes = int(d.acks), int(d.ack_bytes)
+            rank.tx_bytes += ack_bytes + IP_UDP_BYTES * acks
+            self._count_class(self._tos_ack, acks, ack_bytes, sent=True)
+            # refused sends, as send_errors.SendFailures counts them
+            if d.buffer_full:
+                self.counters["send_buffer_full"] += int(d.buffer_full)
+            if d.no_buffers:
+                self.counters["send_no_buffers"] += int(d.no_buffers)
+            if d.no_path:
+                self.counters["send_no_path"] += int(d.no_path)
+            if d.send_errno and self._send_failed is not None:
+                e = int(d.send_errno)
+                self._send_failed(OSError(e, os.strerror(e)), [], ("", 0), rank)
+
     def _data_run(
         self,
         rank: Rank,
@@ -276,6 +332,8 @@ class ReceivePath:
             last_payload_bytes=run.last_payload_bytes,
             ce=ce,
         )
+        if self.drain is not None:
+            self.drain.write(run.dest_qp)  # C's copy of its state, after Python changed it
         self.data_wait_s[run.dest_qp] = self._wait_s
         if rx_ns and self._latency:
             self._observe(run.dest_qp, tos, data, nbytes, run.psn, rx_ns)
@@ -318,6 +376,8 @@ class ReceivePath:
                 self.counters["queue_pairs_opened_in_run"] += 1
             replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
             kind = type(packet)
+            if kind is DataPacket and self.drain is not None:
+                self.drain.write(packet.dest_qp)
             if kind is DataPacket:
                 self.data_wait_s[packet.dest_qp] = self._wait_s
             elif kind is not CnpPacket:  # an ACK, NAK or SACK for one of the senders
@@ -369,4 +429,8 @@ class ReceivePath:
             IcrcContext(address),
             xdp=None if xdp is None else xdp.flow(rank.spec.address, peer, sport),
         )
+        if self.drain is not None and conn.sock is not None and rank.rx_sock is not None:
+            self.drain.take(
+                rank.spec.rank, qp, (peer, sport), conn.sock, conn.dest, self._tos_ack, conn.icrc
+            )
         return conn

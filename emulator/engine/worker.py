@@ -68,6 +68,7 @@ from emulator.engine.tick_state import TickState
 from emulator.engine.worker_spec import WorkerSpec
 from emulator.engine.xdp_path import XdpPacer, XdpSender
 from emulator.errors import EmulatorError
+from emulator.native.drain import ReceiveDrain
 from emulator.transport.burst_wire import BurstBuffer
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import BTH_BYTES, ICRC_BYTES
@@ -173,6 +174,12 @@ class Worker:
             tos_cnp=tos_cnp,
             max_packet_wire_bytes=max_packet_wire_bytes,
         )
+        reader = self.data_path.reader
+        drain = (
+            ReceiveDrain(reader, reply_buf, gso=self.offloads.gso, max_segments=p.gso_max_segments)
+            if reader is not None and p.native_drain
+            else None
+        )
         self.receive = ReceivePath(
             t,
             self.clock,
@@ -189,6 +196,9 @@ class Worker:
             self._after_reads,
             receive_wait=self.stats.receive_wait,
             latency=p.one_way_latency,
+            drain=drain,
+            tos_ack=tos_ack,
+            send_failed=failures.failed,
         )
         self.xdp = XdpPacer(
             self.sockets.xdp_ports,

@@ -13,6 +13,7 @@ from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "burst.c"
+DRAIN = HERE / "burst_drain.c"  # appended: it reads and sends with burst.c's functions
 
 ffibuilder = FFI()
 ffibuilder.cdef(
@@ -46,10 +47,51 @@ ffibuilder.cdef(
     long rocev2_read_data_run(const uint8_t *data, size_t nbytes, uint32_t segment_bytes,
                               const uint8_t *run_opcodes, uint32_t max_count, uint32_t *fields,
                               uint8_t *opcodes, uint32_t *acks);
+
+    typedef struct {
+        int32_t rank;
+        int32_t eligible;
+        uint32_t peer_addr;
+        uint32_t peer_port;
+        uint32_t expected_psn, highest_psn;
+        int32_t in_message;
+        uint32_t remote_qp;
+        uint32_t msn;
+        int32_t ack_fd;
+        uint32_t ack_addr;
+        uint16_t ack_port;
+        int32_t ack_tos;
+        uint32_t prefixes[128];
+        int64_t packets, bytes, acks;
+        int32_t listed;
+    } drain_rqp_t;
+    typedef struct {
+        drain_rqp_t *q;
+        int32_t n;
+        int32_t *dirty;
+        int32_t n_dirty, cap_dirty;
+        uint8_t flags[256];
+        int32_t gso;
+        int32_t max_segments;
+        int32_t reads, tos;
+        int64_t packets, udp_bytes, acks, ack_bytes;
+        int64_t buffer_full, no_buffers, no_path;
+        int32_t send_errno;
+        double waits[256];
+    } drain_t;
+    #define DRAIN_FIRST 1
+    #define DRAIN_LAST 2
+    drain_t *drain_new(void);
+    void drain_free(drain_t *d);
+    drain_rqp_t *drain_rqp(drain_t *d, int32_t qpn);
+    long rx_drain(drain_t *d, int fd, int32_t rank, uint8_t *buf, size_t len, uint32_t *fields,
+                  uint64_t *rx_ns, uint32_t max_psns, uint32_t *psns, const uint8_t *run_opcodes,
+                  uint8_t *reply_buf, size_t reply_bytes, uint32_t max_reads, long *got,
+                  int *left);
     """
 )
 ffibuilder.set_source(
     "emulator.native._burst",
-    SOURCE.read_text(),
+    SOURCE.read_text() + "\n" + DRAIN.read_text(),
     extra_compile_args=["-O2", "-std=gnu11", "-Wall"],
 )

@@ -48,6 +48,17 @@ class NativeRunReader:
         self._rx_ns = self._ffi.new("uint64_t[1]")
         self._sources: dict[int, tuple[str, int]] = {}  # source address and port, as Python's
 
+    # what burst_drain.c's reads fill, as recv does (emulator/native/drain.py)
+    ffi = property(lambda self: self._ffi)
+    lib = property(lambda self: self._lib)
+    buf_ptr = property(lambda self: self._buf)
+    buf_bytes = property(lambda self: len(self._data))
+    rx_fields = property(lambda self: self._rx)
+    rx_ns = property(lambda self: self._rx_ns)
+    ack_psn_array = property(lambda self: self._ack_psns)
+    run_opcodes = property(lambda self: self._run_opcodes)
+    max_run = _MAX_RUN
+
     def recv(self, fd: int) -> tuple[int, int, int, int, tuple[str, int]]:
         """One read from socket `fd` into the buffer: (bytes read, ToS byte, GRO segment size
         or 0, kernel receive time in ns or 0, (source address, port)); bytes read is -errno
@@ -55,6 +66,11 @@ class NativeRunReader:
         got = self._lib.rocev2_recv(
             fd, self._buf, len(self._data), self._rx, self._rx_ns, _MAX_RUN, self._ack_psns
         )
+        return self.last(got)
+
+    def last(self, got: int) -> tuple[int, int, int, int, tuple[str, int]]:
+        """recv's answer for the read already made into the buffer and fields (`got`: its
+        bytes or -errno)."""
         if got < 0:
             return got, 0, 0, 0, ("", 0)
         rx = self._rx

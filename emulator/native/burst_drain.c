@@ -1,0 +1,243 @@
+/* A rank socket's reads with the receive queue pairs' common path in C (the engine's receive
+ * path, emulator/engine/receive_path.py; Python side emulator/native/drain.py).
+ *
+ * A read of data that arrives in order for a known receive queue pair from its own peer, ends
+ * no message and carries no CE mark changes the responder's state and nothing else but, for
+ * the packets that ask for one, an ACK (emulator/transport/receiver.py: on_data_run's fast
+ * branch, on_data's first branch, _accept, _ack): no event. rx_drain reads such reads, updates
+ * the copy of the queue pair's state kept here, sends the ACKs as send_path.SendPath
+ * send_replies does on the native path (one GSO send of the read's ACKs, IP ids 0, 1, ...) and
+ * goes on reading; it stops at the first read that is anything else (ACKs, a message's end, a CE
+ * mark, a gap, a stranger, an unknown queue pair, another traffic class than the reads before
+ * it), which it leaves in the buffer for Python, read as rocev2_recv reads it. Python folds what
+ * was taken into its ReceiveQueuePair objects after every call and copies a receiver's state
+ * back here after it handled one of its packets (drain.py), so outside a call both agree.
+ * Appended to burst.c's source by build_burst.py (one translation unit): it reads and sends with burst.c's functions.
+ */
+#include <stdlib.h>
+
+/* data packets' opcodes: DRAIN_FIRST / DRAIN_LAST (packets.FIRST_OPCODES, LAST_OPCODES) */
+#define DRAIN_FIRST 1
+#define DRAIN_LAST 2
+#define DRAIN_ACKS 128   /* ACKs of one read sent at once (acks.py _MAX_ACKS) */
+#define DRAIN_RUN 128    /* segments of one read (reads.py _MAX_RUN) */
+#define AETH_ACK 0x1Fu   /* packets.AETH_ACK: the ACK syndrome with no credit count */
+
+typedef struct {
+    int32_t rank;     /* the worker's rank index it belongs to; -1: not taken here */
+    int32_t eligible; /* ReceiveQueuePair.common_path()'s last element */
+    uint32_t peer_addr; /* its peer: source address (sin_addr.s_addr) and port (host order) */
+    uint32_t peer_port;
+    uint32_t expected_psn, highest_psn;
+    int32_t in_message;
+    uint32_t remote_qp; /* its ACKs' destination QP */
+    uint32_t msn;       /* ReceiveQueuePair.message_index: what its ACKs carry */
+    int32_t ack_fd;     /* the socket its ACKs leave from, to ack_addr:ack_port with ack_tos */
+    uint32_t ack_addr;
+    uint16_t ack_port;
+    int32_t ack_tos;
+    uint32_t prefixes[DRAIN_ACKS]; /* IcrcContext.prefix_crc(ip_id, 20) for ip_id 0.. */
+    /* taken since Python last folded: packets, payload bytes, ACKs asked for and sent */
+    int64_t packets, bytes, acks;
+    int32_t listed; /* on the dirty list */
+} drain_rqp_t;
+
+typedef struct {
+    drain_rqp_t *q; /* by QP number */
+    int32_t n;
+    int32_t *dirty; /* QP numbers taken for in this call */
+    int32_t n_dirty, cap_dirty;
+    uint8_t flags[256]; /* DRAIN_FIRST | DRAIN_LAST by opcode */
+    int32_t gso;          /* ACKs of one read in one GSO send (else one datagram each) */
+    int32_t max_segments; /* engine.gso_max_segments */
+    /* this call's: reads taken, their data packets and UDP bytes and ToS, the ACKs sent and
+     * their bytes, refused sends by why, the kernel's stamps of the reads taken (wall s
+     * waited, -1: not stamped) */
+    int32_t reads, tos;
+    int64_t packets, udp_bytes, acks, ack_bytes;
+    int64_t buffer_full, no_buffers, no_path;
+    int32_t send_errno; /* an ACK send failed for another reason: Python raises it */
+    double waits[256];
+} drain_t;
+
+drain_rqp_t *drain_rqp(drain_t *d, int32_t qpn)
+{
+    if (qpn < 0 || qpn > (int32_t)QPN_MASK)
+        return NULL;
+    if (qpn >= d->n) {
+        int32_t n = d->n ? d->n : 256;
+        while (n <= qpn)
+            n *= 2;
+        drain_rqp_t *q = realloc(d->q, (size_t)n * sizeof(drain_rqp_t));
+        if (!q)
+            return NULL;
+        memset(q + d->n, 0, (size_t)(n - d->n) * sizeof(drain_rqp_t));
+        for (int32_t i = d->n; i < n; i++)
+            q[i].rank = -1;
+        d->q = q;
+        d->n = n;
+    }
+    return &d->q[qpn];
+}
+
+drain_t *drain_new(void)
+{
+    drain_t *d = calloc(1, sizeof(drain_t));
+    return d;
+}
+
+void drain_free(drain_t *d)
+{
+    if (!d)
+        return;
+    free(d->q);
+    free(d->dirty);
+    free(d);
+}
+
+/* psn_diff of packets.py: the signed distance a - b on the 24-bit PSN circle */
+static int32_t drain_psn_diff(uint32_t a, uint32_t b)
+{
+    return (int32_t)((a - b + (1u << 23)) & PSN_MASK) - (1 << 23);
+}
+
+/* Linux include/uapi/asm-generic/errno.h: no way to the destination (send_errors.py) */
+static int no_path_errno(int e)
+{
+    return e == ENETDOWN || e == ENETUNREACH || e == EHOSTUNREACH || e == EHOSTDOWN;
+}
+
+/* The read in buf[:got] (fields as rocev2_recv fills them) on the common path: 1 taken
+ * (state updated, ACKs sent), 0 Python's, -1 out of memory (nothing changed). */
+static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const uint32_t *fields,
+                      const uint8_t *run_opcodes, uint8_t *reply_buf, size_t reply_bytes)
+{
+    uint32_t tos = fields[0];
+    if ((tos & 3) == 3 || fields[5] || got <= 0 || buf[0] == OPCODE_ACKNOWLEDGE)
+        return 0; /* CE, ACKs, nothing */
+    if (d->reads && (int32_t)tos != d->tos)
+        return 0; /* the call's reads are one class (the caller counts them as one) */
+    uint32_t run[5], acks[DRAIN_RUN];
+    uint8_t opcodes[DRAIN_RUN];
+    long count = rocev2_read_data_run(buf, (size_t)got, fields[1], run_opcodes, DRAIN_RUN, run,
+                                      opcodes, acks);
+    if (count <= 0)
+        return 0;
+    uint32_t qpn = run[0], psn = run[1], n_acks = run[4];
+    if ((int32_t)qpn >= d->n)
+        return 0;
+    drain_rqp_t *q = &d->q[qpn];
+    if (q->rank != rank || !q->eligible || q->peer_addr != fields[2] ||
+        q->peer_port != fields[3] || psn != q->expected_psn)
+        return 0;
+    if (psn != ((q->highest_psn + 1) & PSN_MASK) && drain_psn_diff(psn, q->highest_psn) <= 0)
+        return 0; /* reordered (RFC 4737): Python counts it */
+    if ((((d->flags[opcodes[0]] & DRAIN_FIRST) != 0) == (q->in_message != 0)))
+        return 0; /* FIRST inside a message or MIDDLE outside one: Python drops it */
+    for (long i = 0; i < count; i++) {
+        uint8_t f = d->flags[opcodes[i]];
+        if ((f & DRAIN_LAST) || (i > 0 && (f & DRAIN_FIRST)))
+            return 0; /* a message ends (an event), or the stream breaks */
+    }
+    if (n_acks > (uint32_t)d->max_segments || (n_acks && q->ack_fd < 0))
+        return 0;
+    if (!q->listed) {
+        if (d->n_dirty == d->cap_dirty) {
+            int32_t cap = d->cap_dirty ? d->cap_dirty * 2 : 64;
+            int32_t *dirty = realloc(d->dirty, (size_t)cap * sizeof(int32_t));
+            if (!dirty)
+                return -1;
+            d->dirty = dirty;
+            d->cap_dirty = cap;
+        }
+        d->dirty[d->n_dirty++] = (int32_t)qpn;
+        q->listed = 1;
+    }
+    q->expected_psn = (psn + (uint32_t)count) & PSN_MASK;
+    q->highest_psn = (psn + (uint32_t)count - 1) & PSN_MASK;
+    q->in_message = 1;
+    q->packets += count;
+    long payload = (long)run[2] * (count - 1) + run[3];
+    q->bytes += payload;
+    d->packets += count;
+    d->udp_bytes += got;
+    d->tos = (int32_t)tos;
+    if (n_acks) {
+        /* one GSO send of the read's ACKs (IP ids 0, 1, ...), or one datagram each */
+        uint32_t psns[DRAIN_RUN], aeths[DRAIN_RUN];
+        for (uint32_t i = 0; i < n_acks; i++) {
+            psns[i] = (psn + acks[i]) & PSN_MASK;
+            aeths[i] = AETH_ACK << 24 | (q->msn & 0xFFFFFFu);
+        }
+        uint32_t per_send = d->gso ? n_acks : 1;
+        for (uint32_t at = 0; at < n_acks; at += per_send) {
+            long sent = rocev2_send_acks(q->ack_fd, q->ack_addr, q->ack_port, q->ack_tos,
+                                         reply_buf, reply_bytes, q->prefixes, q->remote_qp,
+                                         psns + at, aeths + at, per_send);
+            if (sent < 0) {
+                int e = (int)-sent;
+                if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR)
+                    d->buffer_full++;
+                else if (e == ENOBUFS)
+                    d->no_buffers++;
+                else if (no_path_errno(e))
+                    d->no_path++;
+                else if (!d->send_errno)
+                    d->send_errno = e;
+            }
+        }
+        q->acks += n_acks;
+        d->acks += n_acks;
+        d->ack_bytes += (int64_t)n_acks * ACK_BYTES;
+    }
+    return 1;
+}
+
+/* Up to max_reads reads of socket fd (rank `rank`'s) into buf[0:len], each as rocev2_recv
+ * reads it (fields, rx_ns, psns: the caller's), the common path's taken here (drain_take).
+ * Stops at a read it leaves to Python (*left = 1: it is in buf and the fields), at nothing to
+ * read, at a read error or after max_reads. Returns the reads made (the one left to Python
+ * among them) and sets *got to the last recv's result (-errno: nothing left or an error).
+ * The call's tallies are in d (reset at its start). */
+long rx_drain(drain_t *d, int fd, int32_t rank, uint8_t *buf, size_t len, uint32_t *fields,
+              uint64_t *rx_ns, uint32_t max_psns, uint32_t *psns, const uint8_t *run_opcodes,
+              uint8_t *reply_buf, size_t reply_bytes, uint32_t max_reads, long *got, int *left)
+{
+    d->reads = 0;
+    d->tos = 0;
+    d->packets = d->udp_bytes = d->acks = d->ack_bytes = 0;
+    d->buffer_full = d->no_buffers = d->no_path = 0;
+    d->send_errno = 0;
+    for (int32_t i = 0; i < d->n_dirty; i++)
+        d->q[d->dirty[i]].listed = 0;
+    d->n_dirty = 0;
+    *left = 0;
+    *got = -EAGAIN;
+    if (max_reads > sizeof d->waits / sizeof d->waits[0])
+        max_reads = sizeof d->waits / sizeof d->waits[0];
+    long made = 0;
+    while ((uint32_t)made < max_reads) {
+        long n = rocev2_recv(fd, buf, len, fields, rx_ns, max_psns, psns);
+        *got = n;
+        if (n < 0)
+            return made;
+        made++;
+        int taken = drain_take(d, rank, buf, n, fields, run_opcodes, reply_buf, reply_bytes);
+        if (taken <= 0) {
+            *left = 1; /* out of memory too: Python's path takes it as before */
+            return made;
+        }
+        double wait = -1.0;
+        if (*rx_ns) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t now_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+            /* a stamp from the future (a clock step) counts as no wait (receive_path.py) */
+            wait = now_ns > *rx_ns ? (double)(now_ns - *rx_ns) * 1e-9 : 0.0;
+        }
+        d->waits[d->reads++] = wait;
+        if (d->send_errno)
+            return made; /* Python raises it (send_errors.py) */
+    }
+    return made;
+}

@@ -1,0 +1,150 @@
+"""Python side of emulator.native._burst's drain (burst_drain.c): a rank socket's reads with the
+receive queue pairs' common path taken in C, and the synchronisation of their state with the
+Python ReceiveQueuePair objects (the engine's receive path, emulator/engine/receive_path.py,
+is its user).
+
+The Python ReceiveQueuePair stays the queue pair. C keeps a copy of the few fields that decide
+the common path (ReceiveQueuePair.common_path, message_index) and counts what it took; `run`
+folds those counts into the receivers it touched before it returns (took_common_path), so
+outside a call Python's state is whole; the caller copies a receiver's state back (`write`)
+after Python handled one of its packets. Only data in order from the queue pair's own peer,
+ending no message and carrying no CE mark, is taken: every table and event is the one the
+Python path gives (tests/unit/test_native_drain.py holds the two paths to the same state,
+events and wire bytes).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from emulator.native.burst import sockaddr
+from emulator.native.reads import NativeRunReader
+from emulator.transport.packets import (
+    AETH_BYTES,
+    BTH_BYTES,
+    FIRST_OPCODES,
+    ICRC_BYTES,
+    LAST_OPCODES,
+)
+from emulator.transport.receiver import ReceiveQueuePair
+from emulator.transport.wire import IcrcContext
+
+_ACK_BYTES = BTH_BYTES + AETH_BYTES + ICRC_BYTES
+_PREFIXES = 128  # burst_drain.c DRAIN_ACKS: the IP ids one GSO send of ACKs uses
+
+
+class ReceiveDrain:
+    """A worker's receive queue pairs whose common path C takes, by QP number, and the reads
+    of its rank sockets through them (one reader's buffer and fields: `reader`)."""
+
+    def __init__(
+        self, reader: NativeRunReader, reply_buf: bytearray, *, gso: bool, max_segments: int
+    ) -> None:
+        self.reader = reader
+        ffi: Any = reader.ffi
+        lib: Any = reader.lib
+        self.ffi, self.lib = ffi, lib
+        d = lib.drain_new()
+        if d == ffi.NULL:
+            raise MemoryError("burst_drain.c: drain_new")
+        self.d: Any = ffi.gc(d, lib.drain_free)
+        for op in range(256):
+            self.d.flags[op] = (lib.DRAIN_FIRST if op in FIRST_OPCODES else 0) | (
+                lib.DRAIN_LAST if op in LAST_OPCODES else 0
+            )
+        self.d.gso = 1 if gso else 0
+        self.d.max_segments = max_segments
+        self._reply = ffi.from_buffer(reply_buf)
+        self._reply_bytes = len(reply_buf)
+        self._got = ffi.new("long *")
+        self._left = ffi.new("int *")
+        self.receivers: dict[int, ReceiveQueuePair] = {}
+
+    def take(
+        self,
+        rank_index: int,
+        receiver: ReceiveQueuePair,
+        peer: tuple[str, int],
+        ack_sock: socket.socket,
+        ack_dest: tuple[str, int],
+        ack_tos: int,
+        icrc: IcrcContext,
+    ) -> bool:
+        """Let C take `receiver`'s common path on rank `rank_index`'s reads, for data from
+        `peer` (address, UDP source port), answering from `ack_sock` to `ack_dest` with ToS
+        `ack_tos` and the queue pair's ICRC context (False: it stays Python's)."""
+        slot = self.lib.drain_rqp(self.d, receiver.qpn)
+        if slot == self.ffi.NULL:
+            return False  # not a 24-bit QP number (or out of memory): Python's
+        slot.rank = rank_index
+        slot.peer_addr = sockaddr((peer[0], 0))[0]
+        slot.peer_port = peer[1]
+        slot.remote_qp = receiver.remote_qp
+        slot.ack_fd = ack_sock.fileno()
+        slot.ack_addr, slot.ack_port = sockaddr(ack_dest)
+        slot.ack_tos = ack_tos
+        for i in range(_PREFIXES):
+            slot.prefixes[i] = icrc.prefix_crc(i, _ACK_BYTES)
+        slot.packets = slot.bytes = slot.acks = 0
+        self.receivers[receiver.qpn] = receiver
+        self.write(receiver.qpn)
+        receiver.on_recording = lambda: self.write(receiver.qpn)
+        return True
+
+    def write(self, qpn: int) -> None:
+        """Copy the receiver's state to C after Python handled one of its packets."""
+        receiver = self.receivers.get(qpn)
+        if receiver is None:
+            return
+        slot = self.d.q[qpn]
+        expected, highest, in_message, eligible = receiver.common_path()
+        slot.expected_psn, slot.highest_psn = expected, highest
+        slot.in_message, slot.eligible = in_message, eligible
+        slot.msn = receiver.message_index
+
+    def run(self, fd: int, rank_index: int, max_reads: int) -> tuple[int, int, bool]:
+        """Up to max_reads reads of socket `fd` (rank `rank_index`'s), the common path's
+        taken: (reads made, the last read's bytes or -errno, whether that read is left to
+        the caller: in the reader's buffer, read by reader.last()). What C took is folded
+        into the receivers; the call's tallies are in `self.d` (reads, packets, udp_bytes,
+        tos, acks, ack_bytes, the refused sends, waits)."""
+        r = self.reader
+        made = self.lib.rx_drain(
+            self.d,
+            fd,
+            rank_index,
+            r.buf_ptr,
+            r.buf_bytes,
+            r.rx_fields,
+            r.rx_ns,
+            r.max_run,
+            r.ack_psn_array,
+            r.run_opcodes,
+            self._reply,
+            self._reply_bytes,
+            max_reads,
+            self._got,
+            self._left,
+        )
+        d = self.d
+        if d.n_dirty:
+            receivers = self.receivers
+            q = d.q
+            for qpn in self.ffi.unpack(d.dirty, d.n_dirty):
+                slot = q[qpn]
+                receivers[qpn].took_common_path(
+                    int(slot.packets),
+                    int(slot.bytes),
+                    int(slot.expected_psn),
+                    int(slot.highest_psn),
+                    acks=int(slot.acks),
+                )
+                slot.packets = slot.bytes = slot.acks = 0
+        return int(made), int(self._got[0]), bool(self._left[0])
+
+    def waits(self) -> list[float]:
+        """The wall seconds each read the last call took waited in its socket (-1: the kernel
+        did not stamp it)."""
+        waits: list[float] = self.ffi.unpack(self.d.waits, self.d.reads)
+        return waits

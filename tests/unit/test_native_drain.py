@@ -1,0 +1,272 @@
+"""The receive queue pairs' common path in C (emulator/native/burst_drain.c, drain.py) against the
+Python receive path: the same reads over loopback, read once by a worker's receive path with the
+drain and once without, leave the same receiver state, events, counters, per-class tallies,
+waits counted and ACK/NAK/CNP bytes on the wire, packet for packet (in order data, message ends,
+AckReq, CE marks, gaps and duplicates, GSO batches read as one GRO read, a stranger's packets,
+a queue pair nobody opened)."""
+
+from __future__ import annotations
+
+import random
+import select
+import socket
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from emulator.engine.active import ActiveQueuePairs
+from emulator.engine.native_path import choose_data_path
+from emulator.engine.params import EngineParams
+from emulator.engine.plan import RankEndpoint
+from emulator.engine.ranks import RECV_BUFFER_BYTES, RankSockets
+from emulator.engine.receive_path import ReceivePath
+from emulator.engine.send_errors import SendFailures
+from emulator.engine.send_path import SendPath
+from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
+from emulator.latency import LatencyHistogram
+from emulator.native import load
+from emulator.native.drain import ReceiveDrain
+from emulator.transport.burst_wire import BurstBuffer
+from emulator.transport.packets import DataPacket, Opcode
+from emulator.transport.params import TransportParams
+from emulator.transport.sender import GSO_MAX_BUFFER_BYTES, IPV4_FRAME_OVERHEAD_BYTES
+from emulator.transport.wire import FlowAddress, IcrcContext, encode, layout_gso
+
+MODULE, WHY_NOT = load("burst")
+pytestmark = pytest.mark.skipif(MODULE is None, reason=f"native path absent: {WHY_NOT}")
+
+PAYLOAD = 1024
+TOS_DATA, TOS_ACK, TOS_CNP = 26 << 2 | 2, 48 << 2, 48 << 2  # data ECT(0)
+CE = 3
+SPORTS = (49152, 49153, 49154)  # the peer's queue pairs' source ports; the last one no QP's
+
+
+def _addresses(seed: int) -> tuple[str, str]:
+    r = random.Random(seed)
+    a, b = r.randrange(1, 250), r.randrange(1, 250)
+    return f"127.{a}.{b}.11", f"127.{a}.{b}.22"
+
+
+class _Peer:
+    """The sending side: a socket per source port at the peer's address, and the peer's port
+    4791, where the receiver's ACKs, NAKs and CNPs arrive."""
+
+    def __init__(self, peer: str, receiver: str) -> None:
+        self.receiver = receiver
+        self.capture = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.capture.bind((peer, 4791))
+        self.capture.setblocking(False)
+        self.socks = {}
+        self.icrc = {}
+        for sport in SPORTS:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((peer, sport))
+            self.socks[sport] = s
+            self.icrc[sport] = IcrcContext(FlowAddress(peer, receiver, sport))
+
+    def send(self, sport: int, packets: list[DataPacket], tos: int) -> None:
+        """The packets as one datagram, or one GSO send (read as one GRO read)."""
+        icrc = self.icrc[sport]
+        if len(packets) == 1:
+            data, cmsgs = encode(packets[0], icrc, 0), [tos_cmsg(tos)]
+        else:
+            out = bytearray(65535)
+            used, segment = layout_gso(out, packets, icrc, ip_id_first=0)
+            data, cmsgs = bytes(out[:used]), [gso_cmsg(segment), tos_cmsg(tos)]
+        self.socks[sport].sendmsg([data], cmsgs, 0, (self.receiver, 4791))
+
+    def replies(self) -> list[bytes]:
+        got = []
+        while select.select([self.capture], [], [], 0.02)[0]:
+            got.append(self.capture.recv(65535))
+        return got
+
+    def close(self) -> None:
+        self.capture.close()
+        for s in self.socks.values():
+            s.close()
+
+
+def _script(seed: int) -> list[list[tuple[int, list[DataPacket], int]]]:
+    """Batches of sends (source port, packets, ToS), each batch read before the next: two queue
+    pairs' messages of 1-30 packets in runs of 1-6, AckReq on some, CE on some, now and then a
+    packet lost (a gap, then NAKs), a run sent again (duplicates), a stranger's packet (a port
+    no queue pair has) and a queue pair nobody opened."""
+    r = random.Random(seed)
+    state = {sport: [0, 0, 0] for sport in SPORTS[:2]}  # next PSN, packets left in message, size
+    batches = []
+    for _ in range(40):
+        batch = []
+        for _ in range(r.randint(1, 4)):
+            sport = r.choice(SPORTS[:2])
+            qpn = SPORTS.index(sport) + 1
+            before = list(state[sport])
+            psn, left, size = before
+            run = []
+            for _ in range(r.randint(1, 6)):
+                if left == 0:
+                    size = left = r.randint(1, 30)
+                first, last = left == size, left == 1
+                opcode = (
+                    Opcode.SEND_ONLY
+                    if first and last
+                    else Opcode.SEND_FIRST
+                    if first
+                    else Opcode.SEND_LAST
+                    if last
+                    else Opcode.SEND_MIDDLE
+                )
+                n = r.choice((PAYLOAD, 100)) if last else PAYLOAD
+                run.append(DataPacket(qpn, psn, opcode, r.random() < 0.3, n))
+                psn, left = psn + 1, left - 1
+                if last:
+                    break  # a GSO send's segments but the last are one size
+            state[sport] = [psn, left, size]
+            tos = TOS_DATA | CE if r.random() < 0.1 else TOS_DATA
+            event = r.random()
+            if event < 0.08 and len(run) > 1:
+                # the first is lost (a gap: the rest dropped, a NAK); the sender goes back to it
+                batch.append((sport, run[1:], tos))
+                state[sport] = before
+            elif event < 0.14:
+                batch += [(sport, run, tos), (sport, run, tos)]  # sent twice: duplicates
+            else:
+                batch.append((sport, run, tos))
+        if r.random() < 0.05:
+            batch.append((SPORTS[2], [DataPacket(1, 0, Opcode.SEND_ONLY, True, PAYLOAD)], TOS_DATA))
+        if r.random() < 0.05:
+            batch.append((SPORTS[0], [DataPacket(9, 0, Opcode.SEND_ONLY, True, PAYLOAD)], TOS_DATA))
+        batches.append(batch)
+    return batches
+
+
+def _replay(seed: int, drain_on: bool) -> dict[str, Any]:
+    peer_address, rank_address = _addresses(seed)
+    params = EngineParams(native="on", native_drain=drain_on)
+    transport = TransportParams()
+    events: list[Any] = []
+    counters: Counter[str] = Counter()
+    classes: Counter[tuple[int, bool]] = Counter()
+    histogram = LatencyHistogram()
+    offloads = Offloads(gso=True, gro=True)
+
+    def tally(tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
+        classes[(tos >> 2, sent)] += packets
+        classes[(tos >> 2, sent, "bytes")] += udp_bytes  # type: ignore[index]
+
+    spec = RankEndpoint(1, rank_address, None, 400e9)
+    sockets = RankSockets(
+        [spec],
+        [peer_address],
+        params,
+        4096,
+        offloads,
+        events,
+        TOS_DATA,
+        None,  # type: ignore[arg-type]
+    )
+    peer = _Peer(peer_address, rank_address)
+    try:
+        buf, reply = bytearray(RECV_BUFFER_BYTES), bytearray(RECV_BUFFER_BYTES)
+        gso_buf = BurstBuffer(max(RECV_BUFFER_BYTES, 4 * GSO_MAX_BUFFER_BYTES))
+        data_path = choose_data_path("on", gso_buf, buf, reply, 64)
+        assert data_path.reader is not None
+        failures = SendFailures(counters, 4096)
+        recv_conns: dict[int, Any] = {}
+        send = SendPath(
+            params,
+            offloads,
+            counters,
+            tally,
+            failures,
+            SimpleNamespace(budget=None, send_burst=None, send_replies=None),  # type: ignore[arg-type]
+            data_path,
+            gso_buf,
+            reply,
+            ActiveQueuePairs(),
+            recv_conns,
+            tos_ack=TOS_ACK,
+            tos_cnp=TOS_CNP,
+            max_packet_wire_bytes=4096 + 16 + IPV4_FRAME_OVERHEAD_BYTES,
+        )
+        drain = (
+            ReceiveDrain(data_path.reader, reply, gso=True, max_segments=64) if drain_on else None
+        )
+        now = [0.0]
+        path = ReceivePath(
+            transport,
+            SimpleNamespace(now=lambda: now[0]),  # type: ignore[arg-type]
+            events,
+            counters,
+            frozenset({peer_address}),
+            recv_conns,
+            buf,
+            data_path.reader,
+            tally,
+            lambda *a: None,
+            send.send_replies,
+            sockets.sport_socket,
+            lambda *a: None,
+            receive_wait=histogram,
+            latency=False,
+            drain=drain,
+            tos_ack=TOS_ACK,
+            send_failed=failures.failed,
+        )
+        rank = sockets.ranks[1]
+        rx = rank.rx_sock
+        assert rx is not None
+        path.open_ahead(
+            sockets.ranks,
+            {0: peer_address, 1: rank_address},
+            [(qpn - 1, 0, 1, qpn, sport, 0) for qpn, sport in ((1, SPORTS[0]), (2, SPORTS[1]))],
+        )
+        wire = []
+        for batch in _script(seed):
+            for sport, packets, tos in batch:
+                peer.send(sport, packets, tos)
+            assert select.select([rx], [], [], 5)[0]
+            while select.select([rx], [], [], 0)[0]:
+                path.on_readable(rank)
+            now[0] += 1e-6
+            wire += peer.replies()
+        receivers = {
+            qpn: {
+                k: v
+                for k, v in vars(c.qp).items()
+                if k not in ("events", "notification_point", "on_recording")
+            }
+            | {"np": vars(c.qp.notification_point)}
+            for qpn, c in recv_conns.items()
+        }
+        return {
+            "receivers": receivers,
+            "events": [repr(e) for e in events],
+            # the drain counts what it took (reads_taken_in_c): the rest is the same
+            "counters": {k: v for k, v in counters.items() if k != "reads_taken_in_c"},
+            "taken": counters["reads_taken_in_c"],
+            "classes": dict(classes),
+            "rank": (rank.rx_bytes, rank.tx_bytes),
+            "drops": dict(rank.endpoint.drops),
+            "waits": histogram.count,
+            "wire": wire,
+        }
+    finally:
+        peer.close()
+        sockets.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_drain_leaves_what_the_python_receive_path_leaves(seed: int) -> None:
+    python = _replay(seed, drain_on=False)
+    native = _replay(seed, drain_on=True)
+    assert native["taken"] > 0  # C took reads
+    assert python["taken"] == 0
+    for key in ("receivers", "events", "counters", "classes", "rank", "drops", "waits", "wire"):
+        assert native[key] == python[key], key
+    # the script reached what it is about: message ends, CE, ACKs and a gap's NAK
+    kinds = {e.split("(")[0] for e in python["events"]}
+    assert {"MessageReceived", "CnpSent"} <= kinds
+    assert python["wire"]
