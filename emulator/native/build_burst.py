@@ -61,7 +61,7 @@ ffibuilder.cdef(
         uint32_t ack_addr;
         uint16_t ack_port;
         int32_t ack_tos;
-        uint32_t prefixes[128];
+        const uint32_t *prefixes;
         int64_t packets, bytes, acks;
         int32_t listed;
     } drain_rqp_t;

@@ -36,7 +36,9 @@ typedef struct {
     uint32_t ack_addr;
     uint16_t ack_port;
     int32_t ack_tos;
-    uint32_t prefixes[DRAIN_ACKS]; /* IcrcContext.prefix_crc(ip_id, 20) for ip_id 0.. */
+    /* IcrcContext.prefix_crc(ip_id, 20) for ip_id 0..DRAIN_ACKS-1: Python's array (drain.py
+     * keeps it alive), out of the slot so that a table of mostly unused QP numbers stays small */
+    const uint32_t *prefixes;
     /* taken since Python last folded: packets, payload bytes, ACKs asked for and sent */
     int64_t packets, bytes, acks;
     int32_t listed; /* on the dirty list */
@@ -139,7 +141,8 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
         if ((f & DRAIN_LAST) || (i > 0 && (f & DRAIN_FIRST)))
             return 0; /* a message ends (an event), or the stream breaks */
     }
-    if (n_acks > (uint32_t)d->max_segments || (n_acks && q->ack_fd < 0))
+    if (n_acks > (uint32_t)d->max_segments || n_acks > DRAIN_ACKS ||
+        (n_acks && (q->ack_fd < 0 || !q->prefixes)))
         return 0;
     if (!q->listed) {
         if (d->n_dirty == d->cap_dirty) {

@@ -60,6 +60,7 @@ class ReceiveDrain:
         self._got = ffi.new("long *")
         self._left = ffi.new("int *")
         self.receivers: dict[int, ReceiveQueuePair] = {}
+        self._prefixes: dict[int, Any] = {}  # each taken QP's ICRC prefixes, which C reads
 
     def take(
         self,
@@ -84,8 +85,10 @@ class ReceiveDrain:
         slot.ack_fd = ack_sock.fileno()
         slot.ack_addr, slot.ack_port = sockaddr(ack_dest)
         slot.ack_tos = ack_tos
-        for i in range(_PREFIXES):
-            slot.prefixes[i] = icrc.prefix_crc(i, _ACK_BYTES)
+        prefixes = self._prefixes[receiver.qpn] = self.ffi.new(
+            f"uint32_t[{_PREFIXES}]", [icrc.prefix_crc(i, _ACK_BYTES) for i in range(_PREFIXES)]
+        )
+        slot.prefixes = prefixes
         slot.packets = slot.bytes = slot.acks = 0
         self.receivers[receiver.qpn] = receiver
         self.write(receiver.qpn)
