@@ -15,7 +15,9 @@ with no worker at the fidelity verdict's busy limit; with it, the TDF `time_dila
 would start from for the scenario and the tick lateness limit that TDF gives (the verdict's:
 DCQCN's reaction timer, dilated).
 Peers, measured in the same run: the same curve with the arbiter packet by packet
-(engine.nic_quantum_bytes 0, this engine before the quantum), and the engine over one veth pair
+(engine.nic_quantum_bytes 0, this engine before the quantum), the same curve with every read
+handled in Python (engine.native_drain off: the receive queue pairs' common path not taken in
+C), and the engine over one veth pair
 (bench/engine_throughput.py's flat-out queue pair at the path MTU, native path): its workers'
 cores per delivered Gb/s (sender and receiver; the sender's alone too). Ratios: capacity with the quantum / packet by packet (higher is
 better), cores per Gb/s in the fabric / over the veth pair (lower is better; 1 would be the
@@ -94,16 +96,50 @@ def main(argv: list[str]) -> int:
     # up to the first point that falls behind (load_curve.STOP_RATIO), from 0.5 Gb/s
     load_curve.LOADS_BPS = tuple(x for x in load_curve.LOADS_BPS if x >= 0.5e9)
     curves: dict[str, Calibration] = {}
-    for label, quantum in (
-        (f"NIC quantum {shape.nic_quantum_bytes} B", shape.nic_quantum_bytes),
-        ("packet by packet", 0),
+    drain_off = "reads one by one in Python (engine.native_drain off)"
+    for label, quantum, drain in (
+        (f"NIC quantum {shape.nic_quantum_bytes} B", shape.nic_quantum_bytes, True),
+        ("packet by packet", 0, True),
+        (drain_off, shape.nic_quantum_bytes, False),
     ):
         curves[label] = measure(
-            mtu, dataclasses.replace(shape, nic_quantum_bytes=quantum), seconds=args.seconds
+            mtu,
+            dataclasses.replace(shape, nic_quantum_bytes=quantum),
+            seconds=args.seconds,
+            drain=drain,
         )
         curve_lines(label, curves[label])
-    ours, peer = curves.values()
-    ours_label, peer_label = curves
+    ours, peer, undrained = curves.values()
+    ours_label, peer_label, _ = curves
+    # the receive queue pairs' common path in C against the same curve read in Python
+    drained_capacity = on_pace(ours, busy_limit)
+    undrained_capacity = on_pace(undrained, busy_limit)
+    emit(
+        f"on_pace_capacity ({shape.key()}, reads of in-order data in C; higher is better)",
+        drained_capacity / 1e9,
+        "Gb/s",
+        peer=drain_off,
+        peer_value=round(undrained_capacity / 1e9, 3),
+        ratio=round(drained_capacity / undrained_capacity, 3) if undrained_capacity else None,
+    )
+    both = [
+        (a, b)
+        for a in ours.points
+        for b in undrained.points
+        if a.offered_bps == b.offered_bps
+        and min(a.delivered_ratio, b.delivered_ratio) >= DELIVERED_OK_RATIO
+    ]
+    if both:
+        a, b = both[-1]
+        emit(
+            f"fabric_cores_per_gbps_at_{a.offered_bps / 1e9:g}Gbps (reads of in-order data in C; "
+            "lower is better)",
+            a.cores_per_gbps,
+            "cores/(Gb/s)",
+            peer=drain_off,
+            peer_value=round(b.cores_per_gbps, 3),
+            ratio=round(a.cores_per_gbps / b.cores_per_gbps, 3) if b.cores_per_gbps else None,
+        )
     capacity, peer_capacity = on_pace(ours, busy_limit), on_pace(peer, busy_limit)
     emit(
         f"on_pace_capacity ({shape.key()}; higher is better)",

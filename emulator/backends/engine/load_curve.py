@@ -92,9 +92,11 @@ def measure(
     *,
     seconds: float = 1.0,
     native: OffloadChoice = "auto",
+    drain: bool = True,
 ) -> Calibration:
     """The load curve: `seconds` of paced traffic at each load of LOADS_BPS (as root), on the
-    data path `native` gives (engine.native); keyed by the path the workers reported."""
+    data path `native` gives (engine.native; `drain`: engine.native_drain); keyed by the path
+    the workers reported."""
     from emulator.engine.coordinator import run_plan
     from emulator.engine.native_path import summarize
     from emulator.engine.params import EngineParams
@@ -119,7 +121,9 @@ def measure(
     pairs = [(src, dst) for src in range(n) for dst in range(n) if src != dst]
     points: list[LoadPoint] = []
     paths: list[dict[str, Any]] = []
-    engine = EngineParams(native=native, nic_quantum_bytes=shape.nic_quantum_bytes)
+    engine = EngineParams(
+        native=native, nic_quantum_bytes=shape.nic_quantum_bytes, native_drain=drain
+    )
     started = time.perf_counter()
     with bring_up_fabric(spec, time_dilation=1.0, prefix="emucal-") as live:
         for offered in LOADS_BPS:
