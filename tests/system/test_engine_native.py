@@ -19,7 +19,13 @@ from emulator.engine.plan import EngineFlow, RankEndpoint
 from emulator.engine.testbed import Capture, PairInfo, read_pcap_ipv4
 from emulator.native import load
 from emulator.transport.burst_wire import SEND_STAMP
-from emulator.transport.packets import ATTRIBUTION_TAG_AT, BTH_BYTES, DataPacket
+from emulator.transport.packets import (
+    AETH_ACK,
+    ATTRIBUTION_TAG_AT,
+    BTH_BYTES,
+    AckPacket,
+    DataPacket,
+)
 from emulator.transport.params import TransportParams
 from emulator.transport.wire import decode, parse_ipv4_packet
 from tests.system.prereq import require
@@ -92,3 +98,48 @@ def test_native_and_python_paths_put_valid_rocev2_on_the_wire(
         parsed = IP(wire)
         assert parsed[UDP].dport == 4791 and parsed[BTH].resv6 == TAG
         assert _scapy_icrc_ok(wire)
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_acks_of_reads_taken_in_c_are_valid_rocev2_on_the_wire(
+    veth_pair: PairInfo, tmp_path, drain: bool
+) -> None:
+    """With the receive queue pairs' common path in C (engine.native_drain) the receiver's
+    reads of in-order data are taken there and their ACKs sent from there: the message
+    arrives whole, C took reads (none with the drain off), and every ACK on the wire at the
+    receiver's egress has a valid ICRC, acknowledges a PSN of the flow in order and carries
+    the message sequence number the Python receiver would (0: the message is not over)."""
+    if load("burst")[0] is None:
+        require(f"the native path is not built here: {load('burst')[1]}")
+    p = veth_pair
+    ranks = [
+        RankEndpoint(0, p.sender_addr, p.sender_ns, line_rate_bps=2e9),
+        RankEndpoint(1, p.receiver_addr, p.receiver_ns, line_rate_bps=2e9),
+    ]
+    message_bytes = (4 << 20) + 100
+    flow = EngineFlow(id=3, src=0, dst=1, qp=0, udp_sport=SPORT, bytes=message_bytes, tag=TAG)
+    transport = TransportParams(
+        congestion_control="none", path_mtu_bytes=MTU_BYTES, retransmit_timeout_s=0.05
+    )
+    capture = Capture(p.receiver_ns, p.receiver_if, os.path.join(tmp_path, "acks.pcap"))
+    try:
+        engine = EngineParams(workers=2, native="on", native_drain=drain)
+        outcome = run_plan(ranks, [flow], transport=transport, engine=engine)
+    finally:
+        capture.stop()
+    assert outcome.received_bytes[3] == message_bytes
+    taken = outcome.metadata["counters"].get("reads_taken_in_c", 0)
+    assert (taken > 0) if drain else (taken == 0)
+    assert capture.kernel_drops == 0, "tcpdump lost packets: the checks below would be partial"
+    last_psn = -(-message_bytes // MTU_BYTES) - 1
+    acked = []
+    for wire in read_pcap_ipv4(capture.path):
+        d = parse_ipv4_packet(wire)
+        if d.address.src != p.receiver_addr:
+            continue
+        assert d.icrc_ok, f"bad ICRC on an ACK (IP id {d.ip_id})"
+        ack = decode(d.udp_payload)
+        assert isinstance(ack, AckPacket) and ack.syndrome == AETH_ACK
+        assert ack.msn == (1 if ack.psn == last_psn else 0)
+        acked.append(ack.psn)
+    assert acked and acked == sorted(acked) and acked[-1] == last_psn
