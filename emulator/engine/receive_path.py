@@ -39,6 +39,9 @@ from emulator.transport.burst_wire import DataRun, read_ack_run, read_data_run
 from emulator.transport.entropy import entropy_sport, home_sport
 from emulator.transport.events import TransportEvent
 from emulator.transport.packets import (
+    AETH_BYTES,
+    BTH_BYTES,
+    ICRC_BYTES,
     RETH_OPCODES,
     ROCEV2_UDP_PORT,
     CnpPacket,
@@ -57,6 +60,7 @@ from emulator.transport.wire import (
     decode,
 )
 
+ACK_WIRE_BYTES = BTH_BYTES + AETH_BYTES + ICRC_BYTES  # an ACK's UDP payload
 READS_PER_WAKEUP = 64  # bound the work of one readable callback so ticks keep their pace
 _NOTHING_TO_READ = (-errno.EAGAIN, -errno.EWOULDBLOCK, -errno.EINTR)  # as recvmsg_into's
 
@@ -301,7 +305,9 @@ class ReceivePath:
                 self.counters["send_no_path"] += int(d.no_path)
             if d.send_errno and self._send_failed is not None:
                 e = int(d.send_errno)
-                self._send_failed(OSError(e, os.strerror(e)), [], ("", 0), rank)
+                conn = self.recv_conns[int(d.send_errno_qpn)]
+                ack = [bytes(ACK_WIRE_BYTES)]  # what the message names: an ACK's size
+                self._send_failed(OSError(e, os.strerror(e)), ack, conn.dest, rank)
 
     def _data_run(
         self,

@@ -77,6 +77,7 @@ ffibuilder.cdef(
         int64_t packets, udp_bytes, acks, ack_bytes;
         int64_t buffer_full, no_buffers, no_path;
         int32_t send_errno;
+        int32_t send_errno_qpn;
         double waits[256];
     } drain_t;
     #define DRAIN_FIRST 1

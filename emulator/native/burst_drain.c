@@ -59,6 +59,7 @@ typedef struct {
     int64_t packets, udp_bytes, acks, ack_bytes;
     int64_t buffer_full, no_buffers, no_path;
     int32_t send_errno; /* an ACK send failed for another reason: Python raises it */
+    int32_t send_errno_qpn; /* the receive queue pair whose ACKs it was */
     double waits[256];
 } drain_t;
 
@@ -185,8 +186,10 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
                     d->no_buffers++;
                 else if (no_path_errno(e))
                     d->no_path++;
-                else if (!d->send_errno)
+                else if (!d->send_errno) {
                     d->send_errno = e;
+                    d->send_errno_qpn = (int32_t)qpn;
+                }
             }
         }
         q->acks += n_acks;

@@ -7,6 +7,7 @@ a queue pair nobody opened)."""
 
 from __future__ import annotations
 
+import errno
 import random
 import select
 import socket
@@ -270,3 +271,73 @@ def test_the_drain_leaves_what_the_python_receive_path_leaves(seed: int) -> None
     kinds = {e.split("(")[0] for e in python["events"]}
     assert {"MessageReceived", "CnpSent"} <= kinds
     assert python["wire"]
+
+
+def test_an_ack_send_the_kernel_refuses_is_raised_naming_its_peer() -> None:
+    """A read C takes whose ACK the kernel refuses for a reason a congested or dead wire does
+    not explain (here a closed socket: EBADF) is still taken (the state moved, as the Python
+    path's send of it fails after the receiver answered), and the receive path raises it
+    through SendFailures with the queue pair's peer; nothing is lost silently."""
+    peer_address, rank_address = _addresses(99)
+    params = EngineParams(native="on")
+    counters: Counter[str] = Counter()
+    spec = RankEndpoint(1, rank_address, None, 400e9)
+    offloads = Offloads(gso=True, gro=True)
+    sockets = RankSockets(
+        [spec],
+        [peer_address],
+        params,
+        4096,
+        offloads,
+        [],
+        TOS_DATA,
+        None,  # type: ignore[arg-type]
+    )
+    peer = _Peer(peer_address, rank_address)
+    try:
+        buf, reply = bytearray(RECV_BUFFER_BYTES), bytearray(RECV_BUFFER_BYTES)
+        gso_buf = BurstBuffer(max(RECV_BUFFER_BYTES, 4 * GSO_MAX_BUFFER_BYTES))
+        data_path = choose_data_path("on", gso_buf, buf, reply, 64)
+        assert data_path.reader is not None
+        drain = ReceiveDrain(data_path.reader, reply, gso=True, max_segments=64)
+        recv_conns: dict[int, Any] = {}
+        failures = SendFailures(counters, 4096)
+        path = ReceivePath(
+            TransportParams(),
+            SimpleNamespace(now=lambda: 0.0),  # type: ignore[arg-type]
+            [],
+            counters,
+            frozenset({peer_address}),
+            recv_conns,
+            buf,
+            data_path.reader,
+            lambda *a, **k: None,
+            lambda *a: None,
+            lambda *a: None,
+            sockets.sport_socket,
+            lambda *a: None,
+            receive_wait=LatencyHistogram(),
+            latency=False,
+            drain=drain,
+            tos_ack=TOS_ACK,
+            send_failed=failures.failed,
+        )
+        rank = sockets.ranks[1]
+        path.open_ahead(
+            sockets.ranks, {0: peer_address, 1: rank_address}, [(0, 0, 1, 1, SPORTS[0], 0)]
+        )
+        conn = recv_conns[1]
+        conn.sock.close()  # its ACKs' socket: every send from it fails with EBADF
+        packets = [DataPacket(1, 0, Opcode.SEND_FIRST, False, PAYLOAD)]
+        packets.append(DataPacket(1, 1, Opcode.SEND_MIDDLE, True, PAYLOAD))
+        peer.send(SPORTS[0], packets, TOS_DATA)
+        assert select.select([rank.rx_sock], [], [], 5)[0]  # type: ignore[type-var]
+        with pytest.raises(OSError) as refused:
+            path.on_readable(rank)
+        assert refused.value.errno == errno.EBADF
+        assert drain.d.send_errno_qpn == 1
+        assert conn.qp.common_path()[0] == 2 and conn.qp.acks_sent == 1  # taken all the same
+        assert counters["reads_taken_in_c"] == 1
+    finally:
+        peer.close()
+        sockets.close()
