@@ -106,21 +106,45 @@ def test_dut_case_against_the_software_dut(
     )
 
 
+FLIPPED_TRIES = 3
+
+
 def test_a_failed_expectation_exits_1(dut: list[str], fabric_env: str, tmp_path: Path) -> None:
     """The basic case with its `ce_seen: false` turned around must fail, and `emulate run`
-    exits 1 so a lab's CI stops."""
+    exits 1 so a lab's CI stops.
+
+    Its premise, half line rate builds no queue, holds while the engine keeps time: in one CI
+    run (2026-12-02) the workers' ticks came 10 ms late at p99 in this 0.4 s replay (a stall of
+    the machine; at TDF 1 on 100 Mb/s ports the verdict reads degraded here every time, its
+    limits being DCQCN's microseconds) and the burst after it marked 1 packet of 2048, so the
+    flipped expectation passed. Retried: a majority of FLIPPED_TRIES runs must fail it (each
+    printed), stopping once that majority is reached."""
     scenario = on_the_software_dut(load_scenario(CASES / "basic_dataplane.yaml"), dut)
     flipped = tuple(
         dataclasses.replace(e, holds=True) if e.check == "ce_seen" else e for e in scenario.expect
     )
     scenario = dataclasses.replace(scenario, expect=flipped)
-    result = run_scenario(
-        scenario,
-        RunOptions(out_dir=tmp_path / "out", progress=False, fabric_prefix=fabric_env, say=print),
-    )
-    statuses = [v["status"] for v in result.summary["expectations"]]
-    assert statuses == [PASS, PASS, FAIL]
-    assert result.failed_expectations == 1
+    held = 0
+    for attempt in range(1, FLIPPED_TRIES + 1):
+        result = run_scenario(
+            scenario,
+            RunOptions(
+                out_dir=tmp_path / f"out-{attempt}",
+                progress=False,
+                fabric_prefix=fabric_env,
+                say=print,
+            ),
+        )
+        statuses = [v["status"] for v in result.summary["expectations"]]
+        ok = statuses == [PASS, PASS, FAIL] and result.failed_expectations == 1
+        held += ok
+        verdict = result.summary["fidelity"]["verdict"]
+        print(
+            f"try {attempt}: expectations {statuses}, fidelity {verdict}: {'held' if ok else 'not'}"
+        )
+        if held * 2 > FLIPPED_TRIES:
+            break
+    assert held * 2 > FLIPPED_TRIES, f"{held} of {FLIPPED_TRIES} tries held"
 
 
 @pytest.mark.parametrize(
