@@ -364,12 +364,13 @@ def _release_processes(
     deadline = time.monotonic() + wait_s
     still = present
     while still and time.monotonic() < deadline:
-        for r in still:
-            with contextlib.suppress(ChildProcessError):  # not ours: init reaps it
-                os.waitpid(int(r["pid"]), os.WNOHANG)
         still = [r for r in still if _same_process(r)]
         if still:
             time.sleep(0.02)
+    for r in present:
+        # a zombie of ours is reaped here; a check before it turned zombie reaped nothing
+        with contextlib.suppress(ChildProcessError):  # not ours: init reaps it
+            os.waitpid(int(r["pid"]), os.WNOHANG)
     return [describe(r) for r in present if r not in still], still
 
 
