@@ -35,6 +35,8 @@ BASE = ROOT / "scenarios" / "otg" / "clos_sim.yaml"
 # 100 Gb/s ports at 1000: two senders offer 0.2 Gb/s of wall time, well inside what the engine
 # keeps pace with here (docs/time-dilation.md)
 TDF = "1000"
+# the plain flows' verdict judges each frame's lateness: a factor with headroom for a stall
+PLAIN_TDF = "5000"
 
 
 def namespaces(prefix: str) -> list[str]:
@@ -43,7 +45,7 @@ def namespaces(prefix: str) -> list[str]:
 
 
 def serve_emulated(
-    fabric_env: str, tmp_path: Path, duration_us: str, *extra: str
+    fabric_env: str, tmp_path: Path, duration_us: str, *extra: str, tdf: str = TDF
 ) -> contextlib.AbstractContextManager[Server]:
     """`emulate otg serve` on BASE's Clos in namespaces at TDF, with the test's own state file
     and namespace prefix."""
@@ -53,7 +55,7 @@ def serve_emulated(
         "--backend",
         "netns",
         "--tdf",
-        TDF,
+        tdf,
         "--duration-us",
         duration_us,
         "--netns-prefix",
@@ -141,7 +143,10 @@ def test_plain_flows_script_on_the_emulated_fabric(fabric_env: str, tmp_path: Pa
     500 us, every frame arrives (the ports' buffers hold the 120% incast), the two share the
     port, the receiver's capture holds CE-marked frames with their DSCP; the run's verdict
     stands behind the numbers (the streams' generator kept its schedule)."""
-    with serve_emulated(fabric_env, tmp_path, "300") as server:
+    # the verdict's stream check: at most 1% of frames more than 10 us of target time late. At
+    # TDF 1000 that is 10 ms of wall time in a 0.5 s send, and one 45 ms stall of this VM's
+    # host (CI, 2026-12-02) made 7% late; at PLAIN_TDF the limit is 50 ms in a 2.5 s send
+    with serve_emulated(fabric_env, tmp_path, "300", tdf=PLAIN_TDF) as server:
         api = api_for(server.url)
         pcap = tmp_path / "rx.pcap"
         rows = run_plain_incast(api, plain_incast_config(api), pcap)
