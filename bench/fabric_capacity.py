@@ -78,6 +78,40 @@ def curve_lines(label: str, calibration: Calibration) -> None:
         )
 
 
+def compare(
+    label: str, ours: Calibration, peer_label: str, peer: Calibration, busy_limit: float
+) -> float:
+    """Emit on-pace capacity against a peer curve, and cores per delivered Gb/s at the highest
+    load both delivered on pace; returns our capacity (b/s)."""
+    capacity, peer_capacity = on_pace(ours, busy_limit), on_pace(peer, busy_limit)
+    emit(
+        f"on_pace_capacity ({label}; higher is better)",
+        capacity / 1e9,
+        "Gb/s",
+        peer=peer_label,
+        peer_value=round(peer_capacity / 1e9, 3),
+        ratio=round(capacity / peer_capacity, 3) if peer_capacity else None,
+    )
+    both = [
+        (a, b)
+        for a in ours.points
+        for b in peer.points
+        if a.offered_bps == b.offered_bps
+        and min(a.delivered_ratio, b.delivered_ratio) >= DELIVERED_OK_RATIO
+    ]
+    if both:
+        a, b = both[-1]
+        emit(
+            f"fabric_cores_per_gbps_at_{a.offered_bps / 1e9:g}Gbps ({label}; lower is better)",
+            a.cores_per_gbps,
+            "cores/(Gb/s)",
+            peer=peer_label,
+            peer_value=round(b.cores_per_gbps, 3),
+            ratio=round(a.cores_per_gbps / b.cores_per_gbps, 3) if b.cores_per_gbps else None,
+        )
+    return capacity
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", default="scenarios/moe_mix.yaml")
@@ -112,43 +146,8 @@ def main(argv: list[str]) -> int:
     ours, peer, undrained = curves.values()
     ours_label, peer_label, _ = curves
     # the receive queue pairs' common path in C against the same curve read in Python
-    drained_capacity = on_pace(ours, busy_limit)
-    undrained_capacity = on_pace(undrained, busy_limit)
-    emit(
-        f"on_pace_capacity ({shape.key()}, reads of in-order data in C; higher is better)",
-        drained_capacity / 1e9,
-        "Gb/s",
-        peer=drain_off,
-        peer_value=round(undrained_capacity / 1e9, 3),
-        ratio=round(drained_capacity / undrained_capacity, 3) if undrained_capacity else None,
-    )
-    both = [
-        (a, b)
-        for a in ours.points
-        for b in undrained.points
-        if a.offered_bps == b.offered_bps
-        and min(a.delivered_ratio, b.delivered_ratio) >= DELIVERED_OK_RATIO
-    ]
-    if both:
-        a, b = both[-1]
-        emit(
-            f"fabric_cores_per_gbps_at_{a.offered_bps / 1e9:g}Gbps (reads of in-order data in C; "
-            "lower is better)",
-            a.cores_per_gbps,
-            "cores/(Gb/s)",
-            peer=drain_off,
-            peer_value=round(b.cores_per_gbps, 3),
-            ratio=round(a.cores_per_gbps / b.cores_per_gbps, 3) if b.cores_per_gbps else None,
-        )
-    capacity, peer_capacity = on_pace(ours, busy_limit), on_pace(peer, busy_limit)
-    emit(
-        f"on_pace_capacity ({shape.key()}; higher is better)",
-        capacity / 1e9,
-        "Gb/s",
-        peer=peer_label,
-        peer_value=round(peer_capacity / 1e9, 3),
-        ratio=round(capacity / peer_capacity, 3) if peer_capacity else None,
-    )
+    compare(f"{shape.key()}, reads of in-order data in C", ours, drain_off, undrained, busy_limit)
+    capacity = compare(shape.key(), ours, peer_label, peer, busy_limit)
     for label, curve in curves.items():
         tdf, why = auto_tdf(peak_bps, curve, scenario.transport.dcqcn, busy_limit)
         emit(
@@ -158,17 +157,10 @@ def main(argv: list[str]) -> int:
             bound_by=why,
             tick_late_p99_limit_ms=round(p99_limit_s * tdf * 1e3, 1),
         )
-    # cores per Gb/s at the highest load both delivered on pace, and over a veth pair
+    # cores per Gb/s at capacity against the engine over a veth pair
     from bench.engine_throughput import ours as veth_flow
     from emulator.engine.testbed import NetnsBed, pair
 
-    common = [
-        (a, b)
-        for a in ours.points
-        for b in peer.points
-        if a.offered_bps == b.offered_bps
-        and min(a.delivered_ratio, b.delivered_ratio) >= DELIVERED_OK_RATIO
-    ]
     with NetnsBed() as bed:
         veth = veth_flow(pair(bed), mtu, 3.0, latency=False)
     # the engine over the veth pair: its sender worker alone (the issue's figure) and both
@@ -189,16 +181,6 @@ def main(argv: list[str]) -> int:
         ratio=round(at_capacity.cores_per_gbps / veth_both, 2),
         veth_sender_alone=round(veth_sender, 4),
     )
-    if common:
-        a, b = common[-1]
-        emit(
-            f"fabric_cores_per_gbps_at_{a.offered_bps / 1e9:g}Gbps ({ours_label}; lower is better)",
-            a.cores_per_gbps,
-            "cores/(Gb/s)",
-            peer=peer_label,
-            peer_value=round(b.cores_per_gbps, 3),
-            ratio=round(a.cores_per_gbps / b.cores_per_gbps, 3) if b.cores_per_gbps else None,
-        )
     return 0
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from emulator.native.burst import sockaddr
 from emulator.native.reads import NativeRunReader
+from emulator.native.rqp_slot import fold_taken, write_state
 from emulator.transport.packets import (
     AETH_BYTES,
     BTH_BYTES,
@@ -100,11 +101,7 @@ class ReceiveDrain:
         receiver = self.receivers.get(qpn)
         if receiver is None:
             return
-        slot = self.d.q[qpn]
-        expected, highest, in_message, eligible = receiver.common_path()
-        slot.expected_psn, slot.highest_psn = expected, highest
-        slot.in_message, slot.eligible = in_message, eligible
-        slot.msn = receiver.message_index
+        write_state(receiver, self.d.q[qpn])
 
     def run(self, fd: int, rank_index: int, max_reads: int) -> tuple[int, int, bool]:
         """Up to max_reads reads of socket `fd` (rank `rank_index`'s), the common path's
@@ -135,15 +132,7 @@ class ReceiveDrain:
             receivers = self.receivers
             q = d.q
             for qpn in self.ffi.unpack(d.dirty, d.n_dirty):
-                slot = q[qpn]
-                receivers[qpn].took_common_path(
-                    int(slot.packets),
-                    int(slot.bytes),
-                    int(slot.expected_psn),
-                    int(slot.highest_psn),
-                    acks=int(slot.acks),
-                )
-                slot.packets = slot.bytes = slot.acks = 0
+                fold_taken(receivers[qpn], q[qpn])
         return int(made), int(self._got[0]), bool(self._left[0])
 
     def waits(self) -> list[float]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from emulator.native.rqp_slot import fold_taken, write_state
 from emulator.transport.packets import FIRST_OPCODES, LAST_OPCODES, AckPacket
 from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
@@ -99,25 +100,14 @@ class ReceiveOffload:
         slot = self.lib.fab_rqp(self.fab, qpn)
         if not slot.packets:
             return
-        self.receivers[qpn].took_common_path(
-            int(slot.packets),
-            int(slot.bytes),
-            int(slot.expected_psn),
-            int(slot.highest_psn),
-            acks=int(slot.acks),
-        )
-        slot.packets = slot.bytes = slot.acks = 0
+        fold_taken(self.receivers[qpn], slot)
 
     def write(self, qpn: int) -> None:
         """Copy the receiver's state to C after Python handled one of its packets."""
         receiver = self.receivers.get(qpn)
         if receiver is None:
             return
-        slot = self.lib.fab_rqp(self.fab, qpn)
-        expected, highest, in_message, eligible = receiver.common_path()
-        slot.expected_psn, slot.highest_psn = expected, highest
-        slot.in_message, slot.eligible = in_message, eligible
-        slot.msn = receiver.message_index
+        write_state(receiver, self.lib.fab_rqp(self.fab, qpn))
 
     def read_all(self) -> None:
         """Every receiver C took packets for since the last call, brought up to date."""

@@ -35,12 +35,28 @@ pytestmark = pytest.mark.system
 MTU_BYTES = 1024
 SPORT = 49333
 TAG = 9
+MESSAGE_BYTES = (4 << 20) + 100
 
 
 def _scapy_icrc_ok(packet: bytes) -> bool:
     again = IP(packet).copy()
     again[BTH].icrc = None  # scapy recomputes it on build
     return raw(again)[-4:] == packet[-4:]
+
+
+def _one_flow(p: PairInfo) -> tuple[list[RankEndpoint], EngineFlow, TransportParams]:
+    """Rank 0 (the pair's sender) sends rank 1 a 4 MB message plus 100 bytes (not a multiple of
+    the MTU: the last packet is shorter, the Python codec writes it) at 2 Gb/s, without
+    congestion control."""
+    ranks = [
+        RankEndpoint(0, p.sender_addr, p.sender_ns, line_rate_bps=2e9),
+        RankEndpoint(1, p.receiver_addr, p.receiver_ns, line_rate_bps=2e9),
+    ]
+    flow = EngineFlow(id=3, src=0, dst=1, qp=0, udp_sport=SPORT, bytes=MESSAGE_BYTES, tag=TAG)
+    transport = TransportParams(
+        congestion_control="none", path_mtu_bytes=MTU_BYTES, retransmit_timeout_s=0.05
+    )
+    return ranks, flow, transport
 
 
 @pytest.mark.parametrize("native", ["on", "off"])
@@ -50,16 +66,8 @@ def test_native_and_python_paths_put_valid_rocev2_on_the_wire(
     if native == "on" and load("burst")[0] is None:
         require(f"the native path is not built here: {load('burst')[1]}")
     p = veth_pair
-    ranks = [
-        RankEndpoint(0, p.sender_addr, p.sender_ns, line_rate_bps=2e9),
-        RankEndpoint(1, p.receiver_addr, p.receiver_ns, line_rate_bps=2e9),
-    ]
-    # not a multiple of the MTU: the last packet is shorter (the Python codec writes it)
-    message_bytes = (4 << 20) + 100
-    flow = EngineFlow(id=3, src=0, dst=1, qp=0, udp_sport=SPORT, bytes=message_bytes, tag=TAG)
-    transport = TransportParams(
-        congestion_control="none", path_mtu_bytes=MTU_BYTES, retransmit_timeout_s=0.05
-    )
+    ranks, flow, transport = _one_flow(p)
+    message_bytes = MESSAGE_BYTES
     capture = Capture(p.sender_ns, p.sender_if, os.path.join(tmp_path, "native.pcap"))
     try:
         engine = EngineParams(workers=2, one_way_latency=True, native=native)  # type: ignore[arg-type]
@@ -112,15 +120,8 @@ def test_acks_of_reads_taken_in_c_are_valid_rocev2_on_the_wire(
     if load("burst")[0] is None:
         require(f"the native path is not built here: {load('burst')[1]}")
     p = veth_pair
-    ranks = [
-        RankEndpoint(0, p.sender_addr, p.sender_ns, line_rate_bps=2e9),
-        RankEndpoint(1, p.receiver_addr, p.receiver_ns, line_rate_bps=2e9),
-    ]
-    message_bytes = (4 << 20) + 100
-    flow = EngineFlow(id=3, src=0, dst=1, qp=0, udp_sport=SPORT, bytes=message_bytes, tag=TAG)
-    transport = TransportParams(
-        congestion_control="none", path_mtu_bytes=MTU_BYTES, retransmit_timeout_s=0.05
-    )
+    ranks, flow, transport = _one_flow(p)
+    message_bytes = MESSAGE_BYTES
     capture = Capture(p.receiver_ns, p.receiver_if, os.path.join(tmp_path, "acks.pcap"))
     try:
         engine = EngineParams(workers=2, native="on", native_drain=drain)

@@ -7,11 +7,13 @@ a queue pair nobody opened)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import random
 import select
 import socket
 from collections import Counter
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -143,10 +145,14 @@ def _script(seed: int) -> list[list[tuple[int, list[DataPacket], int]]]:
     return batches
 
 
-def _replay(seed: int, drain_on: bool) -> dict[str, Any]:
+@contextlib.contextmanager
+def _receive_side(seed: int, drain_on: bool) -> Iterator[SimpleNamespace]:
+    """One rank (1) on the native data path, its receive path with the drain or without, and a
+    peer (rank 0's address) that sends it raw datagrams; two receive queue pairs opened ahead
+    (QP 1 and 2 from SPORTS). Yields what the tests read: path, rank, peer, drain, recv_conns,
+    events, counters, per-class tallies, the wait histogram and the clock (`now[0]`)."""
     peer_address, rank_address = _addresses(seed)
     params = EngineParams(native="on", native_drain=drain_on)
-    transport = TransportParams()
     events: list[Any] = []
     counters: Counter[str] = Counter()
     classes: Counter[tuple[int, bool]] = Counter()
@@ -197,7 +203,7 @@ def _replay(seed: int, drain_on: bool) -> dict[str, Any]:
         )
         now = [0.0]
         path = ReceivePath(
-            transport,
+            TransportParams(),
             SimpleNamespace(now=lambda: now[0]),  # type: ignore[arg-type]
             events,
             counters,
@@ -217,22 +223,42 @@ def _replay(seed: int, drain_on: bool) -> dict[str, Any]:
             send_failed=failures.failed,
         )
         rank = sockets.ranks[1]
-        rx = rank.rx_sock
-        assert rx is not None
         path.open_ahead(
             sockets.ranks,
             {0: peer_address, 1: rank_address},
             [(qpn - 1, 0, 1, qpn, sport, 0) for qpn, sport in ((1, SPORTS[0]), (2, SPORTS[1]))],
         )
+        yield SimpleNamespace(
+            path=path,
+            rank=rank,
+            peer=peer,
+            drain=drain,
+            recv_conns=recv_conns,
+            events=events,
+            counters=counters,
+            classes=classes,
+            histogram=histogram,
+            now=now,
+        )
+    finally:
+        peer.close()
+        sockets.close()
+
+
+def _replay(seed: int, drain_on: bool) -> dict[str, Any]:
+    with _receive_side(seed, drain_on) as side:
+        rank, path, now = side.rank, side.path, side.now
+        rx = rank.rx_sock
+        assert rx is not None
         wire = []
         for batch in _script(seed):
             for sport, packets, tos in batch:
-                peer.send(sport, packets, tos)
+                side.peer.send(sport, packets, tos)
             assert select.select([rx], [], [], 5)[0]
             while select.select([rx], [], [], 0)[0]:
                 path.on_readable(rank)
             now[0] += 1e-6
-            wire += peer.replies()
+            wire += side.peer.replies()
         receivers = {
             qpn: {
                 k: v
@@ -240,23 +266,21 @@ def _replay(seed: int, drain_on: bool) -> dict[str, Any]:
                 if k not in ("events", "notification_point", "on_recording")
             }
             | {"np": vars(c.qp.notification_point)}
-            for qpn, c in recv_conns.items()
+            for qpn, c in side.recv_conns.items()
         }
+        counters = side.counters
         return {
             "receivers": receivers,
-            "events": [repr(e) for e in events],
+            "events": [repr(e) for e in side.events],
             # the drain counts what it took (reads_taken_in_c): the rest is the same
             "counters": {k: v for k, v in counters.items() if k != "reads_taken_in_c"},
             "taken": counters["reads_taken_in_c"],
-            "classes": dict(classes),
+            "classes": dict(side.classes),
             "rank": (rank.rx_bytes, rank.tx_bytes),
             "drops": dict(rank.endpoint.drops),
-            "waits": histogram.count,
+            "waits": side.histogram.count,
             "wire": wire,
         }
-    finally:
-        peer.close()
-        sockets.close()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -278,66 +302,16 @@ def test_an_ack_send_the_kernel_refuses_is_raised_naming_its_peer() -> None:
     not explain (here a closed socket: EBADF) is still taken (the state moved, as the Python
     path's send of it fails after the receiver answered), and the receive path raises it
     through SendFailures with the queue pair's peer; nothing is lost silently."""
-    peer_address, rank_address = _addresses(99)
-    params = EngineParams(native="on")
-    counters: Counter[str] = Counter()
-    spec = RankEndpoint(1, rank_address, None, 400e9)
-    offloads = Offloads(gso=True, gro=True)
-    sockets = RankSockets(
-        [spec],
-        [peer_address],
-        params,
-        4096,
-        offloads,
-        [],
-        TOS_DATA,
-        None,  # type: ignore[arg-type]
-    )
-    peer = _Peer(peer_address, rank_address)
-    try:
-        buf, reply = bytearray(RECV_BUFFER_BYTES), bytearray(RECV_BUFFER_BYTES)
-        gso_buf = BurstBuffer(max(RECV_BUFFER_BYTES, 4 * GSO_MAX_BUFFER_BYTES))
-        data_path = choose_data_path("on", gso_buf, buf, reply, 64)
-        assert data_path.reader is not None
-        drain = ReceiveDrain(data_path.reader, reply, gso=True, max_segments=64)
-        recv_conns: dict[int, Any] = {}
-        failures = SendFailures(counters, 4096)
-        path = ReceivePath(
-            TransportParams(),
-            SimpleNamespace(now=lambda: 0.0),  # type: ignore[arg-type]
-            [],
-            counters,
-            frozenset({peer_address}),
-            recv_conns,
-            buf,
-            data_path.reader,
-            lambda *a, **k: None,
-            lambda *a: None,
-            lambda *a: None,
-            sockets.sport_socket,
-            lambda *a: None,
-            receive_wait=LatencyHistogram(),
-            latency=False,
-            drain=drain,
-            tos_ack=TOS_ACK,
-            send_failed=failures.failed,
-        )
-        rank = sockets.ranks[1]
-        path.open_ahead(
-            sockets.ranks, {0: peer_address, 1: rank_address}, [(0, 0, 1, 1, SPORTS[0], 0)]
-        )
-        conn = recv_conns[1]
+    with _receive_side(99, drain_on=True) as side:
+        conn = side.recv_conns[1]
         conn.sock.close()  # its ACKs' socket: every send from it fails with EBADF
         packets = [DataPacket(1, 0, Opcode.SEND_FIRST, False, PAYLOAD)]
         packets.append(DataPacket(1, 1, Opcode.SEND_MIDDLE, True, PAYLOAD))
-        peer.send(SPORTS[0], packets, TOS_DATA)
-        assert select.select([rank.rx_sock], [], [], 5)[0]  # type: ignore[type-var]
+        side.peer.send(SPORTS[0], packets, TOS_DATA)
+        assert select.select([side.rank.rx_sock], [], [], 5)[0]
         with pytest.raises(OSError) as refused:
-            path.on_readable(rank)
+            side.path.on_readable(side.rank)
         assert refused.value.errno == errno.EBADF
-        assert drain.d.send_errno_qpn == 1
+        assert side.drain.d.send_errno_qpn == 1
         assert conn.qp.common_path()[0] == 2 and conn.qp.acks_sent == 1  # taken all the same
-        assert counters["reads_taken_in_c"] == 1
-    finally:
-        peer.close()
-        sockets.close()
+        assert side.counters["reads_taken_in_c"] == 1
