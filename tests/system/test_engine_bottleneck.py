@@ -284,27 +284,46 @@ def test_tdf_10_gives_the_same_completion_times_as_tdf_1(system: None) -> None:
     _on_fresh_beds(_same_completion_times, "tdf 10 vs 1")
 
 
+# the flows that cross the bottleneck (0 -> 1) and the bytes HTB counts for their payload
+THROUGH_BOTTLENECK = {1: 6_000_000, 2: 6_000_000, 4: 500_000, 6: 500_000}
+
+
+def _duration_s(o: RunOutcome, fid: int) -> float:
+    return o.finished[fid].time_s - o.started[fid].time_s
+
+
 def _same_completion_times(tr: Try, bed: RoutedInfo) -> None:
     _shape(bed, TARGET_LINK_BPS, 2_000_000, None)
     real = _tdf_run(bed, 1.0)
     run(tc("qdisc", "del", "dev", bed.router_egress_if, "root", netns=bed.router_ns))
     _shape(bed, TARGET_LINK_BPS / 10, 2_000_000, None)
     dilated = _tdf_run(bed, 10.0)
-    for fid in (1, 2, 3):
-        tr.note(
-            **{
-                f"fct{fid}_s": real.finished[fid].time_s,
-                f"fct{fid}_10_over_1": dilated.finished[fid].time_s / real.finished[fid].time_s,
-            }
-        )
+    # A completion time is the sum of the durations and gaps before it, so each is judged on
+    # its own, by the median over the flows: a stall of the machine lengthens one flow at TDF 1
+    # (CI: 20 and 34 ms in a 100 ms flow, which moved every later completion by as much) and is
+    # what dilation is for, and a clock that ran at the wrong rate moves every flow. Flows 3, 5
+    # and 7 (1 -> 0) cross no bottleneck: they start from an idle pacer whose bucket holds
+    # burst_ticks of wall time (4 ms: 250 KB of 500 Mb/s at TDF 1, 25 KB at TDF 10), so they are
+    # judged only through the gaps.
+    ratios = {fid: _duration_s(dilated, fid) / _duration_s(real, fid) for fid in THROUGH_BOTTLENECK}
+    # the bottleneck's rate in target time: HTB counts each 4 KB payload's headers and Ethernet's
+    of_bottleneck = {
+        fid: _duration_s(dilated, fid)
+        / (size / MTU_BYTES * (IP_PACKET_BYTES + 14) * 8 / TARGET_LINK_BPS)
+        for fid, size in THROUGH_BOTTLENECK.items()
+    }
+    tr.note(
+        fct_s="/".join(f"{real.finished[f].time_s:.4f}" for f in range(1, 8)),
+        fct_10_s="/".join(f"{dilated.finished[f].time_s:.4f}" for f in range(1, 8)),
+        duration_10_over_1="/".join(f"{r:.3f}" for r in ratios.values()),
+        duration_10_of_bottleneck="/".join(f"{r:.3f}" for r in of_bottleneck.values()),
+    )
     assert dilated.metadata["tdf"] == 10.0
     # the dilated run really took ten times its target duration on the wall clock
     assert dilated.metadata["wall_s"] > 10 * max(e.time_s for e in dilated.finished.values())
-    for fid in (1, 2, 3):
-        assert dilated.finished[fid].time_s == pytest.approx(real.finished[fid].time_s, rel=0.1)
-        assert dilated.started[fid].time_s == pytest.approx(
-            real.started[fid].time_s, rel=0.1, abs=0.002
-        )
+    assert statistics.median(ratios.values()) == pytest.approx(1.0, rel=0.1)
+    # and both are the bottleneck's time, not merely each other's (measured: 0.975-1.004 per flow)
+    assert statistics.median(of_bottleneck.values()) == pytest.approx(1.0, rel=0.05)
 
     # The compute gaps are target time in both: the median of the six gaps' errors, which a
     # tick that came late once (a worker starved for a few ms at TDF 1) does not move, and a
