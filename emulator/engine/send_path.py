@@ -134,7 +134,15 @@ class SendPath:
         # counted by ticks modulo the number of active queue pairs favoured some of them
         # whenever others came and went (1:5 between equal ones in a unit test).
         start = bisect.bisect_right(qpns, nic.last_served_qpn)
-        order = [(qpn, by_qpn[qpn]) for qpn in (*qpns[start:], *qpns[:start])]
+        # Only those with a packet due take a turn (poll_burst hands the others nothing): 1,024
+        # queue pairs behind one NIC, most waiting for ACKs, each worked out a turn after every
+        # read (tests/system/test_switch_scale.py). The first round's shares still divide the
+        # budget among all of them, as before.
+        order = [
+            (qpn, conn)
+            for qpn in (*qpns[start:], *qpns[:start])
+            if (conn := by_qpn[qpn]).qp.due_to_send(now)
+        ]
         conns = order
         packet_wire = self._max_packet_wire_bytes
         lost = nic.lost_wire_bytes
@@ -147,13 +155,14 @@ class SendPath:
                     conn.nic_lost_s += lost_s
         # a NIC that was line-rate bound accounts the lost credit itself, not its queue pairs
         count_lost = not nic.backlogged
-        xdp = conns[0][1].rank.xdp  # an AF_XDP port takes no more than its backlog holds
+        xdp = by_qpn[qpns[0]].rank.xdp  # an AF_XDP port takes no more than its backlog holds
         # turns of the arbiter's quantum on the socket path; a port's backlog bounds its own
         quantum = self._quantum_packets if xdp is None else 1
         quantum_bits = packet_wire * 8
         budget = nic.budget_bytes(now, floor)
         if xdp is not None:
             budget = self._xdp_budget(xdp, budget)
+        in_round = len(qpns)
         while order and budget >= 0:
             waiting = []
             # Each queue pair's share of this round's budget (at least a packet), as a NIC's
@@ -161,11 +170,11 @@ class SendPath:
             # first in turn would make equal flows finish far apart.
             # A turn is at least the arbiter's quantum (params.nic_quantum_bytes): the NIC
             # may then owe up to a quantum, which its next ticks' budget pays back.
-            share = max(quantum, (1 + budget // packet_wire) // len(order))
+            share = max(quantum, (1 + budget // packet_wire) // in_round)
             # One queue pair left in the round takes its next GSO buffers in a row anyway: on
             # the native path it takes several in one poll, sent in one call (the same
             # packets; the Python layer's cost per buffer divided by their number).
-            buffers = self._buffers_per_poll if len(order) == 1 else 1
+            buffers = self._buffers_per_poll if in_round == 1 else 1
             for qpn, conn in order:
                 qp_floor = floor
                 if quantum > 1:
@@ -196,6 +205,7 @@ class SendPath:
                 if budget < 0:
                     break
             order = waiting
+            in_round = len(order)
         # Line-rate bound only if a queue pair still has a packet due: a NIC whose budget is
         # spent by its queue pairs' last packets is not behind while they wait for ACKs or go
         # idle, and must not count the time until its next message as lost credit.

@@ -206,6 +206,17 @@ class SendQueuePair:
         """When poll_transmit will next hand out a packet (None: blocked on ACKs or no data)."""
         return self._next_tx_s if self._has_work() else None
 
+    def due_to_send(self, now: float) -> bool:
+        """Whether poll_burst(now=now) would hand out a packet, asked by an arbiter before it
+        works out a turn; one found with nothing to send is no longer backlogged, as poll_burst
+        would record."""
+        if self._next_tx_s > now:
+            return False
+        if self._has_work():
+            return True
+        self._backlogged = False
+        return False
+
     @property
     def pacing_due_s(self) -> float:
         """The pacing clock: when a next packet may leave, whether or not there is one."""

@@ -212,6 +212,7 @@ def test_burst_and_per_packet_senders_stay_identical_through_losses(
     }
     a = _qp(verb, initial_psn, **kw)
     b = _qp(verb, initial_psn, **kw)
+    c = _qp(verb, initial_psn, **kw)
     rx = ReceiveQueuePair(
         qpn=0x123456,
         remote_qp=1,
@@ -219,20 +220,24 @@ def test_burst_and_per_packet_senders_stay_identical_through_losses(
         initial_psn=initial_psn,
     )
     for i, size in enumerate(sizes):
-        for qp in (a, b):
+        for qp in (a, b, c):
             qp.post_send(now=0.0, message_id=i, size_bytes=size)
     lost = iter(losses)
     for tick in range(3000):
         if a.idle:
             break
         now = tick * TICK_S
-        for qp in (a, b):
+        for qp in (a, b, c):
             deadline = qp.next_timer_s()
             if deadline is not None and deadline <= now:
                 qp.on_timer(now=now)
         floor = now - 2 * TICK_S
         ref = gso_batches(take_due(a, now=now, floor_s=floor, max_packets=per_tick), 64)
         got = _bursts(b, now, floor, per_tick)
+        # a third polled only when due_to_send says so (as the NIC's arbiter does) sends the same
+        # and counts the same pacing deficit
+        asked = _bursts(c, now, floor, per_tick) if c.due_to_send(now) else []
+        assert [x.to_packets() for x in asked] == [x.to_packets() for x in got]
         assert [[_wire(p) for p in x] for x in ref] == [
             [_wire(p) for p in x.to_packets()] for x in got
         ]
@@ -244,9 +249,10 @@ def test_burst_and_per_packet_senders_stay_identical_through_losses(
                     continue
                 for reply in rx.on_data(now=now, packet=packet, ce=False):
                     if isinstance(reply, AckPacket) and not next(lost, False):
-                        a.on_ack(now=now, packet=reply)
-                        b.on_ack(now=now, packet=reply)
-        assert a.events == b.events
+                        for qp in (a, b, c):
+                            qp.on_ack(now=now, packet=reply)
+        assert a.events == b.events == c.events
+        assert (b.pacing_lost_bytes, b.pacing_lost_s) == (c.pacing_lost_bytes, c.pacing_lost_s)
         assert (a.packets_sent, a.packets_retransmitted, a.bytes_acked, a.idle) == (
             b.packets_sent,
             b.packets_retransmitted,
@@ -507,6 +513,29 @@ def test_pacing_deficit_counts_credit_cut_while_backlogged() -> None:
     idle.post_send(now=2.0, message_id=2, size_bytes=1000)
     assert idle.poll_burst(now=2.0, floor_s=1.9, max_packets=4) is not None
     assert idle.pacing_lost_bytes == 0.0
+
+
+def test_due_to_send_records_a_queue_pair_left_with_nothing_as_poll_burst_does() -> None:
+    """A queue pair backlogged with a go-back-N resend that a late ACK of the first transmission
+    then ends has nothing to send: asked by due_to_send instead of polled, it too must not count
+    the time until its next message as pacing it lost."""
+    lost = []
+    for ask in (False, True):
+        qp = _qp(line_rate_bps=1e9, path_mtu_bytes=256)
+        qp.post_send(now=0.0, message_id=1, size_bytes=8 * 256)
+        sent = [p for x in _bursts(qp, 0.0, -1.0) for p in x.to_packets()]
+        qp.on_ack(now=1e-3, packet=AckPacket(0x123456, sent[0].psn, AETH_NAK_PSN_SEQUENCE_ERROR))
+        assert qp.poll_burst(now=1e-3, floor_s=0.0, max_packets=2) is not None  # backlogged
+        qp.on_ack(now=2e-3, packet=AckPacket(0x123456, sent[-1].psn, AETH_ACK))
+        assert qp.next_transmit_s() is None  # every packet acknowledged: nothing to resend
+        if ask:
+            assert not qp.due_to_send(3e-3)
+        else:
+            assert qp.poll_burst(now=3e-3, floor_s=2e-3, max_packets=4) is None
+        qp.post_send(now=1.0, message_id=2, size_bytes=256)
+        assert qp.poll_burst(now=1.0, floor_s=0.9, max_packets=4) is not None
+        lost.append(qp.pacing_lost_bytes)
+    assert lost == [0.0, 0.0]
 
 
 class _StepRate(CongestionControl):
