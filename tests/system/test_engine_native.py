@@ -67,7 +67,6 @@ def test_native_and_python_paths_put_valid_rocev2_on_the_wire(
         require(f"the native path is not built here: {load('burst')[1]}")
     p = veth_pair
     ranks, flow, transport = _one_flow(p)
-    message_bytes = MESSAGE_BYTES
     capture = Capture(p.sender_ns, p.sender_if, os.path.join(tmp_path, "native.pcap"))
     try:
         engine = EngineParams(workers=2, one_way_latency=True, native=native)  # type: ignore[arg-type]
@@ -75,7 +74,7 @@ def test_native_and_python_paths_put_valid_rocev2_on_the_wire(
     finally:
         capture.stop()
 
-    assert outcome.received_bytes[3] == message_bytes
+    assert outcome.received_bytes[3] == MESSAGE_BYTES
     data_path = outcome.metadata["data_path"]
     if native == "on":
         assert data_path["path"] == "native"
@@ -99,7 +98,7 @@ def test_native_and_python_paths_put_valid_rocev2_on_the_wire(
         assert departed > 0  # every data packet carries its send stamp
         data.append((packet, wire))
     psns = sorted({packet.psn for packet, _ in data})
-    assert psns == list(range(-(-message_bytes // MTU_BYTES)))
+    assert psns == list(range(-(-MESSAGE_BYTES // MTU_BYTES)))
     assert any(packet.payload_bytes == 100 for packet, _ in data)  # the shorter last one
     # scapy (the oracle) on a sample over the capture and the ends
     for _, wire in [*data[::211], data[-1]]:
@@ -121,18 +120,17 @@ def test_acks_of_reads_taken_in_c_are_valid_rocev2_on_the_wire(
         require(f"the native path is not built here: {load('burst')[1]}")
     p = veth_pair
     ranks, flow, transport = _one_flow(p)
-    message_bytes = MESSAGE_BYTES
     capture = Capture(p.receiver_ns, p.receiver_if, os.path.join(tmp_path, "acks.pcap"))
     try:
         engine = EngineParams(workers=2, native="on", native_drain=drain)
         outcome = run_plan(ranks, [flow], transport=transport, engine=engine)
     finally:
         capture.stop()
-    assert outcome.received_bytes[3] == message_bytes
+    assert outcome.received_bytes[3] == MESSAGE_BYTES
     taken = outcome.metadata["counters"].get("reads_taken_in_c", 0)
     assert (taken > 0) if drain else (taken == 0)
     assert capture.kernel_drops == 0, "tcpdump lost packets: the checks below would be partial"
-    last_psn = -(-message_bytes // MTU_BYTES) - 1
+    last_psn = -(-MESSAGE_BYTES // MTU_BYTES) - 1
     acked = []
     for wire in read_pcap_ipv4(capture.path):
         d = parse_ipv4_packet(wire)
