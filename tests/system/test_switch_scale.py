@@ -28,17 +28,22 @@ pytestmark = pytest.mark.system
 
 PER_PORT = 1024
 MESSAGE_BYTES = 16 << 10
+# The software DUT's ports drain in the machine's softirqs, beside the engine's two busy workers
+# at TDF 1: at 1 Gb/s its egress toward the receivers fell behind its rate (its 1 MB bfifo
+# dropped 6-32 packets in half the runs, where the DUT's phantom-queue marker, draining at the
+# nominal rate, marked none). At half the rate it keeps up; what is tested is the endpoints.
+RATE_GBPS = 0.5
 
 
 def test_a_thousand_endpoints_share_one_port(fabric_env: str, tmp_path: Path) -> None:
-    with software_dut(fabric_env, ports=2, rate_bps=1e9, wide=True) as (_, cables):
+    with software_dut(fabric_env, ports=2, rate_bps=RATE_GBPS * 1e9, wide=True) as (_, cables):
         fabric = DutSpec(
             interfaces=tuple(cables),
             addresses=(wide_port_address(0), wide_port_address(1)),
             gateways=(wide_gateway(0), wide_gateway(1)),
             routes=("10.96.0.0/11",),
             allowlist=("10.96.0.0/11",),
-            max_rate_gbps=1.0,
+            max_rate_gbps=RATE_GBPS,
             mtu_bytes=9000,
             ranks_per_interface=PER_PORT,
         )
@@ -59,7 +64,7 @@ def test_a_thousand_endpoints_share_one_port(fabric_env: str, tmp_path: Path) ->
             traffic=(pattern,),
             fabric=fabric,
             metrics=MetricsSpec(prometheus=PrometheusSpec(port=0)),
-            # 1,024 QPs share a 1 Gb/s port (1 Mb/s each): a 4-packet message takes 130 ms
+            # 1,024 QPs share a 0.5 Gb/s port (0.5 Mb/s each): a 4-packet message takes 270 ms
             transport=TransportParams(retransmit_timeout_s=1.0),
         )
         namespaces_during: list[str] = []
