@@ -24,7 +24,11 @@ from emulator.engine.native_path import choose_data_path
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import RankEndpoint
 from emulator.engine.ranks import RECV_BUFFER_BYTES, RankSockets
-from emulator.engine.receive_path import ReceivePath
+from emulator.engine.receive_path import (
+    NATIVE_READS_PER_WAKEUP,
+    READS_PER_WAKEUP,
+    ReceivePath,
+)
 from emulator.engine.send_errors import SendFailures
 from emulator.engine.send_path import SendPath
 from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
@@ -150,7 +154,8 @@ def _receive_side(seed: int, drain_on: bool) -> Iterator[SimpleNamespace]:
     """One rank (1) on the native data path, its receive path with the drain or without, and a
     peer (rank 0's address) that sends it raw datagrams; two receive queue pairs opened ahead
     (QP 1 and 2 from SPORTS). Yields what the tests read: path, rank, peer, drain, recv_conns,
-    events, counters, per-class tallies, the wait histogram and the clock (`now[0]`)."""
+    events, counters, per-class tallies, the wait histogram, the clock (`now[0]`) and the
+    times after_reads was called (`after`)."""
     peer_address, rank_address = _addresses(seed)
     params = EngineParams(native="on", native_drain=drain_on)
     events: list[Any] = []
@@ -202,6 +207,7 @@ def _receive_side(seed: int, drain_on: bool) -> Iterator[SimpleNamespace]:
             ReceiveDrain(data_path.reader, reply, gso=True, max_segments=64) if drain_on else None
         )
         now = [0.0]
+        after: list[float] = []
         path = ReceivePath(
             TransportParams(),
             SimpleNamespace(now=lambda: now[0]),  # type: ignore[arg-type]
@@ -215,7 +221,7 @@ def _receive_side(seed: int, drain_on: bool) -> Iterator[SimpleNamespace]:
             lambda *a: None,
             send.send_replies,
             sockets.sport_socket,
-            lambda *a: None,
+            lambda now, rank: after.append(now),
             receive_wait=histogram,
             latency=False,
             drain=drain,
@@ -239,6 +245,7 @@ def _receive_side(seed: int, drain_on: bool) -> Iterator[SimpleNamespace]:
             classes=classes,
             histogram=histogram,
             now=now,
+            after=after,
         )
     finally:
         peer.close()
@@ -295,6 +302,33 @@ def test_the_drain_leaves_what_the_python_receive_path_leaves(seed: int) -> None
     kinds = {e.split("(")[0] for e in python["events"]}
     assert {"MessageReceived", "CnpSent"} <= kinds
     assert python["wire"]
+
+
+@pytest.mark.parametrize("drain_on", [False, True])
+def test_a_wakeup_reads_up_to_its_budget_of_reads_made_in_c(drain_on: bool) -> None:
+    """On the native path a readable socket is read up to NATIVE_READS_PER_WAKEUP times in one
+    callback (then what they produced, once): a worker behind in an All-to-All found 64 too
+    few, and the reads left behind waited a whole round of the loop more. What is left waits
+    for the next wakeup."""
+    assert NATIVE_READS_PER_WAKEUP > READS_PER_WAKEUP  # more than the Python path's reads
+    queued = NATIVE_READS_PER_WAKEUP + 40
+    with _receive_side(7, drain_on) as side:
+        rank, path = side.rank, side.path
+        rx = rank.rx_sock
+        assert rx is not None
+        side.peer.send(SPORTS[0], [DataPacket(1, 0, Opcode.SEND_FIRST, False, PAYLOAD)], TOS_DATA)
+        for psn in range(1, queued):
+            packet = DataPacket(1, psn, Opcode.SEND_MIDDLE, False, PAYLOAD)
+            side.peer.send(SPORTS[0], [packet], TOS_DATA)
+        # loopback delivers within the send: every datagram is in the socket now
+        assert select.select([rx], [], [], 5)[0]
+        path.on_readable(rank)
+        assert len(side.after) == 1
+        assert side.counters["packets_received"] == NATIVE_READS_PER_WAKEUP
+        path.on_readable(rank)
+        assert len(side.after) == 2
+        assert side.counters["packets_received"] == queued
+        assert not select.select([rx], [], [], 0)[0]
 
 
 def test_an_ack_send_the_kernel_refuses_is_raised_naming_its_peer() -> None:
