@@ -63,11 +63,11 @@ from emulator.transport.wire import (
 ACK_WIRE_BYTES = BTH_BYTES + AETH_BYTES + ICRC_BYTES  # an ACK's UDP payload
 READS_PER_WAKEUP = 64  # bound the work of one readable callback so ticks keep their pace
 # On the native path, where a read costs a few microseconds: a worker behind in the main job's
-# All-to-All (its eight ranks' sockets all readable, each callback reading more, each round of the
-# loop longer) left reads behind at 64 that waited another round, 30 ms or more of wall time
-# (tens of thousands a run); at 256 none did, and the All-to-All's p99 FCT moved by the engine's
-# delay +5.7-12.7% against +15.2-17.2% at TDF 4600 (docs/time-dilation.md). The C drain reads at
-# most this many per call (burst_drain.c: its waits array).
+# All-to-All (its eight ranks' sockets all readable, each callback reading more, each round of
+# the loop longer) left reads behind at 64 that waited another round, 30 ms or more of wall time
+# (tens of thousands a run); at 256, 11 in a run, and the All-to-All's p99 FCT moved by the
+# engine's delay +5.7-12.7% against +15.2-17.2% at TDF 4600 (docs/time-dilation.md). The C
+# drain reads at most this many per call (burst_drain.c: its waits array).
 NATIVE_READS_PER_WAKEUP = 256
 _NOTHING_TO_READ = (-errno.EAGAIN, -errno.EWOULDBLOCK, -errno.EINTR)  # as recvmsg_into's
 
@@ -221,9 +221,9 @@ class ReceivePath:
         """on_readable on the native path (up to NATIVE_READS_PER_WAKEUP reads): each read and
         what it is read as in C, and with the drain (emulator/native/drain.py) the reads of data
         on the receive queue pairs' common path taken in C as a whole, up to the first read it
-        leaves here. ACK reads in a row for
-        one sender QP go to its on_acks together, before anything else is read here (the same
-        state and events as one call per read: SendQueuePair.on_acks)."""
+        leaves here. ACK reads in a row for one sender QP go to its on_acks together, before
+        anything else is read here (the same state and events as one call per read:
+        SendQueuePair.on_acks)."""
         assert rank.rx_sock is not None
         fd = rank.rx_sock.fileno()
         buf = self.buf
