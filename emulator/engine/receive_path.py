@@ -138,6 +138,7 @@ class ReceivePath:
         # departure stamps to read or per-packet source ports to map back
         self.drain = drain if run_reader is not None and not latency and not self._entropy else None
         self._tos_ack = tos_ack  # the drain's ACKs, counted in their class
+        self._drained_ranks: dict[int, Rank] = {}  # by index: those whose reads C takes
         self._send_failed = send_failed
 
     def on_readable(self, rank: Rank) -> None:
@@ -237,11 +238,12 @@ class ReceivePath:
         budget = NATIVE_READS_PER_WAKEUP
         while budget > 0:
             if drain is not None:
-                made, nbytes, left = drain.run(fd, rank.spec.rank, budget)
+                made, nbytes, left, taken = drain.run(fd, rank.spec.rank, budget)
                 budget -= made
-                if drain.d.reads:
-                    got = True
-                    self._count_drained(rank, drain)
+                if taken:
+                    got = True  # counted in C until the report (collect)
+                    if drain.d.send_errno:
+                        self._drain_send_failed(rank, drain)
                 if not left:
                     if nbytes < 0 and nbytes not in _NOTHING_TO_READ:
                         raise OSError(-nbytes, os.strerror(-nbytes))
@@ -287,35 +289,46 @@ class ReceivePath:
         if got:
             self._after_reads(now, rank)
 
-    def _count_drained(self, rank: Rank, drain: ReceiveDrain) -> None:
-        """What the drain's last call took, counted as _count_read, _read_waited and the send
-        path's ACKs count it (one class for its reads: the drain stops at another)."""
-        d = drain.d
-        packets, udp_bytes = int(d.packets), int(d.udp_bytes)
-        self.counters["reads_taken_in_c"] += int(d.reads)
-        rank.rx_bytes += udp_bytes + IP_UDP_BYTES * packets
-        self.counters["packets_received"] += packets
-        self._count_class(int(d.tos), packets, udp_bytes, sent=False)
-        observe = self._wait_histogram.observe
-        for wait_s in drain.waits():
-            if wait_s >= 0.0:
-                observe(wait_s)
-        if d.acks:
-            acks, ack_bytes = int(d.acks), int(d.ack_bytes)
+    def _drain_send_failed(self, rank: Rank, drain: ReceiveDrain) -> None:
+        """An ACK send of the drain's last call failed for a reason a congested or dead wire
+        does not explain: raised through the send failures' policy (send_errors.py), naming
+        the queue pair's peer."""
+        if self._send_failed is None:
+            return
+        e = int(drain.d.send_errno)
+        conn = self.recv_conns[int(drain.d.send_errno_qpn)]
+        ack = [bytes(ACK_WIRE_BYTES)]  # what the message names: an ACK's size
+        self._send_failed(OSError(e, os.strerror(e)), ack, conn.dest, rank)
+
+    def collect(self) -> None:
+        """Fold what the drain took since the last call into the counters, the ranks' bytes,
+        the per-class tally and the wait histogram, as _count_read, _read_waited and the send
+        path's ACKs count them (the worker's report calls it first: they are read only there).
+        Nothing without the drain."""
+        drain = self.drain
+        if drain is None:
+            return
+        t = drain.totals(list(self._drained_ranks))
+        if not t.reads:
+            return
+        counters = self.counters
+        counters["reads_taken_in_c"] += t.reads
+        counters["packets_received"] += t.packets
+        for dscp, (packets, udp_bytes) in t.classes.items():
+            self._count_class(dscp << 2, packets, udp_bytes, sent=False)
+        for index, (packets, udp_bytes, acks, ack_bytes) in t.ranks.items():
+            rank = self._drained_ranks[index]
+            rank.rx_bytes += udp_bytes + IP_UDP_BYTES * packets
             rank.tx_bytes += ack_bytes + IP_UDP_BYTES * acks
-            self._count_class(self._tos_ack, acks, ack_bytes, sent=True)
-            # refused sends, as send_errors.SendFailures counts them
-            if d.buffer_full:
-                self.counters["send_buffer_full"] += int(d.buffer_full)
-            if d.no_buffers:
-                self.counters["send_no_buffers"] += int(d.no_buffers)
-            if d.no_path:
-                self.counters["send_no_path"] += int(d.no_path)
-            if d.send_errno and self._send_failed is not None:
-                e = int(d.send_errno)
-                conn = self.recv_conns[int(d.send_errno_qpn)]
-                ack = [bytes(ACK_WIRE_BYTES)]  # what the message names: an ACK's size
-                self._send_failed(OSError(e, os.strerror(e)), ack, conn.dest, rank)
+        if t.acks:
+            self._count_class(self._tos_ack, t.acks, t.ack_bytes, sent=True)
+        # refused sends, as send_errors.SendFailures counts them
+        for name, count in zip(
+            ("send_buffer_full", "send_no_buffers", "send_no_path"), t.refused, strict=True
+        ):
+            if count:
+                counters[name] += count
+        self._wait_histogram.merge(LatencyHistogram.from_wire(t.waits))
 
     def _data_run(
         self,
@@ -443,8 +456,13 @@ class ReceivePath:
             IcrcContext(address),
             xdp=None if xdp is None else xdp.flow(rank.spec.address, peer, sport),
         )
-        if self.drain is not None and conn.sock is not None and rank.rx_sock is not None:
-            self.drain.take(
+        if (
+            self.drain is not None
+            and conn.sock is not None
+            and rank.rx_sock is not None
+            and self.drain.take(
                 rank.spec.rank, qp, (peer, sport), conn.sock, conn.dest, self._tos_ack, conn.icrc
             )
+        ):
+            self._drained_ranks[rank.spec.rank] = rank
         return conn

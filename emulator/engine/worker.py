@@ -200,6 +200,7 @@ class Worker:
             tos_ack=tos_ack,
             send_failed=failures.failed,
         )
+        self.stats.collectors.append(self.receive.collect)
         self.xdp = XdpPacer(
             self.sockets.xdp_ports,
             self.sockets.xdp_group,

@@ -65,6 +65,18 @@ ffibuilder.cdef(
         int64_t packets, bytes, acks;
         int32_t listed;
     } drain_rqp_t;
+    #define DRAIN_WAIT_BUCKETS 161
+    #define DRAIN_CLASSES 64
+    typedef struct {
+        int64_t packets, udp_bytes, acks, ack_bytes;
+    } drain_rank_t;
+    typedef struct {
+        int64_t reads, packets, acks, ack_bytes;
+        int64_t buffer_full, no_buffers, no_path;
+        int64_t class_packets[64], class_bytes[64];
+        int64_t wait_counts[161];
+        double wait_sum_s, wait_max_s;
+    } drain_totals_t;
     typedef struct {
         drain_rqp_t *q;
         int32_t n;
@@ -79,12 +91,18 @@ ffibuilder.cdef(
         int32_t send_errno;
         int32_t send_errno_qpn;
         double waits[256];
+        drain_rank_t *ranks;
+        int32_t n_ranks;
+        drain_totals_t totals;
+        double wait_bounds[160];
     } drain_t;
     #define DRAIN_FIRST 1
     #define DRAIN_LAST 2
     drain_t *drain_new(void);
     void drain_free(drain_t *d);
     drain_rqp_t *drain_rqp(drain_t *d, int32_t qpn);
+    drain_rank_t *drain_rank(drain_t *d, int32_t rank);
+    void drain_observe_wait(drain_t *d, double wait_s);
     long rx_drain(drain_t *d, int fd, int32_t rank, uint8_t *buf, size_t len, uint32_t *fields,
                   uint64_t *rx_ns, uint32_t max_psns, uint32_t *psns, const uint8_t *run_opcodes,
                   uint8_t *reply_buf, size_t reply_bytes, uint32_t max_reads, long *got,

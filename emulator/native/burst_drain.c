@@ -22,6 +22,8 @@
 #define DRAIN_ACKS 128   /* ACKs of one read sent at once (acks.py _MAX_ACKS) */
 #define DRAIN_RUN 128    /* segments of one read (reads.py _MAX_RUN) */
 #define AETH_ACK 0x1Fu   /* packets.AETH_ACK: the ACK syndrome with no credit count */
+#define DRAIN_WAIT_BUCKETS 161 /* emulator.latency.BUCKETS (drain.py checks) */
+#define DRAIN_CLASSES 64       /* DSCP values */
 
 typedef struct {
     int32_t rank;     /* the worker's rank index it belongs to; -1: not taken here */
@@ -44,6 +46,25 @@ typedef struct {
     int32_t listed; /* on the dirty list */
 } drain_rqp_t;
 
+/* A rank's reads taken since Python last collected them: data packets and their UDP bytes, the
+ * ACKs sent and their bytes */
+typedef struct {
+    int64_t packets, udp_bytes, acks, ack_bytes;
+} drain_rank_t;
+
+/* What every call took, summed until Python collects it at the worker's report (drain.py
+ * collect; the counters, the ranks' bytes, the per-class tally and the wait histogram are read
+ * only there): counting it in Python after every call was a twentieth of a busy worker */
+typedef struct {
+    int64_t reads, packets, acks, ack_bytes;
+    int64_t buffer_full, no_buffers, no_path;
+    int64_t class_packets[DRAIN_CLASSES], class_bytes[DRAIN_CLASSES]; /* by DSCP */
+    /* the waits as LatencyHistogram.observe counts them (bucket i: the first bound >= the
+     * wait), their sum and maximum, wall s */
+    int64_t wait_counts[DRAIN_WAIT_BUCKETS];
+    double wait_sum_s, wait_max_s;
+} drain_totals_t;
+
 typedef struct {
     drain_rqp_t *q; /* by QP number */
     int32_t n;
@@ -61,6 +82,10 @@ typedef struct {
     int32_t send_errno; /* an ACK send failed for another reason: Python raises it */
     int32_t send_errno_qpn; /* the receive queue pair whose ACKs it was */
     double waits[256];
+    drain_rank_t *ranks; /* by rank index (drain_rank) */
+    int32_t n_ranks;
+    drain_totals_t totals;
+    double wait_bounds[DRAIN_WAIT_BUCKETS - 1]; /* emulator.latency.BOUNDS_S, set by drain.py */
 } drain_t;
 
 drain_rqp_t *drain_rqp(drain_t *d, int32_t qpn)
@@ -83,6 +108,43 @@ drain_rqp_t *drain_rqp(drain_t *d, int32_t qpn)
     return &d->q[qpn];
 }
 
+/* Rank `rank`'s tallies, made room for (NULL: not a rank index, or out of memory) */
+drain_rank_t *drain_rank(drain_t *d, int32_t rank)
+{
+    if (rank < 0)
+        return NULL;
+    if (rank >= d->n_ranks) {
+        int32_t n = d->n_ranks ? d->n_ranks : 16;
+        while (n <= rank)
+            n *= 2;
+        drain_rank_t *r = realloc(d->ranks, (size_t)n * sizeof(drain_rank_t));
+        if (!r)
+            return NULL;
+        memset(r + d->n_ranks, 0, (size_t)(n - d->n_ranks) * sizeof(drain_rank_t));
+        d->ranks = r;
+        d->n_ranks = n;
+    }
+    return &d->ranks[rank];
+}
+
+/* A read's wait (wall s) into the totals' histogram: bisect_left over the bounds, as
+ * emulator.latency.LatencyHistogram.observe */
+void drain_observe_wait(drain_t *d, double wait_s)
+{
+    int32_t lo = 0, hi = DRAIN_WAIT_BUCKETS - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi) / 2;
+        if (d->wait_bounds[mid] < wait_s)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    d->totals.wait_counts[lo]++;
+    d->totals.wait_sum_s += wait_s;
+    if (wait_s > d->totals.wait_max_s)
+        d->totals.wait_max_s = wait_s;
+}
+
 drain_t *drain_new(void)
 {
     drain_t *d = calloc(1, sizeof(drain_t));
@@ -95,6 +157,7 @@ void drain_free(drain_t *d)
         return;
     free(d->q);
     free(d->dirty);
+    free(d->ranks);
     free(d);
 }
 
@@ -130,7 +193,7 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
     if ((int32_t)qpn >= d->n)
         return 0;
     drain_rqp_t *q = &d->q[qpn];
-    if (q->rank != rank || !q->eligible || q->peer_addr != fields[2] ||
+    if (q->rank != rank || rank >= d->n_ranks || !q->eligible || q->peer_addr != fields[2] ||
         q->peer_port != fields[3] || psn != q->expected_psn)
         return 0;
     if (psn != ((q->highest_psn + 1) & PSN_MASK) && drain_psn_diff(psn, q->highest_psn) <= 0)
@@ -166,6 +229,12 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
     d->packets += count;
     d->udp_bytes += got;
     d->tos = (int32_t)tos;
+    drain_rank_t *r = &d->ranks[rank];
+    r->packets += count;
+    r->udp_bytes += got;
+    d->totals.packets += count;
+    d->totals.class_packets[(tos >> 2) & (DRAIN_CLASSES - 1)] += count;
+    d->totals.class_bytes[(tos >> 2) & (DRAIN_CLASSES - 1)] += got;
     if (n_acks) {
         /* one GSO send of the read's ACKs (IP ids 0, 1, ...), or one datagram each */
         uint32_t psns[DRAIN_RUN], aeths[DRAIN_RUN];
@@ -180,12 +249,16 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
                                          psns + at, aeths + at, per_send);
             if (sent < 0) {
                 int e = (int)-sent;
-                if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR)
+                if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR) {
                     d->buffer_full++;
-                else if (e == ENOBUFS)
+                    d->totals.buffer_full++;
+                } else if (e == ENOBUFS) {
                     d->no_buffers++;
-                else if (no_path_errno(e))
+                    d->totals.no_buffers++;
+                } else if (no_path_errno(e)) {
                     d->no_path++;
+                    d->totals.no_path++;
+                }
                 else if (!d->send_errno) {
                     d->send_errno = e;
                     d->send_errno_qpn = (int32_t)qpn;
@@ -195,6 +268,10 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
         q->acks += n_acks;
         d->acks += n_acks;
         d->ack_bytes += (int64_t)n_acks * ACK_BYTES;
+        r->acks += n_acks;
+        r->ack_bytes += (int64_t)n_acks * ACK_BYTES;
+        d->totals.acks += n_acks;
+        d->totals.ack_bytes += (int64_t)n_acks * ACK_BYTES;
     }
     return 1;
 }
@@ -242,6 +319,9 @@ long rx_drain(drain_t *d, int fd, int32_t rank, uint8_t *buf, size_t len, uint32
             wait = now_ns > *rx_ns ? (double)(now_ns - *rx_ns) * 1e-9 : 0.0;
         }
         d->waits[d->reads++] = wait;
+        d->totals.reads++;
+        if (wait >= 0.0)
+            drain_observe_wait(d, wait);
         if (d->send_errno)
             return made; /* Python raises it (send_errors.py) */
     }

@@ -16,8 +16,10 @@ events and wire bytes).
 from __future__ import annotations
 
 import socket
+from dataclasses import dataclass
 from typing import Any
 
+from emulator.latency import BOUNDS_S, BUCKETS
 from emulator.native.burst import sockaddr
 from emulator.native.reads import NativeRunReader
 from emulator.native.rqp_slot import fold_taken, write_state
@@ -56,6 +58,9 @@ class ReceiveDrain:
             )
         self.d.gso = 1 if gso else 0
         self.d.max_segments = max_segments
+        if lib.DRAIN_WAIT_BUCKETS != BUCKETS:
+            raise RuntimeError("burst_drain.c: DRAIN_WAIT_BUCKETS is not emulator.latency.BUCKETS")
+        self.d.wait_bounds = BOUNDS_S.tolist()
         self._reply = ffi.from_buffer(reply_buf)
         self._reply_bytes = len(reply_buf)
         self._got = ffi.new("long *")
@@ -77,8 +82,8 @@ class ReceiveDrain:
         `peer` (address, UDP source port), answering from `ack_sock` to `ack_dest` with ToS
         `ack_tos` and the queue pair's ICRC context (False: it stays Python's)."""
         slot = self.lib.drain_rqp(self.d, receiver.qpn)
-        if slot == self.ffi.NULL:
-            return False  # not a 24-bit QP number (or out of memory): Python's
+        if slot == self.ffi.NULL or self.lib.drain_rank(self.d, rank_index) == self.ffi.NULL:
+            return False  # not a 24-bit QP number or a rank index (or out of memory): Python's
         slot.rank = rank_index
         slot.peer_addr = sockaddr((peer[0], 0))[0]
         slot.peer_port = peer[1]
@@ -103,12 +108,13 @@ class ReceiveDrain:
             return
         write_state(receiver, self.d.q[qpn])
 
-    def run(self, fd: int, rank_index: int, max_reads: int) -> tuple[int, int, bool]:
+    def run(self, fd: int, rank_index: int, max_reads: int) -> tuple[int, int, bool, int]:
         """Up to max_reads reads of socket `fd` (rank `rank_index`'s), the common path's
         taken: (reads made, the last read's bytes or -errno, whether that read is left to
-        the caller: in the reader's buffer, read by reader.last()). What C took is folded
-        into the receivers; the call's tallies are in `self.d` (reads, packets, udp_bytes,
-        tos, acks, ack_bytes, the refused sends, waits)."""
+        the caller: in the reader's buffer, read by reader.last(), and how many reads C took).
+        What C took is folded into the receivers; the call's tallies are in `self.d` (reads,
+        packets, udp_bytes, tos, acks, ack_bytes, the refused sends, waits, send_errno) and
+        added to its totals, which `totals` hands out."""
         r = self.reader
         made = self.lib.rx_drain(
             self.d,
@@ -133,10 +139,52 @@ class ReceiveDrain:
             q = d.q
             for qpn in self.ffi.unpack(d.dirty, d.n_dirty):
                 fold_taken(receivers[qpn], q[qpn])
-        return int(made), int(self._got[0]), bool(self._left[0])
+        return int(made), int(self._got[0]), bool(self._left[0]), int(d.reads)
 
     def waits(self) -> list[float]:
         """The wall seconds each read the last call took waited in its socket (-1: the kernel
         did not stamp it)."""
         waits: list[float] = self.ffi.unpack(self.d.waits, self.d.reads)
         return waits
+
+    def totals(self, ranks: list[int]) -> DrainTotals:
+        """What the calls took since the last `totals`, and zero them: reads, data packets,
+        ACKs and their bytes, refused ACK sends, per DSCP (packets, UDP bytes), per rank of
+        `ranks` (packets, UDP bytes, ACKs, ACK bytes; those that took none left out), and the
+        reads' waits as a LatencyHistogram's wire form (counts, sum, max)."""
+        t = self.d.totals
+        ffi = self.ffi
+        packets = ffi.unpack(t.class_packets, 64)
+        udp_bytes = ffi.unpack(t.class_bytes, 64)
+        by_rank = {}
+        for rank in ranks:
+            r = self.lib.drain_rank(self.d, rank)
+            if r != ffi.NULL and (r.packets or r.acks):
+                by_rank[rank] = (int(r.packets), int(r.udp_bytes), int(r.acks), int(r.ack_bytes))
+                r.packets = r.udp_bytes = r.acks = r.ack_bytes = 0
+        out = DrainTotals(
+            reads=int(t.reads),
+            packets=int(t.packets),
+            acks=int(t.acks),
+            ack_bytes=int(t.ack_bytes),
+            refused=(int(t.buffer_full), int(t.no_buffers), int(t.no_path)),
+            classes={dscp: (packets[dscp], udp_bytes[dscp]) for dscp in range(64) if packets[dscp]},
+            ranks=by_rank,
+            waits=(ffi.unpack(t.wait_counts, BUCKETS), float(t.wait_sum_s), float(t.wait_max_s)),
+        )
+        ffi.memmove(ffi.addressof(t), bytes(ffi.sizeof(t)), ffi.sizeof(t))
+        return out
+
+
+@dataclass(frozen=True)
+class DrainTotals:
+    """What a ReceiveDrain took between two `totals` calls (see there)."""
+
+    reads: int
+    packets: int
+    acks: int
+    ack_bytes: int
+    refused: tuple[int, int, int]  # ACK sends refused: buffer full, no buffers, no path
+    classes: dict[int, tuple[int, int]]
+    ranks: dict[int, tuple[int, int, int, int]]
+    waits: tuple[list[int], float, float]

@@ -32,7 +32,7 @@ from emulator.engine.receive_path import (
 from emulator.engine.send_errors import SendFailures
 from emulator.engine.send_path import SendPath
 from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
-from emulator.latency import LatencyHistogram
+from emulator.latency import BOUNDS_S, BUCKETS, LatencyHistogram
 from emulator.native import load
 from emulator.native.drain import ReceiveDrain
 from emulator.transport.burst_wire import BurstBuffer
@@ -266,6 +266,9 @@ def _replay(seed: int, drain_on: bool) -> dict[str, Any]:
                 path.on_readable(rank)
             now[0] += 1e-6
             wire += side.peer.replies()
+        # what C counted is folded in at the report; a second fold adds nothing
+        path.collect()
+        path.collect()
         receivers = {
             qpn: {
                 k: v
@@ -324,9 +327,11 @@ def test_a_wakeup_reads_up_to_its_budget_of_reads_made_in_c(drain_on: bool) -> N
         assert select.select([rx], [], [], 5)[0]
         path.on_readable(rank)
         assert len(side.after) == 1
+        path.collect()
         assert side.counters["packets_received"] == NATIVE_READS_PER_WAKEUP
         path.on_readable(rank)
         assert len(side.after) == 2
+        path.collect()
         assert side.counters["packets_received"] == queued
         assert not select.select([rx], [], [], 0)[0]
 
@@ -348,4 +353,27 @@ def test_an_ack_send_the_kernel_refuses_is_raised_naming_its_peer() -> None:
         assert refused.value.errno == errno.EBADF
         assert side.drain.d.send_errno_qpn == 1
         assert conn.qp.common_path()[0] == 2 and conn.qp.acks_sent == 1  # taken all the same
+        side.path.collect()
         assert side.counters["reads_taken_in_c"] == 1
+
+
+def test_the_drains_wait_histogram_buckets_as_latency_histogram_observe() -> None:
+    """The waits C counts until the report land in the bucket LatencyHistogram.observe puts
+    them in (bisect_left over its bounds: a wait equal to a bound is in that bound's bucket),
+    with the same sum and maximum: the bounds themselves, values a hair either side, 0, and
+    beyond the last bound."""
+    assert MODULE is not None
+    ffi, lib = MODULE.ffi, MODULE.lib
+    d = ffi.gc(lib.drain_new(), lib.drain_free)
+    d.wait_bounds = BOUNDS_S.tolist()
+    values = [0.0, 1e-9, float(BOUNDS_S[-1]) * 10]
+    for bound in BOUNDS_S.tolist()[::7]:
+        values += [bound, bound * (1 - 1e-12), bound * (1 + 1e-12)]
+    python = LatencyHistogram()
+    for value in values:
+        lib.drain_observe_wait(d, value)
+        python.observe(value)
+    t = d.totals
+    assert ffi.unpack(t.wait_counts, BUCKETS) == python.counts
+    assert t.wait_max_s == python.max_s
+    assert t.wait_sum_s == pytest.approx(python.sum_s, rel=1e-12)
