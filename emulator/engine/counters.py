@@ -161,6 +161,8 @@ class Counters:
         """The tester's per-QP counters, each half where it lives (sent once, at the end: a
         run may have thousands of QPs). Rows are lists in the order of SEND_QP_COLUMNS and
         RECV_QP_COLUMNS, by QP number."""
+        for collect in self.collectors:
+            collect()
         return {
             "send_qps": {
                 qpn: send_qp_counters(c.qp, c.cnps_received, c.tos >> 2)

@@ -301,13 +301,14 @@ class ReceivePath:
         self._send_failed(OSError(e, os.strerror(e)), ack, conn.dest, rank)
 
     def collect(self) -> None:
-        """Fold what the drain took since the last call into the counters, the ranks' bytes,
-        the per-class tally and the wait histogram, as _count_read, _read_waited and the send
-        path's ACKs count them (the worker's report calls it first: they are read only there).
-        Nothing without the drain."""
+        """Fold what the drain took since the last call into the receive queue pairs, the
+        counters, the ranks' bytes, the per-class tally and the wait histogram, as the Python
+        path and the send path's ACKs count them (the worker's report calls it first: they are
+        read only there). Nothing without the drain."""
         drain = self.drain
         if drain is None:
             return
+        drain.fold_all()
         t = drain.totals(list(self._drained_ranks))
         if not t.reads:
             return
@@ -350,6 +351,8 @@ class ReceivePath:
         rq = endpoint.receivers.get(run.dest_qp)
         if rq is None or endpoint.receiver_peers.get(run.dest_qp) != source:
             return False
+        if self.drain is not None:
+            self.drain.fold(run.dest_qp)  # what C took for it, before Python moves it
         replies = rq.on_data_run(
             now=now,
             psn=run.psn,
@@ -401,8 +404,10 @@ class ReceivePath:
                     continue
                 self._open_receiver(rank, packet.dest_qp, source)
                 self.counters["queue_pairs_opened_in_run"] += 1
-            replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
             kind = type(packet)
+            if kind is DataPacket and self.drain is not None:
+                self.drain.fold(packet.dest_qp)
+            replies = endpoint.on_packet(now=now, packet=packet, ce=ce, source=source)
             if kind is DataPacket and self.drain is not None:
                 self.drain.write(packet.dest_qp)
             if kind is DataPacket:

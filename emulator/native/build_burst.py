@@ -95,6 +95,17 @@ ffibuilder.cdef(
         int32_t n_ranks;
         drain_totals_t totals;
         double wait_bounds[160];
+        uint8_t *buf;
+        size_t len;
+        uint32_t *fields;
+        uint64_t *rx_ns;
+        uint32_t max_psns;
+        uint32_t *psns;
+        const uint8_t *run_opcodes;
+        uint8_t *reply_buf;
+        size_t reply_bytes;
+        long got;
+        int32_t left;
     } drain_t;
     #define DRAIN_FIRST 1
     #define DRAIN_LAST 2
@@ -103,6 +114,8 @@ ffibuilder.cdef(
     drain_rqp_t *drain_rqp(drain_t *d, int32_t qpn);
     drain_rank_t *drain_rank(drain_t *d, int32_t rank);
     void drain_observe_wait(drain_t *d, double wait_s);
+    void drain_unlist(drain_t *d);
+    long rx_drain_fd(drain_t *d, int fd, int32_t rank, uint32_t max_reads);
     long rx_drain(drain_t *d, int fd, int32_t rank, uint8_t *buf, size_t len, uint32_t *fields,
                   uint64_t *rx_ns, uint32_t max_psns, uint32_t *psns, const uint8_t *run_opcodes,
                   uint8_t *reply_buf, size_t reply_bytes, uint32_t max_reads, long *got,

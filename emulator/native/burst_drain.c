@@ -10,8 +10,9 @@
  * goes on reading; it stops at the first read that is anything else (ACKs, a message's end, a CE
  * mark, a gap, a stranger, an unknown queue pair, another traffic class than the reads before
  * it), which it leaves in the buffer for Python, read as rocev2_recv reads it. Python folds what
- * was taken into its ReceiveQueuePair objects after every call and copies a receiver's state
- * back here after it handled one of its packets (drain.py), so outside a call both agree.
+ * was taken into a ReceiveQueuePair object before it reads or changes it (a packet of its own,
+ * the worker's report: drain.py) and copies the receiver's state back here after it handled one
+ * of its packets, so whenever Python looks at a receiver both agree.
  * Appended to burst.c's source by build_burst.py (one translation unit): it reads and sends with burst.c's functions.
  */
 #include <stdlib.h>
@@ -68,7 +69,7 @@ typedef struct {
 typedef struct {
     drain_rqp_t *q; /* by QP number */
     int32_t n;
-    int32_t *dirty; /* QP numbers taken for in this call */
+    int32_t *dirty; /* QP numbers taken for since Python last folded them all (drain_unlist) */
     int32_t n_dirty, cap_dirty;
     uint8_t flags[256]; /* DRAIN_FIRST | DRAIN_LAST by opcode */
     int32_t gso;          /* ACKs of one read in one GSO send (else one datagram each) */
@@ -86,6 +87,19 @@ typedef struct {
     int32_t n_ranks;
     drain_totals_t totals;
     double wait_bounds[DRAIN_WAIT_BUCKETS - 1]; /* emulator.latency.BOUNDS_S, set by drain.py */
+    /* rx_drain's arguments that stay the same from call to call (drain.py sets them once):
+     * converting fifteen arguments through cffi at every call was most of its Python cost */
+    uint8_t *buf;
+    size_t len;
+    uint32_t *fields;
+    uint64_t *rx_ns;
+    uint32_t max_psns;
+    uint32_t *psns;
+    const uint8_t *run_opcodes;
+    uint8_t *reply_buf;
+    size_t reply_bytes;
+    long got; /* rx_drain_fd's *got and *left */
+    int32_t left;
 } drain_t;
 
 drain_rqp_t *drain_rqp(drain_t *d, int32_t qpn)
@@ -159,6 +173,14 @@ void drain_free(drain_t *d)
     free(d->dirty);
     free(d->ranks);
     free(d);
+}
+
+/* Python folded every listed queue pair's tallies: the list starts again */
+void drain_unlist(drain_t *d)
+{
+    for (int32_t i = 0; i < d->n_dirty; i++)
+        d->q[d->dirty[i]].listed = 0;
+    d->n_dirty = 0;
 }
 
 /* psn_diff of packets.py: the signed distance a - b on the 24-bit PSN circle */
@@ -291,9 +313,6 @@ long rx_drain(drain_t *d, int fd, int32_t rank, uint8_t *buf, size_t len, uint32
     d->packets = d->udp_bytes = d->acks = d->ack_bytes = 0;
     d->buffer_full = d->no_buffers = d->no_path = 0;
     d->send_errno = 0;
-    for (int32_t i = 0; i < d->n_dirty; i++)
-        d->q[d->dirty[i]].listed = 0;
-    d->n_dirty = 0;
     *left = 0;
     *got = -EAGAIN;
     if (max_reads > sizeof d->waits / sizeof d->waits[0])
@@ -325,5 +344,16 @@ long rx_drain(drain_t *d, int fd, int32_t rank, uint8_t *buf, size_t len, uint32
         if (d->send_errno)
             return made; /* Python raises it (send_errors.py) */
     }
+    return made;
+}
+
+/* rx_drain with the arguments drain.py stored in d: the last recv's result in d->got, whether
+ * its read is left to Python in d->left */
+long rx_drain_fd(drain_t *d, int fd, int32_t rank, uint32_t max_reads)
+{
+    int left = 0;
+    long made = rx_drain(d, fd, rank, d->buf, d->len, d->fields, d->rx_ns, d->max_psns, d->psns,
+                         d->run_opcodes, d->reply_buf, d->reply_bytes, max_reads, &d->got, &left);
+    d->left = left;
     return made;
 }

@@ -4,10 +4,13 @@ Python ReceiveQueuePair objects (the engine's receive path, emulator/engine/rece
 is its user).
 
 The Python ReceiveQueuePair stays the queue pair. C keeps a copy of the few fields that decide
-the common path (ReceiveQueuePair.common_path, message_index) and counts what it took; `run`
-folds those counts into the receivers it touched before it returns (took_common_path), so
-outside a call Python's state is whole; the caller copies a receiver's state back (`write`)
-after Python handled one of its packets. Only data in order from the queue pair's own peer,
+the common path (ReceiveQueuePair.common_path, message_index) and counts what it took, until
+the caller folds those counts into the receiver (took_common_path): `fold` before it hands the
+receiver one of its packets, `fold_all` before the worker reports (every other reader of a
+receiver's state reads it there, or reads what C never changes: reordering, drops). Folding
+after every call was a twentieth of a busy worker's samples. The caller copies a receiver's
+state back (`write`) after Python handled one of its packets. Only data in order from the
+queue pair's own peer,
 ending no message and carrying no CE mark, is taken: every table and event is the one the
 Python path gives (tests/unit/test_native_drain.py holds the two paths to the same state,
 events and wire bytes).
@@ -61,10 +64,16 @@ class ReceiveDrain:
         if lib.DRAIN_WAIT_BUCKETS != BUCKETS:
             raise RuntimeError("burst_drain.c: DRAIN_WAIT_BUCKETS is not emulator.latency.BUCKETS")
         self.d.wait_bounds = BOUNDS_S.tolist()
+        # rx_drain's arguments that stay the same, in the struct (rx_drain_fd); the buffers
+        # they point into are kept alive here
         self._reply = ffi.from_buffer(reply_buf)
-        self._reply_bytes = len(reply_buf)
-        self._got = ffi.new("long *")
-        self._left = ffi.new("int *")
+        self._opcodes = ffi.from_buffer("uint8_t[]", reader.run_opcodes)
+        d.buf, d.len = reader.buf_ptr, reader.buf_bytes
+        d.fields, d.rx_ns = reader.rx_fields, reader.rx_ns
+        d.max_psns, d.psns = reader.max_run, reader.ack_psn_array
+        d.run_opcodes = self._opcodes
+        d.reply_buf, d.reply_bytes = self._reply, len(reply_buf)
+        self._rx_drain_fd = lib.rx_drain_fd
         self.receivers: dict[int, ReceiveQueuePair] = {}
         self._prefixes: dict[int, Any] = {}  # each taken QP's ICRC prefixes, which C reads
 
@@ -102,44 +111,48 @@ class ReceiveDrain:
         return True
 
     def write(self, qpn: int) -> None:
-        """Copy the receiver's state to C after Python handled one of its packets."""
+        """Copy the receiver's state to C after Python handled one of its packets (what C
+        took before is folded in first)."""
         receiver = self.receivers.get(qpn)
         if receiver is None:
             return
-        write_state(receiver, self.d.q[qpn])
+        slot = self.d.q[qpn]
+        if slot.packets or slot.acks:
+            fold_taken(receiver, slot)
+        write_state(receiver, slot)
 
     def run(self, fd: int, rank_index: int, max_reads: int) -> tuple[int, int, bool, int]:
         """Up to max_reads reads of socket `fd` (rank `rank_index`'s), the common path's
         taken: (reads made, the last read's bytes or -errno, whether that read is left to
         the caller: in the reader's buffer, read by reader.last(), and how many reads C took).
-        What C took is folded into the receivers; the call's tallies are in `self.d` (reads,
-        packets, udp_bytes, tos, acks, ack_bytes, the refused sends, waits, send_errno) and
-        added to its totals, which `totals` hands out."""
-        r = self.reader
-        made = self.lib.rx_drain(
-            self.d,
-            fd,
-            rank_index,
-            r.buf_ptr,
-            r.buf_bytes,
-            r.rx_fields,
-            r.rx_ns,
-            r.max_run,
-            r.ack_psn_array,
-            r.run_opcodes,
-            self._reply,
-            self._reply_bytes,
-            max_reads,
-            self._got,
-            self._left,
-        )
+        What C took is in its slots until `fold` or `fold_all`; the call's tallies are in
+        `self.d` (reads, packets, udp_bytes, tos, acks, ack_bytes, the refused sends, waits,
+        send_errno) and added to its totals, which `totals` hands out."""
         d = self.d
-        if d.n_dirty:
-            receivers = self.receivers
-            q = d.q
-            for qpn in self.ffi.unpack(d.dirty, d.n_dirty):
-                fold_taken(receivers[qpn], q[qpn])
-        return int(made), int(self._got[0]), bool(self._left[0]), int(d.reads)
+        made = self._rx_drain_fd(d, fd, rank_index, max_reads)
+        return made, d.got, d.left != 0, d.reads
+
+    def fold(self, qpn: int) -> None:
+        """What C took for receiver `qpn` since the last fold, into it (before Python reads or
+        changes the receiver; nothing for a queue pair C does not take)."""
+        receiver = self.receivers.get(qpn)
+        if receiver is not None:
+            slot = self.d.q[qpn]
+            if slot.packets or slot.acks:
+                fold_taken(receiver, slot)
+
+    def fold_all(self) -> None:
+        """`fold` for every receiver C took for since the last fold_all."""
+        d = self.d
+        if not d.n_dirty:
+            return
+        receivers = self.receivers
+        q = d.q
+        for qpn in self.ffi.unpack(d.dirty, d.n_dirty):
+            slot = q[qpn]
+            if slot.packets or slot.acks:
+                fold_taken(receivers[qpn], slot)
+        self.lib.drain_unlist(d)
 
     def waits(self) -> list[float]:
         """The wall seconds each read the last call took waited in its socket (-1: the kernel

@@ -352,8 +352,8 @@ def test_an_ack_send_the_kernel_refuses_is_raised_naming_its_peer() -> None:
             side.path.on_readable(side.rank)
         assert refused.value.errno == errno.EBADF
         assert side.drain.d.send_errno_qpn == 1
+        side.path.collect()  # what C took, folded in as at the worker's report
         assert conn.qp.common_path()[0] == 2 and conn.qp.acks_sent == 1  # taken all the same
-        side.path.collect()
         assert side.counters["reads_taken_in_c"] == 1
 
 
@@ -377,3 +377,37 @@ def test_the_drains_wait_histogram_buckets_as_latency_histogram_observe() -> Non
     assert ffi.unpack(t.wait_counts, BUCKETS) == python.counts
     assert t.wait_max_s == python.max_s
     assert t.wait_sum_s == pytest.approx(python.sum_s, rel=1e-12)
+
+
+def test_what_c_took_is_folded_in_before_python_reads_or_writes_the_receiver() -> None:
+    """C keeps what it took in its slot until Python needs the receiver: a write of Python's
+    state to C (here through on_recording) folds it in first, so neither side loses the packets
+    (a write of the receiver's stale state would have taken C back to PSN 0); the report's
+    collect folds the rest."""
+    with _receive_side(5, drain_on=True) as side:
+        packets = [DataPacket(1, 0, Opcode.SEND_FIRST, False, PAYLOAD)]
+        packets += [DataPacket(1, psn, Opcode.SEND_MIDDLE, False, PAYLOAD) for psn in (1, 2)]
+        side.peer.send(SPORTS[0], packets, TOS_DATA)
+        rx = side.rank.rx_sock
+        assert select.select([rx], [], [], 5)[0]
+        while select.select([rx], [], [], 0)[0]:
+            side.path.on_readable(side.rank)
+        qp = side.recv_conns[1].qp
+        slot = side.drain.d.q[1]
+        assert slot.packets == 3 and slot.expected_psn == 3  # in C, not folded yet
+        assert qp.packets_received == 0
+        qp.deliveries = None  # on_recording: Python's state written to C
+        assert qp.packets_received == 3 and qp.common_path()[0] == 3
+        assert slot.packets == 0 and slot.expected_psn == 3
+        # more for it, then the message's last packet: Python folds before it takes it
+        more = [DataPacket(1, 3, Opcode.SEND_MIDDLE, False, PAYLOAD)]
+        more.append(DataPacket(1, 4, Opcode.SEND_LAST, True, PAYLOAD))
+        side.peer.send(SPORTS[0], more, TOS_DATA)
+        assert select.select([rx], [], [], 5)[0]
+        while select.select([rx], [], [], 0)[0]:
+            side.path.on_readable(side.rank)
+        assert qp.packets_received == 5 and qp.common_path()[0] == 5
+        assert [type(e).__name__ for e in side.events] == ["MessageReceived"]
+        assert side.events[0].size_bytes == 5 * PAYLOAD
+        side.path.collect()
+        assert side.counters["packets_received"] == 5
