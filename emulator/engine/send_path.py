@@ -133,16 +133,19 @@ class SendPath:
         # Round robin that resumes where the last tick stopped, in QP-number order: a turn
         # counted by ticks modulo the number of active queue pairs favoured some of them
         # whenever others came and went (1:5 between equal ones in a unit test).
-        start = bisect.bisect_right(qpns, nic.last_served_qpn)
         # Only those with a packet due take a turn (poll_burst hands the others nothing): 1,024
         # queue pairs behind one NIC, most waiting for ACKs, each worked out a turn after every
         # read (tests/system/test_switch_scale.py). The first round's shares still divide the
         # budget among all of them, as before.
-        order = [
-            (qpn, conn)
-            for qpn in (*qpns[start:], *qpns[:start])
-            if (conn := by_qpn[qpn]).qp.due_to_send(now)
-        ]
+        due = [qpn for qpn in qpns if by_qpn[qpn].qp.due_to_send(now)]
+        if not due:
+            # what a serve with no turn changes (half the serves after reads at TDF 4600):
+            # the credit a backlogged NIC lost, and it is no longer backlogged
+            nic.start_tick(floor)
+            nic.backlogged = False
+            return
+        start = bisect.bisect_right(due, nic.last_served_qpn)
+        order = [(qpn, by_qpn[qpn]) for qpn in (*due[start:], *due[:start])]
         conns = order
         packet_wire = self._max_packet_wire_bytes
         lost = nic.lost_wire_bytes

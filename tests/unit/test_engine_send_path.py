@@ -167,6 +167,50 @@ def test_a_nic_bound_by_its_rate_is_behind_when_served_late() -> None:
     ]
 
 
+def test_a_behind_nic_served_when_none_of_its_queue_pairs_has_a_packet_due() -> None:
+    """A serve in which no queue pair takes a turn (their windows full, waiting for ACKs) still
+    ends what the NIC's being behind meant: the credit the floor cut since it was left
+    backlogged is its lost credit, it is no longer backlogged, and no queue pair waited on it
+    (none was due). Then an ACK opens a window and the next serve sends."""
+    line_bps = 8e9
+    sender = _arbiter(burst_s=1e-7)
+    nic = NicPacer(line_bps)
+    params = TransportParams(congestion_control="none", path_mtu_bytes=1024, window_packets=40)
+    qps = [
+        SendQueuePair(qpn=q, dest_qp=q + 1, params=params, line_rate_bps=line_bps) for q in (1, 3)
+    ]
+    for qp in qps:
+        qp.post_send(now=0.0, message_id=qp.qpn, size_bytes=64 * 1024)
+        sender.active[qp.qpn] = SimpleNamespace(
+            qp=qp, rank=SimpleNamespace(nic=nic, xdp=None), nic_lost_s=0.0
+        )
+    sender.pump(1e-6)
+    assert nic.backlogged
+    now = 1e-6
+    while any(qp.due_to_send(now) for qp in qps):  # fill both windows (bounded: 80 packets)
+        assert now < 1e-3
+        now += 1e-6
+        sender.pump(now)
+    assert [qp.packets_sent for qp in qps] == [40, 40]
+    sent_before = nic.sent_wire_bytes
+    waited = [c.nic_lost_s for c in sender.active.values()]
+    nic.backlogged = True  # left behind by its last serve, as with packets still due
+    free_at = nic.free_at_s
+    later = now + 10e-6
+    sender.pump(later)
+    floor = later - 1e-7
+    assert nic.lost_wire_bytes > 0
+    assert not nic.backlogged and nic.sent_wire_bytes == sent_before
+    assert [c.nic_lost_s for c in sender.active.values()] == waited
+    lost = nic.lost_wire_bytes
+    sender.pump(later + 1e-6)  # not behind any more: nothing more lost while idle
+    assert nic.lost_wire_bytes == lost
+    assert free_at < floor
+    qps[0].on_ack(now=later + 2e-6, packet=AckPacket(dest_qp=2, psn=9))
+    sender.pump(later + 3e-6)
+    assert qps[0].packets_sent > 40 and qps[1].packets_sent == 40
+
+
 def test_the_arbiter_shares_a_tick_s_budget_among_its_queue_pairs() -> None:
     """A budget of several packets goes round the queue pairs a share at a time, as a NIC's
     arbiter serves its queues in turn packet by packet (it went whole to the first in turn,
