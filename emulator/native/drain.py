@@ -154,12 +154,6 @@ class ReceiveDrain:
                 fold_taken(receivers[qpn], slot)
         self.lib.drain_unlist(d)
 
-    def waits(self) -> list[float]:
-        """The wall seconds each read the last call took waited in its socket (-1: the kernel
-        did not stamp it)."""
-        waits: list[float] = self.ffi.unpack(self.d.waits, self.d.reads)
-        return waits
-
     def totals(self, ranks: list[int]) -> DrainTotals:
         """What the calls took since the last `totals`, and zero them: reads, data packets,
         ACKs and their bytes, refused ACK sends, per DSCP (packets, UDP bytes), per rank of
