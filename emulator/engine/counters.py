@@ -112,8 +112,7 @@ class Counters:
 
     def report(self, now: float) -> dict[str, Any]:
         """The stats a batch of events goes to the coordinator with."""
-        for collect in self.collectors:
-            collect()
+        self._collect()
         # one getrusage for the CPU and the memory (three took 2-3% of a busy worker's samples)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         cpu = usage.ru_utime + usage.ru_stime
@@ -136,6 +135,10 @@ class Counters:
             # each AF_XDP port's info and counters (engine.send_path af_xdp)
             **({"af_xdp": [nic.report() for nic in self.xdp_nics]} if self.xdp_nics else {}),
         }
+
+    def _collect(self) -> None:
+        for collect in self.collectors:
+            collect()
 
     def _pacing(self) -> dict[str, float]:
         """Bytes sent and bytes the rates allowed but the ticks came too late for (the NICs'
@@ -161,8 +164,7 @@ class Counters:
         """The tester's per-QP counters, each half where it lives (sent once, at the end: a
         run may have thousands of QPs). Rows are lists in the order of SEND_QP_COLUMNS and
         RECV_QP_COLUMNS, by QP number."""
-        for collect in self.collectors:
-            collect()
+        self._collect()
         return {
             "send_qps": {
                 qpn: send_qp_counters(c.qp, c.cnps_received, c.tos >> 2)

@@ -116,10 +116,8 @@ class ReceiveDrain:
         receiver = self.receivers.get(qpn)
         if receiver is None:
             return
-        slot = self.d.q[qpn]
-        if slot.packets or slot.acks:
-            fold_taken(receiver, slot)
-        write_state(receiver, slot)
+        self.fold(qpn)
+        write_state(receiver, self.d.q[qpn])
 
     def run(self, fd: int, rank_index: int, max_reads: int) -> tuple[int, int, bool, int]:
         """Up to max_reads reads of socket `fd` (rank `rank_index`'s), the common path's
@@ -146,12 +144,8 @@ class ReceiveDrain:
         d = self.d
         if not d.n_dirty:
             return
-        receivers = self.receivers
-        q = d.q
         for qpn in self.ffi.unpack(d.dirty, d.n_dirty):
-            slot = q[qpn]
-            if slot.packets or slot.acks:
-                fold_taken(receivers[qpn], slot)
+            self.fold(qpn)
         self.lib.drain_unlist(d)
 
     def totals(self, ranks: list[int]) -> DrainTotals:
@@ -161,8 +155,9 @@ class ReceiveDrain:
         reads' waits as a LatencyHistogram's wire form (counts, sum, max)."""
         t = self.d.totals
         ffi = self.ffi
-        packets = ffi.unpack(t.class_packets, 64)
-        udp_bytes = ffi.unpack(t.class_bytes, 64)
+        classes = self.lib.DRAIN_CLASSES
+        packets = ffi.unpack(t.class_packets, classes)
+        udp_bytes = ffi.unpack(t.class_bytes, classes)
         by_rank = {}
         for rank in ranks:
             r = self.lib.drain_rank(self.d, rank)
@@ -175,7 +170,9 @@ class ReceiveDrain:
             acks=int(t.acks),
             ack_bytes=int(t.ack_bytes),
             refused=(int(t.buffer_full), int(t.no_buffers), int(t.no_path)),
-            classes={dscp: (packets[dscp], udp_bytes[dscp]) for dscp in range(64) if packets[dscp]},
+            classes={
+                dscp: (packets[dscp], udp_bytes[dscp]) for dscp in range(classes) if packets[dscp]
+            },
             ranks=by_rank,
             waits=(ffi.unpack(t.wait_counts, BUCKETS), float(t.wait_sum_s), float(t.wait_max_s)),
         )
