@@ -398,6 +398,7 @@ class NativeIngress:
     def __init__(self, sim: NativeSimulator, index: int, upstream: NativePort) -> None:
         self._g: Any = sim.fab.ingress + index
         self.sim = sim
+        self.index = index
         self.upstream = upstream
 
     drops = property(lambda self: self._g.drops)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from emulator.native import HERE, built_path, stale
 from emulator.sim import native
 from emulator.sim.engine import Simulator
+from emulator.sim.readings import PortReader
 
 MODULE, WHY_NOT = native.load_module()
 needs_native = pytest.mark.skipif(MODULE is None, reason=f"native simfab absent: {WHY_NOT}")
@@ -86,3 +88,64 @@ def test_a_run_past_its_event_budget_stops_saying_so() -> None:
     sim.at(0.0, again)
     with pytest.raises(RuntimeError, match="exceeded 100 events"):
         sim.run(until_s=1.0, max_events=100)
+
+
+@needs_native
+@settings(max_examples=30, deadline=None)
+@given(
+    values=st.lists(
+        st.tuples(
+            st.integers(0, 2**62),
+            st.integers(0, 2**40),
+            st.integers(0, 2**40),
+            st.integers(0, 2**40),
+            st.integers(0, 2**40),
+            st.floats(1e6, 1e12),
+            st.booleans(),
+            st.floats(0.0, 1.0),
+            st.floats(0.0, 1.0),
+            st.integers(0, 2**30),
+            st.integers(0, 2**30),
+        ),
+        min_size=4,
+        max_size=4,
+    ),
+    now=st.floats(0.0, 2.0),
+)
+def test_port_columns_read_from_the_c_arrays_are_the_ports_own_readings(
+    values: list[tuple[Any, ...]], now: float
+) -> None:
+    """emulator/sim/readings.py's structured view of fab_port_t and fab_ingress_t against each
+    NativePort's and NativeIngress's own properties: every field at its offset, the far end's
+    headroom drops added, the paused time up to `now`, in the order asked."""
+    assert MODULE is not None
+    sim = native.NativeSimulator(MODULE, 4, 0, 2, 0)
+    ports = [native.NativePort(sim, i, f"p{i}") for i in range(4)]
+    ingresses = [native.NativeIngress(sim, j, ports[j]) for j in range(2)]
+    for i, (tx, frames, marks, drops, queued, rate, paused, since, held, pauses, hdrm) in enumerate(
+        values
+    ):
+        p = sim.fab.ports[i]
+        p.tx_bytes, p.tx_frames, p.marks, p.drops, p.queued_bytes = tx, frames, marks, drops, queued
+        p.rate_bps, p.paused, p.paused_since, p.paused_s, p.pause_frames = (
+            rate,
+            int(paused),
+            since,
+            held,
+            pauses,
+        )
+        if i < 2:
+            sim.fab.ingress[i].drops = hdrm
+    # out of order, with the far ends on two of them
+    sampled = [
+        (ports[3], ingresses[0]),
+        (ports[0], None),
+        (ports[2], ingresses[1]),
+        (ports[1], None),
+    ]
+    fast = PortReader(sampled)
+    assert fast._native is not None  # the C path is taken for the C fabric's ports
+    ours, theirs = fast.read(now), PortReader(sampled, vectorized=False).read(now)
+    for name, a, b in zip(ours._fields, ours, theirs, strict=True):
+        assert a.dtype == b.dtype, name
+        assert a.tolist() == b.tolist(), name

@@ -50,6 +50,7 @@ from emulator.events import (
 from emulator.scenario.model import Scenario
 from emulator.schedule.fabric import describe_fabric
 from emulator.sim.fabric import SimFabric, SimFabricParams, build_fabric
+from emulator.sim.readings import PortReader
 from emulator.sim.replay import FlowRecord, ReplayOutputs, SimReplay
 from emulator.timescale.tdf import TdfChoice
 from emulator.transport.qp_counters import recv_qp_counters, send_qp_counters
@@ -170,7 +171,9 @@ class SimSession(Session):
         # at its far end), and each host's NIC both ways (its own port, and its downlink)
         ports = self.fabric.ports
         self._sampled_names = tuple(ports)
-        self._sampled = [(port, self._ingress_of.get(port)) for port in ports.values()]
+        self._port_reader = PortReader(
+            [(port, self._ingress_of.get(port)) for port in ports.values()]
+        )
         hosts = self.fabric.hosts
         both: tuple[Direction, ...] = ("tx", "rx")
         self._nic_names = tuple((rank, d) for rank in range(len(hosts)) for d in both)
@@ -301,20 +304,19 @@ class SimSession(Session):
         """Every port's counters and exact queue, every NIC's bytes, at simulated time t: one
         event of columns for the ports and one for the NICs (a row object per port and sample
         would hold most of a large fabric's memory by the end of the run)."""
-        sampled, n = self._sampled, len(self._sampled)
+        c = self._port_reader.read(t)
         out: list[RunEvent] = [
             PortSamples(
                 t,
                 self._sampled_names,
-                np.fromiter((p.tx_bytes for p, _ in sampled), np.int64, n),
-                np.fromiter((p.tx_frames for p, _ in sampled), np.int64, n),
-                np.fromiter((p.marks for p, _ in sampled), np.int64, n),
-                # a port's drops and the headroom drops of the ingress account at its far end
-                np.fromiter((p.drops + (i.drops if i else 0) for p, i in sampled), np.int64, n),
-                np.fromiter((p.queued_bytes for p, _ in sampled), np.int64, n),
-                np.fromiter((p.rate_bps for p, _ in sampled), np.float64, n),
-                np.fromiter((p.paused_s_until(t) for p, _ in sampled), np.float64, n),
-                np.fromiter((p.pause_frames for p, _ in sampled), np.int64, n),
+                c.tx_bytes,
+                c.tx_frames,
+                c.marks,
+                c.drops,
+                c.queued_bytes,
+                c.rate_bps,
+                c.paused_s,
+                c.pause_frames,
             )
         ]
         out.extend(self._attribution(t))
