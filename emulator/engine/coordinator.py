@@ -40,7 +40,7 @@ from emulator.engine.run_metadata import run_metadata
 from emulator.engine.worker_spec import QueuePairAhead, WorkerSpec
 from emulator.engine.xdp_ports import ledger_answer, ledger_items
 from emulator.errors import EXIT_EXPECTATION_FAILED, EmulatorError, PlanError
-from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
+from emulator.events import FlowFinished, FlowStarted, RateSample, RunEvent
 from emulator.latency import LatencyHistogram, merged
 from emulator.transport.params import TransportParams
 from emulator.transport.qp_profile import DEFAULT_PROFILE, QpProfile
@@ -421,7 +421,7 @@ class Coordinator:
             elif kind in ("events", "bye"):
                 if msg[2] is not None:  # a batch flushed early for a completion has no stats
                     w.stats = msg[2]
-                self._take(w, msg[1], msg[2])
+                self._take(msg[1])
                 if kind == "bye":
                     w.gone = True
             elif kind == "error":
@@ -436,9 +436,7 @@ class Coordinator:
         acknowledged, so the worker attaches only what the ledger holds."""
         w.pipe.send(ledger_answer(self.on_ledger, items))
 
-    def _take(
-        self, w: _WorkerHandle, batch: list[tuple[Any, ...]], stats: dict[str, Any] | None
-    ) -> None:
+    def _take(self, batch: list[tuple[Any, ...]]) -> None:
         new: list[RunEvent] = []
         relay: dict[int, list[int]] = {}
         for item in batch:
@@ -467,11 +465,6 @@ class Coordinator:
             target = self.workers[index]
             if not target.gone:
                 target.pipe.send(("deps_done", ids))
-        if stats:
-            t = stats["time_s"]
-            for rank, (tx, rx) in stats["nic"].items():
-                new.append(NicSample(t, rank, "tx", tx))
-                new.append(NicSample(t, rank, "rx", rx))
         self.events.extend(new)
         if self.on_events is not None and new:
             self.on_events(new)

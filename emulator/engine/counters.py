@@ -60,7 +60,6 @@ class Counters:
         self.dep_latency: dict[str, LatencyHistogram] = {}
         # wall seconds each read's data waited in its socket (kernel stamp to the read)
         self.receive_wait = LatencyHistogram()
-        self._nic_sent: dict[int, tuple[int, int]] = {}  # NIC counters as last reported
         # called first by every report: what is counted elsewhere until read (the receive
         # path's drain counts in C), folded into these counters
         self.collectors: list[Callable[[], None]] = []
@@ -118,7 +117,6 @@ class Counters:
         cpu = usage.ru_utime + usage.ru_stime
         return {
             "time_s": now,
-            "nic": self._nic_changes(),
             "drops": dict(self.drops),  # every drop is a PacketDropped event, counted once
             "counters": dict(self.counters),
             "classes": {dscp: list(row) for dscp, row in self.classes.items()},
@@ -147,18 +145,6 @@ class Counters:
         lost = sum(n.lost_wire_bytes for n in nics)
         lost += sum(c.qp.pacing_lost_bytes for c in self.send_conns.values())
         return {"sent_bytes": float(sum(n.sent_wire_bytes for n in nics)), "lost_bytes": lost}
-
-    def _nic_changes(self) -> dict[int, tuple[int, int]]:
-        """Byte counters of the ranks whose counters moved since the last report (a worker
-        with a thousand idle endpoints would otherwise send them all at every flush)."""
-        out = {}
-        sent = self._nic_sent
-        for r in self.ranks.values():
-            now = (r.tx_bytes, r.rx_bytes)
-            if sent.get(r.spec.rank) != now:
-                sent[r.spec.rank] = now
-                out[r.spec.rank] = now
-        return out
 
     def queue_pairs(self) -> dict[str, Any]:
         """The tester's per-QP counters, each half where it lives (sent once, at the end: a

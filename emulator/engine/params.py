@@ -137,6 +137,15 @@ class EngineParams:
         min=0.001,
         max=10.0,
     )
+    stats_period_s: float = param(
+        0.1,
+        doc="Wall-clock period at which workers send their counters, histograms and CPU with "
+        "their events (what the live metrics read; each worker's last report at the end holds "
+        "the run's totals)",
+        unit="s",
+        min=0.001,
+        max=10.0,
+    )
     rate_sample_s: float = param(
         0.001,
         doc="Least target-time between two rate samples of one queue pair (cuts are always sent)",

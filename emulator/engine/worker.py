@@ -60,7 +60,7 @@ from emulator.engine.flows import FlowStarts
 from emulator.engine.native_path import NATIVE_BUFFERS_PER_POLL, choose_data_path
 from emulator.engine.ranks import RECV_BUFFER_BYTES, Rank, RankSockets, RecvConn, SendConn
 from emulator.engine.receive_path import ReceivePath
-from emulator.engine.reports import EventReports
+from emulator.engine.reports import EventReports, FlushClock
 from emulator.engine.send_errors import SendFailures
 from emulator.engine.send_path import SendPath
 from emulator.engine.sockets import Offloads, detect_offloads
@@ -124,7 +124,7 @@ class Worker:
         self.finished: asyncio.Future[None] | None = None
         self._tick_handle: asyncio.Handle | None = None
         self._in_tick = False
-        self._next_flush_wall = 0.0
+        self._flush_clock = FlushClock(self.params.event_batch_s, self.params.stats_period_s)
         self.sockets = RankSockets(
             spec.ranks,
             spec.addresses.values(),
@@ -258,7 +258,7 @@ class Worker:
         self.stats.run_started()
         self.flows.start(max(self.clock.now(), 0.0))
         ticks.next_tick_wall = time.perf_counter()
-        self._next_flush_wall = ticks.next_tick_wall + self.params.event_batch_s
+        self._flush_clock.start(ticks.next_tick_wall)
         self._tick()
 
     def _tick(self) -> None:
@@ -292,9 +292,9 @@ class Worker:
         self._pump(now + self._xdp_lead_s, late_s / self.params.tdf)
         self._handle_events()
         wall = time.perf_counter()
-        if wall >= self._next_flush_wall:
-            self._flush(now, stats=True)
-            self._next_flush_wall = wall + self.params.event_batch_s
+        flush, stats = self._flush_clock.due(wall)
+        if flush:
+            self._flush(now, stats=stats)
         elif self.reports.flush_now:
             self._flush(now)
         ticks.next_tick_wall += tick
@@ -336,11 +336,12 @@ class Worker:
             self._tick()
 
     def _flush(self, now: float, stats: bool = False) -> None:
-        """The events so far to the coordinator; with `stats`, the worker's counters too (every
-        event_batch_s: a completion another worker waits for is flushed at once, hundreds of
-        times a second, and the counters' report, CPU and pacing sums over every queue pair, was
-        a twentieth of a worker's time at the main job's start)."""
+        """The events so far to the coordinator (periodically, FlushClock, and at once for a
+        completion another worker waits for, hundreds of times a second); with `stats`, the
+        worker's counters too. A periodic flush with neither sends nothing."""
         self.reports.flush_now = False
+        if not stats and not self.out:
+            return
         # the list stays (the flows and the reports hold it): its contents go
         out = self.out[:]
         self.out.clear()

@@ -8,7 +8,7 @@ from collections.abc import Hashable, Iterable
 
 from collectors.recorder import RunRecorder
 from collectors.records import instance_metas
-from emulator.events import CollectiveMemberStarted, NicSample, RunEvent
+from emulator.events import CollectiveMemberStarted, RunEvent
 from emulator.interrupts import Interrupts
 from emulator.planning.attribution import attribution_class, seed_classes
 from emulator.planning.workload import Driver, PlannedWorkload
@@ -74,8 +74,7 @@ class Replay:
 
     def on_events(self, batch: list[RunEvent]) -> None:
         self.interrupts.check()
-        # NIC samples come from the interfaces' own counters (the sampler), not the engine's
-        self.recorder.on_events([e for e in batch if not isinstance(e, NicSample)])
+        self.recorder.on_events(batch)
 
     def progress(self, throughput_bps: float = 0.0) -> ProgressState:
         results = self.job.results
