@@ -1,9 +1,10 @@
-"""What a worker counts and measures, and the stats it reports with every batch of events.
+"""What a worker counts and measures, and the stats it reports every engine.stats_period_s.
 
 Per traffic class (DSCP) the packets and bytes its ranks sent and received; the one-way latency
 of data packets from the departure stamps the sender wrote into them (per QP and per class,
-target seconds); its NICs' byte counters and pacing; its CPU time, tick lateness and GC pauses;
-and, once at the end, each queue pair's counters.
+target seconds); its NICs' pacing; its CPU time, tick lateness and GC pauses; and, once at the
+end, each queue pair's counters. (The NICs' byte counters are the interfaces' own, which the
+run's sampler reads.)
 """
 
 from __future__ import annotations

@@ -27,18 +27,17 @@ from emulator.latency import LatencyHistogram
 from emulator.transport.burst_wire import BurstWriter
 from emulator.transport.endpoint import RoceEndpoint
 from emulator.transport.events import TransportEvent
-from emulator.transport.packets import IPV4_HEADER_BYTES, ROCEV2_UDP_PORT, UDP_HEADER_BYTES
+from emulator.transport.packets import ROCEV2_UDP_PORT
 from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.sender import SendQueuePair
 from emulator.transport.wire import IcrcContext
 
-IP_UDP_BYTES = IPV4_HEADER_BYTES + UDP_HEADER_BYTES
 RECV_BUFFER_BYTES = 65535 * 2
 
 
 @dataclass(eq=False)
 class Rank:
-    """A rank of the worker's shard: its endpoint (queue pairs), sockets, NIC and byte counters."""
+    """A rank of the worker's shard: its endpoint (queue pairs), sockets and NIC."""
 
     spec: RankEndpoint
     endpoint: RoceEndpoint
@@ -46,8 +45,6 @@ class Rank:
     nic: NicPacer
     sport_socks: dict[int, socket.socket] = field(default_factory=dict)
     ns_per_byte: float = 0.0  # wall time of one byte on its link (line rate, dilated)
-    tx_bytes: int = 0
-    rx_bytes: int = 0
     xdp: XdpNic | None = None  # its interface's AF_XDP port (engine.send_path af_xdp)
 
 

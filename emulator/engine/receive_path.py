@@ -29,7 +29,7 @@ from typing import Protocol
 
 from emulator.engine.clock import DilatedClock
 from emulator.engine.counters import CountClass
-from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn
+from emulator.engine.ranks import Rank, RecvConn
 from emulator.engine.sockets import ANCILLARY_BYTES, read_ancillary, segments
 from emulator.engine.worker_spec import QueuePairAhead
 from emulator.latency import LatencyHistogram
@@ -138,7 +138,6 @@ class ReceivePath:
         # departure stamps to read or per-packet source ports to map back
         self.drain = drain if run_reader is not None and not latency and not self._entropy else None
         self._tos_ack = tos_ack  # the drain's ACKs, counted in their class
-        self._drained_ranks: dict[int, Rank] = {}  # by index: those whose reads C takes
         self._send_failed = send_failed
 
     def on_readable(self, rank: Rank) -> None:
@@ -179,7 +178,7 @@ class ReceivePath:
         one known QP at once (the fast paths only for the QP's own peer; anything else goes
         through the codec, which counts foreign sources as drops). An AF_XDP port's read is not
         stamped by a kernel: its wait counts as 0 (the worker's lag stands for it)."""
-        self._count_read(rank, nbytes, gso_size, tos)
+        self._count_read(nbytes, gso_size, tos)
         endpoint = rank.endpoint
         ce = (tos & 3) == ECN_CE
         if nbytes and data[0] == Opcode.ACKNOWLEDGE:
@@ -210,11 +209,10 @@ class ReceivePath:
         self._wait_s = wait_s
         self._wait_histogram.observe(wait_s)
 
-    def _count_read(self, rank: Rank, nbytes: int, gso_size: int, tos: int) -> None:
-        """A read of data[:nbytes] cut every gso_size bytes, counted: the rank's bytes with
-        their IP and UDP headers, packets received, its traffic class."""
+    def _count_read(self, nbytes: int, gso_size: int, tos: int) -> None:
+        """A read of data[:nbytes] cut every gso_size bytes, counted: packets received, its
+        traffic class."""
         count = -(-nbytes // gso_size) if 0 < gso_size < nbytes else 1
-        rank.rx_bytes += nbytes + IP_UDP_BYTES * count
         self.counters["packets_received"] += count
         self._count_class(tos, count, nbytes, sent=False)
 
@@ -260,7 +258,7 @@ class ReceivePath:
                     raise OSError(-nbytes, os.strerror(-nbytes))
             got = True
             self._read_waited(rx_ns)
-            self._count_read(rank, nbytes, gso_size, tos)
+            self._count_read(nbytes, gso_size, tos)
             qp = reader.ack_qp
             if qp >= 0 and qp in senders and endpoint.sender_peers.get(qp) == source:
                 self.ack_wait_s[qp] = self._wait_s
@@ -302,14 +300,14 @@ class ReceivePath:
 
     def collect(self) -> None:
         """Fold what the drain took since the last call into the receive queue pairs, the
-        counters, the ranks' bytes, the per-class tally and the wait histogram, as the Python
+        counters, the per-class tally and the wait histogram, as the Python
         path and the send path's ACKs count them (the worker's report calls it first: they are
         read only there). Nothing without the drain."""
         drain = self.drain
         if drain is None:
             return
         drain.fold_all()
-        t = drain.totals(list(self._drained_ranks))
+        t = drain.totals()
         if not t.reads:
             return
         counters = self.counters
@@ -317,10 +315,6 @@ class ReceivePath:
         counters["packets_received"] += t.packets
         for dscp, (packets, udp_bytes) in t.classes.items():
             self._count_class(dscp << 2, packets, udp_bytes, sent=False)
-        for index, (packets, udp_bytes, acks, ack_bytes) in t.ranks.items():
-            rank = self._drained_ranks[index]
-            rank.rx_bytes += udp_bytes + IP_UDP_BYTES * packets
-            rank.tx_bytes += ack_bytes + IP_UDP_BYTES * acks
         if t.acks:
             self._count_class(self._tos_ack, t.acks, t.ack_bytes, sent=True)
         # refused sends, as send_errors.SendFailures counts them
@@ -461,13 +455,8 @@ class ReceivePath:
             IcrcContext(address),
             xdp=None if xdp is None else xdp.flow(rank.spec.address, peer, sport),
         )
-        if (
-            self.drain is not None
-            and conn.sock is not None
-            and rank.rx_sock is not None
-            and self.drain.take(
+        if self.drain is not None and conn.sock is not None and rank.rx_sock is not None:
+            self.drain.take(
                 rank.spec.rank, qp, (peer, sport), conn.sock, conn.dest, self._tos_ack, conn.icrc
             )
-        ):
-            self._drained_ranks[rank.spec.rank] = rank
         return conn

@@ -24,7 +24,7 @@ from emulator.engine.native_path import NATIVE_BUFFERS_PER_POLL, DataPath
 from emulator.engine.nicpacer import NicPacer
 from emulator.engine.pacing import GSO_MAX_BUFFER_BYTES
 from emulator.engine.params import EngineParams
-from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
+from emulator.engine.ranks import Rank, RecvConn, SendConn
 from emulator.engine.send_errors import SendFailures
 from emulator.engine.sockets import Offloads, gso_cmsg, tos_cmsg
 from emulator.engine.xdp_path import XdpSender
@@ -256,7 +256,6 @@ class SendPath:
                 end = min(at + segment, used)
                 self._sendmsg(sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
         self.counters["data_packets_sent"] += count
-        conn.rank.tx_bytes += used + IP_UDP_BYTES * count
         self._count_class(conn.tos, count, used, sent=True)
         return used
 
@@ -282,7 +281,6 @@ class SendPath:
             total += used
         count = burst.count
         self.counters["data_packets_sent"] += count
-        conn.rank.tx_bytes += total + IP_UDP_BYTES * count
         self._count_class(conn.tos, count, total, sent=True)
         return total
 
@@ -342,7 +340,6 @@ class SendPath:
                 end = min(at + segment, used)
                 self._sendmsg(conn.sock, [view[at:end]], conn.tos_cmsgs, conn.dest, conn.rank)
         self.counters["data_packets_sent"] += count
-        conn.rank.tx_bytes += used + IP_UDP_BYTES * count
         self._count_class(conn.tos, count, used, sent=True)
         return used
 
@@ -399,13 +396,11 @@ class SendPath:
                     conn.dest,
                     conn.rank,
                 )
-                conn.rank.tx_bytes += used + IP_UDP_BYTES * (j - i)
                 self._count_class(self.tos_ack, j - i, used, sent=True)
             else:
                 data = encode(packet, conn.icrc, 0)
                 tos = self.tos_cnp if type(packet) is CnpPacket else self.tos_ack
                 self._sendmsg(conn.sock, [data], (tos_cmsg(tos),), conn.dest, conn.rank)
-                conn.rank.tx_bytes += len(data) + IP_UDP_BYTES
                 self._count_class(tos, 1, len(data), sent=True)
             i = j
 
@@ -423,5 +418,4 @@ class SendPath:
         if sent < 0:
             failure = OSError(-sent, os.strerror(-sent))
             self._send_failed(failure, [memoryview(self.reply_buf)[:used]], conn.dest, conn.rank)
-        conn.rank.tx_bytes += used + IP_UDP_BYTES * len(acks)
         self._count_class(self.tos_ack, len(acks), used, sent=True)

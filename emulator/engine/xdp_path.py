@@ -42,7 +42,7 @@ from typing import Protocol
 
 from emulator.engine.counters import CountClass
 from emulator.engine.native_path import DataPath
-from emulator.engine.ranks import IP_UDP_BYTES, Rank, RecvConn, SendConn
+from emulator.engine.ranks import Rank, RecvConn, SendConn
 from emulator.engine.send_errors import SendFailures
 from emulator.engine.tick_state import TickState
 from emulator.engine.xdp_ports import PortGroup, XdpNic
@@ -137,7 +137,6 @@ class XdpSender:
             used = conn.writer.write(burst, departed_ns=departed, spacing_ns=spacing)
         self._to_port(conn, conn.tos, self.gso_buf.data, used, segment, count)
         self.counters["data_packets_sent"] += count
-        rank.tx_bytes += used + IP_UDP_BYTES * count
         self._count_class(conn.tos, count, used, sent=True)
         return used
 
@@ -166,7 +165,6 @@ class XdpSender:
             used = segment = len(data)
         # ahead of the rank's own data waiting there, as a NIC's responder does not wait
         self._to_port(conn, tos, data, used, segment, count, ahead=True)
-        rank.tx_bytes += used + IP_UDP_BYTES * count
         self._count_class(tos, count, used, sent=True)
 
     def _to_port(

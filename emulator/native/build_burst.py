@@ -68,9 +68,6 @@ ffibuilder.cdef(
     #define DRAIN_WAIT_BUCKETS 161
     #define DRAIN_CLASSES 64
     typedef struct {
-        int64_t packets, udp_bytes, acks, ack_bytes;
-    } drain_rank_t;
-    typedef struct {
         int64_t reads, packets, acks, ack_bytes;
         int64_t buffer_full, no_buffers, no_path;
         int64_t class_packets[64], class_bytes[64];
@@ -85,14 +82,9 @@ ffibuilder.cdef(
         uint8_t flags[256];
         int32_t gso;
         int32_t max_segments;
-        int32_t reads, tos;
-        int64_t packets, udp_bytes, acks, ack_bytes;
-        int64_t buffer_full, no_buffers, no_path;
+        int32_t reads;
         int32_t send_errno;
         int32_t send_errno_qpn;
-        double waits[256];
-        drain_rank_t *ranks;
-        int32_t n_ranks;
         drain_totals_t totals;
         double wait_bounds[160];
         uint8_t *buf;
@@ -112,7 +104,6 @@ ffibuilder.cdef(
     drain_t *drain_new(void);
     void drain_free(drain_t *d);
     drain_rqp_t *drain_rqp(drain_t *d, int32_t qpn);
-    drain_rank_t *drain_rank(drain_t *d, int32_t rank);
     void drain_observe_wait(drain_t *d, double wait_s);
     void drain_unlist(drain_t *d);
     long rx_drain_fd(drain_t *d, int fd, int32_t rank, uint32_t max_reads);

@@ -47,14 +47,8 @@ typedef struct {
     int32_t listed; /* on the dirty list */
 } drain_rqp_t;
 
-/* A rank's reads taken since Python last collected them: data packets and their UDP bytes, the
- * ACKs sent and their bytes */
-typedef struct {
-    int64_t packets, udp_bytes, acks, ack_bytes;
-} drain_rank_t;
-
 /* What every call took, summed until Python collects it at the worker's report (drain.py
- * collect; the counters, the ranks' bytes, the per-class tally and the wait histogram are read
+ * collect; the counters, the per-class tally and the wait histogram are read
  * only there): counting it in Python after every call was a twentieth of a busy worker */
 typedef struct {
     int64_t reads, packets, acks, ack_bytes;
@@ -74,17 +68,9 @@ typedef struct {
     uint8_t flags[256]; /* DRAIN_FIRST | DRAIN_LAST by opcode */
     int32_t gso;          /* ACKs of one read in one GSO send (else one datagram each) */
     int32_t max_segments; /* engine.gso_max_segments */
-    /* this call's: reads taken, their data packets and UDP bytes and ToS, the ACKs sent and
-     * their bytes, refused sends by why, the kernel's stamps of the reads taken (wall s
-     * waited, -1: not stamped) */
-    int32_t reads, tos;
-    int64_t packets, udp_bytes, acks, ack_bytes;
-    int64_t buffer_full, no_buffers, no_path;
-    int32_t send_errno; /* an ACK send failed for another reason: Python raises it */
+    int32_t reads;          /* this call's reads taken */
+    int32_t send_errno;     /* an ACK send failed for another reason: Python raises it */
     int32_t send_errno_qpn; /* the receive queue pair whose ACKs it was */
-    double waits[256];
-    drain_rank_t *ranks; /* by rank index (drain_rank) */
-    int32_t n_ranks;
     drain_totals_t totals;
     double wait_bounds[DRAIN_WAIT_BUCKETS - 1]; /* emulator.latency.BOUNDS_S, set by drain.py */
     /* rx_drain's arguments that stay the same from call to call (drain.py sets them once):
@@ -122,25 +108,6 @@ drain_rqp_t *drain_rqp(drain_t *d, int32_t qpn)
     return &d->q[qpn];
 }
 
-/* Rank `rank`'s tallies, made room for (NULL: not a rank index, or out of memory) */
-drain_rank_t *drain_rank(drain_t *d, int32_t rank)
-{
-    if (rank < 0)
-        return NULL;
-    if (rank >= d->n_ranks) {
-        int32_t n = d->n_ranks ? d->n_ranks : 16;
-        while (n <= rank)
-            n *= 2;
-        drain_rank_t *r = realloc(d->ranks, (size_t)n * sizeof(drain_rank_t));
-        if (!r)
-            return NULL;
-        memset(r + d->n_ranks, 0, (size_t)(n - d->n_ranks) * sizeof(drain_rank_t));
-        d->ranks = r;
-        d->n_ranks = n;
-    }
-    return &d->ranks[rank];
-}
-
 /* A read's wait (wall s) into the totals' histogram: bisect_left over the bounds, as
  * emulator.latency.LatencyHistogram.observe */
 void drain_observe_wait(drain_t *d, double wait_s)
@@ -171,7 +138,6 @@ void drain_free(drain_t *d)
         return;
     free(d->q);
     free(d->dirty);
-    free(d->ranks);
     free(d);
 }
 
@@ -203,8 +169,6 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
     uint32_t tos = fields[0];
     if ((tos & 3) == 3 || fields[5] || got <= 0 || buf[0] == OPCODE_ACKNOWLEDGE)
         return 0; /* CE, ACKs, nothing */
-    if (d->reads && (int32_t)tos != d->tos)
-        return 0; /* the call's reads are one class (the caller counts them as one) */
     uint32_t run[5], acks[DRAIN_RUN];
     uint8_t opcodes[DRAIN_RUN];
     long count = rocev2_read_data_run(buf, (size_t)got, fields[1], run_opcodes, DRAIN_RUN, run,
@@ -215,7 +179,7 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
     if ((int32_t)qpn >= d->n)
         return 0;
     drain_rqp_t *q = &d->q[qpn];
-    if (q->rank != rank || rank >= d->n_ranks || !q->eligible || q->peer_addr != fields[2] ||
+    if (q->rank != rank || rank < 0 || !q->eligible || q->peer_addr != fields[2] ||
         q->peer_port != fields[3] || psn != q->expected_psn)
         return 0;
     if (psn != ((q->highest_psn + 1) & PSN_MASK) && drain_psn_diff(psn, q->highest_psn) <= 0)
@@ -248,12 +212,6 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
     q->packets += count;
     long payload = (long)run[2] * (count - 1) + run[3];
     q->bytes += payload;
-    d->packets += count;
-    d->udp_bytes += got;
-    d->tos = (int32_t)tos;
-    drain_rank_t *r = &d->ranks[rank];
-    r->packets += count;
-    r->udp_bytes += got;
     d->totals.packets += count;
     d->totals.class_packets[(tos >> 2) & (DRAIN_CLASSES - 1)] += count;
     d->totals.class_bytes[(tos >> 2) & (DRAIN_CLASSES - 1)] += got;
@@ -271,16 +229,12 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
                                          psns + at, aeths + at, per_send);
             if (sent < 0) {
                 int e = (int)-sent;
-                if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR) {
-                    d->buffer_full++;
+                if (e == EAGAIN || e == EWOULDBLOCK || e == EINTR)
                     d->totals.buffer_full++;
-                } else if (e == ENOBUFS) {
-                    d->no_buffers++;
+                else if (e == ENOBUFS)
                     d->totals.no_buffers++;
-                } else if (no_path_errno(e)) {
-                    d->no_path++;
+                else if (no_path_errno(e))
                     d->totals.no_path++;
-                }
                 else if (!d->send_errno) {
                     d->send_errno = e;
                     d->send_errno_qpn = (int32_t)qpn;
@@ -288,10 +242,6 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
             }
         }
         q->acks += n_acks;
-        d->acks += n_acks;
-        d->ack_bytes += (int64_t)n_acks * ACK_BYTES;
-        r->acks += n_acks;
-        r->ack_bytes += (int64_t)n_acks * ACK_BYTES;
         d->totals.acks += n_acks;
         d->totals.ack_bytes += (int64_t)n_acks * ACK_BYTES;
     }
@@ -303,20 +253,15 @@ static int drain_take(drain_t *d, int32_t rank, uint8_t *buf, long got, const ui
  * Stops at a read it leaves to Python (*left = 1: it is in buf and the fields), at nothing to
  * read, at a read error or after max_reads. Returns the reads made (the one left to Python
  * among them) and sets *got to the last recv's result (-errno: nothing left or an error).
- * The call's tallies are in d (reset at its start). */
+ * d->reads counts the reads it took (reset at its start); what they carried adds to d->totals. */
 long rx_drain(drain_t *d, int fd, int32_t rank, uint8_t *buf, size_t len, uint32_t *fields,
               uint64_t *rx_ns, uint32_t max_psns, uint32_t *psns, const uint8_t *run_opcodes,
               uint8_t *reply_buf, size_t reply_bytes, uint32_t max_reads, long *got, int *left)
 {
     d->reads = 0;
-    d->tos = 0;
-    d->packets = d->udp_bytes = d->acks = d->ack_bytes = 0;
-    d->buffer_full = d->no_buffers = d->no_path = 0;
     d->send_errno = 0;
     *left = 0;
     *got = -EAGAIN;
-    if (max_reads > sizeof d->waits / sizeof d->waits[0])
-        max_reads = sizeof d->waits / sizeof d->waits[0];
     long made = 0;
     while ((uint32_t)made < max_reads) {
         long n = rocev2_recv(fd, buf, len, fields, rx_ns, max_psns, psns);
@@ -337,7 +282,7 @@ long rx_drain(drain_t *d, int fd, int32_t rank, uint8_t *buf, size_t len, uint32
             /* a stamp from the future (a clock step) counts as no wait (receive_path.py) */
             wait = now_ns > *rx_ns ? (double)(now_ns - *rx_ns) * 1e-9 : 0.0;
         }
-        d->waits[d->reads++] = wait;
+        d->reads++;
         d->totals.reads++;
         if (wait >= 0.0)
             drain_observe_wait(d, wait);

@@ -91,7 +91,7 @@ class ReceiveDrain:
         `peer` (address, UDP source port), answering from `ack_sock` to `ack_dest` with ToS
         `ack_tos` and the queue pair's ICRC context (False: it stays Python's)."""
         slot = self.lib.drain_rqp(self.d, receiver.qpn)
-        if slot == self.ffi.NULL or self.lib.drain_rank(self.d, rank_index) == self.ffi.NULL:
+        if slot == self.ffi.NULL or rank_index < 0:
             return False  # not a 24-bit QP number or a rank index (or out of memory): Python's
         slot.rank = rank_index
         slot.peer_addr = sockaddr((peer[0], 0))[0]
@@ -123,9 +123,9 @@ class ReceiveDrain:
         """Up to max_reads reads of socket `fd` (rank `rank_index`'s), the common path's
         taken: (reads made, the last read's bytes or -errno, whether that read is left to
         the caller: in the reader's buffer, read by reader.last(), and how many reads C took).
-        What C took is in its slots until `fold` or `fold_all`; the call's tallies are in
-        `self.d` (reads, packets, udp_bytes, tos, acks, ack_bytes, the refused sends, waits,
-        send_errno) and added to its totals, which `totals` hands out."""
+        What C took is in its slots until `fold` or `fold_all`; what the reads carried is added
+        to the drain's totals, which `totals` hands out (and an ACK send that failed for another
+        reason than a full buffer or a missing path is in `self.d.send_errno`)."""
         d = self.d
         made = self._rx_drain_fd(d, fd, rank_index, max_reads)
         return made, d.got, d.left != 0, d.reads
@@ -148,22 +148,15 @@ class ReceiveDrain:
             self.fold(qpn)
         self.lib.drain_unlist(d)
 
-    def totals(self, ranks: list[int]) -> DrainTotals:
+    def totals(self) -> DrainTotals:
         """What the calls took since the last `totals`, and zero them: reads, data packets,
-        ACKs and their bytes, refused ACK sends, per DSCP (packets, UDP bytes), per rank of
-        `ranks` (packets, UDP bytes, ACKs, ACK bytes; those that took none left out), and the
-        reads' waits as a LatencyHistogram's wire form (counts, sum, max)."""
+        ACKs and their bytes, refused ACK sends, per DSCP (packets, UDP bytes), and the reads'
+        waits as a LatencyHistogram's wire form (counts, sum, max)."""
         t = self.d.totals
         ffi = self.ffi
         classes = self.lib.DRAIN_CLASSES
         packets = ffi.unpack(t.class_packets, classes)
         udp_bytes = ffi.unpack(t.class_bytes, classes)
-        by_rank = {}
-        for rank in ranks:
-            r = self.lib.drain_rank(self.d, rank)
-            if r != ffi.NULL and (r.packets or r.acks):
-                by_rank[rank] = (int(r.packets), int(r.udp_bytes), int(r.acks), int(r.ack_bytes))
-                r.packets = r.udp_bytes = r.acks = r.ack_bytes = 0
         out = DrainTotals(
             reads=int(t.reads),
             packets=int(t.packets),
@@ -173,7 +166,6 @@ class ReceiveDrain:
             classes={
                 dscp: (packets[dscp], udp_bytes[dscp]) for dscp in range(classes) if packets[dscp]
             },
-            ranks=by_rank,
             waits=(ffi.unpack(t.wait_counts, BUCKETS), float(t.wait_sum_s), float(t.wait_max_s)),
         )
         ffi.memmove(ffi.addressof(t), bytes(ffi.sizeof(t)), ffi.sizeof(t))
@@ -190,5 +182,4 @@ class DrainTotals:
     ack_bytes: int
     refused: tuple[int, int, int]  # ACK sends refused: buffer full, no buffers, no path
     classes: dict[int, tuple[int, int]]
-    ranks: dict[int, tuple[int, int, int, int]]
     waits: tuple[list[int], float, float]

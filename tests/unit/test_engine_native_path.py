@@ -101,15 +101,12 @@ class _Conn(SimpleNamespace):
     __hash__ = object.__hash__  # a SendConn: hashed by identity (dataclass eq=False)
 
 
-def _no_tally(tos: int, packets: int, udp_bytes: int, *, sent: bool) -> None:
-    del tos, packets, udp_bytes, sent
-
-
 class _NativeSender(SendPath):
     """A SendPath on the native path whose C calls are `flow`'s, with one socket queue pair."""
 
     def __init__(self, flow: _Flow) -> None:
         counters: Counter[str] = Counter()
+        self.tally: list[tuple[int, int, int, bool]] = []  # what it counts per traffic class
         params = SimpleNamespace(
             gso_max_segments=64,
             one_way_latency=False,
@@ -122,7 +119,7 @@ class _NativeSender(SendPath):
             params,  # type: ignore[arg-type]
             SimpleNamespace(gso=True),  # type: ignore[arg-type]
             counters,
-            _no_tally,
+            lambda tos, count, nbytes, *, sent: self.tally.append((tos, count, nbytes, sent)),
             SendFailures(counters, path_mtu_bytes=1024),
             SimpleNamespace(budget=None, send_burst=None, send_replies=None),  # type: ignore[arg-type]
             DataPath(object(), None, object(), "test"),  # type: ignore[arg-type]
@@ -138,7 +135,7 @@ class _NativeSender(SendPath):
             tos=0,
             tos_cmsgs=(),
             dest=("10.0.0.2", 4791),
-            rank=SimpleNamespace(tx_bytes=0, spec=SimpleNamespace(rank=3)),
+            rank=SimpleNamespace(spec=SimpleNamespace(rank=3)),
             xdp=None,  # a socket's queue pair, not an AF_XDP port's
             entropy=None,  # one source port (transport.entropy per_qp)
         )
@@ -242,7 +239,7 @@ class _Socket:
 def _replier(flow: _AckFlow) -> tuple[_NativeSender, Any]:
     sender = _NativeSender(_Flow())
     conn = _Conn(
-        rank=SimpleNamespace(tx_bytes=0, spec=SimpleNamespace(rank=4)),
+        rank=SimpleNamespace(spec=SimpleNamespace(rank=4)),
         sock=_Socket(),
         dest=("10.0.0.1", 4791),
         icrc=IcrcContext(FlowAddress("10.0.0.2", "10.0.0.1", 50000)),
@@ -260,7 +257,8 @@ def test_native_acks_of_a_read_leave_in_one_send_and_count_as_the_python_paths()
     sender.send_replies([*acks, CnpPacket(5), AckPacket(5, 63)])
     assert flow.sends == [[15, 31, 47], [63]]  # the CNP between them goes through the codec
     assert conn.sock.sent == [encode(CnpPacket(5), conn.icrc, 0)]
-    assert conn.rank.tx_bytes == 4 * (20 + 28) + len(conn.sock.sent[0]) + 28
+    cnp = len(conn.sock.sent[0])
+    assert sender.tally == [(0xB8, 3, 3 * 20, True), (0xB8, 1, cnp, True), (0xB8, 1, 20, True)]
     refused, _ = _replier(_AckFlow(-errno.ENOBUFS))
     refused.send_replies(acks)
     assert refused.counters["send_no_buffers"] == 1

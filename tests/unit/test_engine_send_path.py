@@ -70,7 +70,7 @@ def _sender(burst_s: float = 1e-4, quantum_bytes: int = 0) -> SendPath:
 
 def _conn(sock: _Socket) -> Any:
     writer = SimpleNamespace(write=lambda burst, gso: burst.count * burst.segment_bytes)
-    rank = SimpleNamespace(tx_bytes=0, spec=SimpleNamespace(rank=0))
+    rank = SimpleNamespace(spec=SimpleNamespace(rank=0))
     return SimpleNamespace(
         writer=writer,
         sock=sock,
