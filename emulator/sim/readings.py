@@ -105,17 +105,23 @@ class _NativeColumns:
 
     def read(self, now_s: float) -> PortColumns:
         p = self._ports[self._at]  # a copy: the reading of this instant
-        drops = p["drops"].copy()
+
+        def column(name: str) -> np.ndarray:
+            # its own array: a field of `p` is a strided view that would hold every field of
+            # every port for as long as the recorder keeps the sample (the whole run)
+            return np.ascontiguousarray(p[name])
+
+        drops = column("drops")
         if len(self._far):
             drops[self._with_far] += self._ingress["drops"][self._far]
         paused = p["paused_s"] + np.where(p["paused"] != 0, now_s - p["paused_since"], 0.0)
         return PortColumns(
-            p["tx_bytes"],
-            p["tx_frames"],
-            p["marks"],
+            column("tx_bytes"),
+            column("tx_frames"),
+            column("marks"),
             drops,
-            p["queued_bytes"],
-            p["rate_bps"],
+            column("queued_bytes"),
+            column("rate_bps"),
             paused,
-            p["pause_frames"],
+            column("pause_frames"),
         )

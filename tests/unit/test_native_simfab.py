@@ -149,3 +149,5 @@ def test_port_columns_read_from_the_c_arrays_are_the_ports_own_readings(
     for name, a, b in zip(ours._fields, ours, theirs, strict=True):
         assert a.dtype == b.dtype, name
         assert a.tolist() == b.tolist(), name
+        # each column its own memory: not a view that keeps every port's whole struct alive
+        assert a.flags.c_contiguous and a.base is None, name
