@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -109,6 +109,33 @@ class MarkRow:
     job: str = ""
 
 
+class PortShare(NamedTuple):
+    """What a window row adds to the live per-port, per-collective-type totals
+    (collectors.live.LiveState.add_attribution)."""
+
+    switch: str
+    port: str
+    collective_type: str
+    job: str
+    tx_bytes: int
+    ecn_marks: int
+    queue_byte_s: float | None
+    pause_s: float | None
+
+
+def share_of(row: AttributionRow) -> PortShare:
+    return PortShare(
+        row.switch,
+        row.port,
+        row.collective_type,
+        row.job,
+        row.tx_bytes,
+        row.ecn_marks,
+        row.queue_byte_s,
+        row.pause_s,
+    )
+
+
 class AttributionTable:
     """Turns PortAttribution samples, and the differences between PortClassSample readings,
     into window rows."""
@@ -130,11 +157,11 @@ class AttributionTable:
     def marks(self) -> list[MarkRow]:
         return self.mark_columns.rows()
 
-    def add_classes(self, event: PortClassSample) -> list[AttributionRow]:
+    def add_classes(self, event: PortClassSample) -> list[PortShare]:
         """A port's cumulative per-class counters: the first reading of a port is its baseline
         (no row); each later one adds a row per class with something in the window since. A
         counter that went backwards was reset (the marker re-attached): its value is the
-        window's. Returns the rows added."""
+        window's. Returns what the rows added add to the live totals."""
         self.measured = True
         key = (event.switch, event.port)
         now = {
@@ -153,7 +180,7 @@ class AttributionTable:
         self._last[key] = (event.time_s, now)
         added: list[AttributionRow] = []
         if last is None or event.time_s <= last[0]:
-            return added
+            return []
         interval = event.time_s - last[0]
         for c in event.by_class:
             values = now[c.attribution_class]
@@ -187,7 +214,7 @@ class AttributionTable:
                 )
             )
         self.row_columns.extend(added)
-        return added
+        return [share_of(row) for row in added]
 
     def add(
         self,
@@ -195,48 +222,66 @@ class AttributionTable:
         type_of: Callable[[int], str],
         instance_of: Callable[[int], int],
         job_of: Callable[[int], str] = lambda instance: "",
-    ) -> list[AttributionRow]:
-        """A simulated port's window: a row per instance, a mark row per marked packet.
-        Returns the rows added (not the marks)."""
+    ) -> list[PortShare]:
+        """A simulated port's window: a row per instance, a mark row per marked packet, kept
+        as columns with no row built (a run has one per port, window and instance, and one per
+        mark). Returns what each instance's row adds to the live totals."""
         self.measured = True
-        added: list[AttributionRow] = []
-        # PFC held the port's queue for paused_s of the window: charged to the instances by
-        # their share of the queue's byte-time in the window
-        held = sum(e[5] for e in event.by_instance)
-        for instance, queued, tx, marks, drops, byte_s in event.by_instance:
-            paused = event.paused_s * byte_s / held if held and event.paused_s > 0 else None
-            added.append(
-                AttributionRow(
-                    event.time_s,
-                    event.interval_s,
-                    event.switch,
-                    event.port,
-                    instance,
-                    type_of(instance),
-                    queued,
-                    tx,
-                    marks,
-                    drops,
-                    queue_byte_s=byte_s,
-                    pause_s=paused,
-                    job=job_of(instance),
-                )
+        shares: list[PortShare] = []
+        by = event.by_instance
+        t, switch, port = event.time_s, event.switch, event.port
+        if by:
+            n = len(by)
+            instances = [e[0] for e in by]
+            types = [type_of(i) for i in instances]
+            jobs = [job_of(i) for i in instances]
+            byte_s = [e[5] for e in by]
+            # PFC held the port's queue for paused_s of the window: charged to the instances by
+            # their share of the queue's byte-time in the window
+            held = sum(byte_s)
+            paused = event.paused_s
+            pauses = [paused * b / held for b in byte_s] if held and paused > 0 else [None] * n
+            tx = [e[2] for e in by]
+            marks = [e[3] for e in by]
+            self.row_columns.extend_columns(
+                n,
+                {
+                    "time_s": [t] * n,
+                    "interval_s": [event.interval_s] * n,
+                    "switch": [switch] * n,
+                    "port": [port] * n,
+                    "collective_id": instances,
+                    "collective_type": types,
+                    "queue_bytes": [e[1] for e in by],
+                    "tx_bytes": tx,
+                    "ecn_marks": marks,
+                    "drops": [e[4] for e in by],
+                    "queue_byte_s": byte_s,
+                    "pause_s": pauses,
+                    "job": jobs,
+                },
             )
-        self.row_columns.extend(added)
-        for flow_id in event.marked_flows:
-            instance = instance_of(flow_id)
-            self.mark_columns.append(
-                MarkRow(
-                    event.time_s,
-                    event.switch,
-                    event.port,
-                    flow_id,
-                    instance,
-                    type_of(instance),
-                    job_of(instance),
-                )
+            shares = [
+                PortShare(switch, port, *share)
+                for share in zip(types, jobs, tx, marks, byte_s, pauses, strict=True)
+            ]
+        flows = event.marked_flows
+        if flows:
+            n = len(flows)
+            instances = [instance_of(f) for f in flows]
+            self.mark_columns.extend_columns(
+                n,
+                {
+                    "time_s": [t] * n,
+                    "switch": [switch] * n,
+                    "port": [port] * n,
+                    "flow_id": flows,
+                    "collective_id": instances,
+                    "collective_type": [type_of(i) for i in instances],
+                    "job": [job_of(i) for i in instances],
+                },
             )
-        return added
+        return shares
 
 
 def port_shares(attribution: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:

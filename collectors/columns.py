@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -95,6 +95,47 @@ class RecordColumns(Generic[R]):
     def extend(self, records: Iterable[R]) -> None:
         for record in records:
             self.append(record)
+
+    def extend_columns(self, n: int, columns: Mapping[str, Sequence[Any]]) -> None:
+        """`n` records given as their columns (each a sequence of `n` values), the same as
+        appending them one by one with no instance built: a field left out takes its default
+        for every record."""
+        unknown = columns.keys() - {name for name, _, _ in self._fields}
+        if unknown:
+            raise TypeError(f"{self.cls.__name__} has no field {sorted(unknown)[0]!r}")
+        for name, data, valid, codes, names in self._plan:
+            values = columns.get(name)
+            if values is None:
+                values = [self._default(name)] * n
+            elif len(values) != n:
+                raise ValueError(f"{self.cls.__name__}.{name}: {len(values)} values, not {n}")
+            if valid is not None:
+                valid.extend(v is not None for v in values)
+            if codes is not None:
+                coded = []
+                for value in values:
+                    if value is None:  # a null: 0 in the data, as append writes it
+                        coded.append(0)
+                        continue
+                    code = codes.get(value)
+                    if code is None:
+                        code = codes[value] = len(codes)
+                        names.append(value)
+                    coded.append(code)
+                data.extend(coded)
+            elif valid is not None and None in values:
+                data.extend([0 if v is None else v for v in values])
+            else:
+                data.extend(values)
+        self._len += n
+
+    def _default(self, name: str) -> Any:
+        for f in dataclasses.fields(self.cls):  # type: ignore[arg-type]
+            if f.name == name:
+                if f.default is dataclasses.MISSING:
+                    raise TypeError(f"{self.cls.__name__}.{name} has no default: give its column")
+                return f.default
+        raise AssertionError(name)
 
     def _column(self, i: int, start: int = 0, stop: int | None = None) -> list[Any]:
         stop = self._len if stop is None else stop

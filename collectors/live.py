@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from emulator.latency import LatencyHistogram
 
 if TYPE_CHECKING:
-    from collectors.attribution import AttributionRow
+    from collectors.attribution import PortShare
 
 # FCT histogram bucket upper bounds (seconds, target timescale): 1-2-5 steps from 1 us to 100 s,
 # covering a 4 KB message at 400 Gb/s up to a multi-GB collective on a congested link.
@@ -126,7 +126,7 @@ class LiveMetrics:
         if time_s > self.target_time_s:
             self.target_time_s = time_s
 
-    def add_attribution(self, rows: Iterable[AttributionRow]) -> None:
+    def add_attribution(self, rows: Iterable[PortShare]) -> None:
         """Window rows of collectors.attribution (simulated per instance, emulated per class),
         summed per port and collective type."""
         for row in rows:

@@ -17,7 +17,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.attribution import AttributionRow
+from collectors.attribution import AttributionRow, share_of
 from collectors.live import RunInfo
 from collectors.prometheus import make_registry
 from collectors.recorder import RunRecorder
@@ -194,19 +194,21 @@ def emitted() -> set[str]:
     # cluster's servers (a run has one or the other)
     rec.live.add_attribution(
         [
-            AttributionRow(
-                1.0,
-                1.0,
-                "l0",
-                "l0-s0",
-                3,
-                "ALL_TO_ALL",
-                0,
-                8192,
-                1,
-                0,
-                queue_byte_s=0.5,
-                pause_s=0.1,
+            share_of(
+                AttributionRow(
+                    1.0,
+                    1.0,
+                    "l0",
+                    "l0-s0",
+                    3,
+                    "ALL_TO_ALL",
+                    0,
+                    8192,
+                    1,
+                    0,
+                    queue_byte_s=0.5,
+                    pause_s=0.1,
+                )
             )
         ]
     )

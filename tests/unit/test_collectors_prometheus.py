@@ -381,17 +381,21 @@ def test_the_verdict_is_running_until_judged_then_per_server(recorder: RunRecord
 
 
 def test_attribution_rows_sum_per_port_and_collective_type() -> None:
-    from collectors.attribution import AttributionRow
+    from collectors.attribution import AttributionRow, share_of
     from collectors.live import LiveMetrics
 
     live = LiveMetrics(RunInfo("a", 1.0, "phantom", "clos"))
-    row = AttributionRow(1.0, 1.0, "l0", "p", 7, "ALL_TO_ALL", 0, 4096, 2, 0, queue_byte_s=0.25)
+    row = share_of(
+        AttributionRow(1.0, 1.0, "l0", "p", 7, "ALL_TO_ALL", 0, 4096, 2, 0, queue_byte_s=0.25)
+    )
     live.add_attribution(
         [
             row,
             row,
-            AttributionRow(
-                2.0, 1.0, "l0", "p", 1, "ALL_REDUCE", 0, 100, 0, 0, pause_s=0.5, job="j"
+            share_of(
+                AttributionRow(
+                    2.0, 1.0, "l0", "p", 1, "ALL_REDUCE", 0, 100, 0, 0, pause_s=0.5, job="j"
+                )
             ),
         ]
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -107,3 +108,46 @@ def test_attribution_and_mark_rows_round_trip() -> None:
     empty: RecordColumns = RecordColumns(AttributionRow)
     assert empty.table().equals(to_table([], AttributionRow)) and empty.table().num_rows == 0
     assert isinstance(empty.table(), pa.Table)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(mixed, max_size=40), st.lists(st.integers(0, 7), max_size=12), st.booleans())
+def test_records_given_as_columns_are_the_records_appended(
+    records: list[Mixed], cuts: list[int], leave_out_defaults: bool
+) -> None:
+    """extend_columns, chunk by chunk between appends, keeps what append keeps (strings coded in
+    first-seen order, nulls, bools), and a field left out takes its default."""
+    if leave_out_defaults:  # records whose defaulted fields hold their defaults
+        records = [Mixed(r.when_s, r.name, r.count, r.flag) for r in records]
+    appended = RecordColumns(Mixed)
+    for r in records:
+        appended.append(r)
+    given_as_columns = RecordColumns(Mixed)
+    i = 0
+    for k, cut in enumerate([*cuts, len(records)]):
+        chunk = records[i : i + cut]
+        i += len(chunk)
+        if k % 2:  # alternate: one at a time, then as columns
+            for r in chunk:
+                given_as_columns.append(r)
+            continue
+        names = ["when_s", "name", "count", "flag"]
+        if not leave_out_defaults:
+            names += ["maybe_count", "maybe_name", "maybe_flag", "maybe_s"]
+        given_as_columns.extend_columns(
+            len(chunk), {n: [getattr(r, n) for r in chunk] for n in names}
+        )
+    assert len(given_as_columns) == len(records)
+    assert given_as_columns.table().equals(appended.table())
+    assert given_as_columns.table().equals(to_table(records, Mixed))
+    assert given_as_columns.rows() == records
+
+
+def test_columns_that_do_not_fit_the_record_are_refused() -> None:
+    columns = RecordColumns(Mixed)
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        columns.extend_columns(1, {"nope": [1]})
+    with pytest.raises(ValueError, match=r"Mixed\.name: 2 values, not 1"):
+        columns.extend_columns(1, {"when_s": [0.0], "name": ["a", "b"]})
+    with pytest.raises(TypeError, match=r"Mixed\.count has no default"):
+        columns.extend_columns(1, {"when_s": [0.0], "name": ["a"], "flag": [True]})
