@@ -1,8 +1,8 @@
 """Per switch-port counters, readable at any time during a run (collectors sample them).
 
-Bytes, packets, drops and the real queue backlog come from the port's root HTB qdisc (`tc -s -j`,
-one process per namespace); ECN marks and the current and peak phantom queue come from the
-marker (eBPF maps read through bpf(2), or RED's `marked`), with the eBPF marker's counters per
+Bytes, packets, drops and the real queue backlog come from the port's root HTB qdisc (over
+rtnetlink for a run's sampler, fabrics/qdisc_stats.py, else `tc -s -j`, one process per
+namespace); ECN marks and the current and peak phantom queue come from the marker (eBPF maps read through bpf(2), or RED's `marked`), with the eBPF marker's counters per
 attribution class (the BTH tag the engine sets, emulator/planning/attribution.py).
 """
 
@@ -17,6 +17,7 @@ from fabrics.ecn.ebpf import ClassCounters
 from fabrics.ecn.markers import MarkCounters
 from fabrics.iproute import run, tc
 from fabrics.netns import LiveFabric
+from fabrics.qdisc_stats import QdiscStats
 from fabrics.queues import LEAF_HANDLE, ROOT_HANDLE, EgressPort
 
 
@@ -43,10 +44,11 @@ class PortCounters:
     rate_bps: float = 0.0
 
 
-def _qdisc_stats(netns: str) -> dict[str, dict[str, Any]]:
+def _qdisc_stats(netns: str, qdiscs: QdiscStats | None) -> dict[str, dict[str, Any]]:
     """dev -> {"root": root qdisc stats, "leaf": leaf qdisc stats}."""
+    listed = qdiscs.read(netns) if qdiscs is not None else _tc_qdiscs(netns)
     out: dict[str, dict[str, Any]] = {}
-    for q in json.loads(run(tc("-s", "-j", "qdisc", "show", netns=netns)) or "[]"):
+    for q in listed:
         dev = q.get("dev")
         if dev is None:
             continue
@@ -57,10 +59,19 @@ def _qdisc_stats(netns: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _tc_qdiscs(netns: str) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = json.loads(
+        run(tc("-s", "-j", "qdisc", "show", netns=netns)) or "[]"
+    )
+    return result
+
+
 def read_port_counters(
-    live: LiveFabric, nodes: Iterable[str] | None = None
+    live: LiveFabric, nodes: Iterable[str] | None = None, qdiscs: QdiscStats | None = None
 ) -> dict[tuple[str, str], PortCounters]:
-    """Counters of every egress port of `nodes` (default: every switch), keyed by (node, dev)."""
+    """Counters of every egress port of `nodes` (default: every switch), keyed by (node, dev);
+    the qdiscs' over rtnetlink with `qdiscs` (a sampler's, read often), else from a `tc`
+    process per namespace."""
     wanted = set(nodes) if nodes is not None else set(live.topology.routers)
     by_ns: dict[str, dict[str, dict[str, Any]]] = {}
     out: dict[tuple[str, str], PortCounters] = {}
@@ -68,7 +79,7 @@ def read_port_counters(
         if port.node not in wanted:
             continue
         if port.netns not in by_ns:
-            by_ns[port.netns] = _qdisc_stats(port.netns)
+            by_ns[port.netns] = _qdisc_stats(port.netns, qdiscs)
         stats = by_ns[port.netns].get(port.dev, {})
         root = stats.get("root", {})
         out[(port.node, port.dev)] = port_counters(

@@ -11,6 +11,7 @@ import pytest
 from emulator.errors import ScenarioError
 from fabrics.counters import read_port_counters
 from fabrics.netns import bring_up
+from fabrics.qdisc_stats import QdiscStats
 from fabrics.spec import ClosSpec, EcnSpec, TierSpec
 from fabrics.topology import Topology, build_clos
 from tests.system.conftest import Receiver, paced_send, ping_all_pairs, udp_socket
@@ -69,6 +70,18 @@ def test_each_router_hashes_with_its_own_seed_so_the_spine_does_not_repeat_the_l
     ):
         taken = _links_taken(live, topo, "h0", "h1", range(49152, 49152 + 48), ["l0", "s0"])
         rx.wait_for(48 * PER_FLOW, timeout_s=5)
+        # a run's sampler reads the same port counters over rtnetlink as through tc (the fabric
+        # is quiet now: IPv6 off, nothing else sends)
+        qdiscs = QdiscStats()
+        try:
+            tc_before = read_port_counters(live)
+            netlink = read_port_counters(live, qdiscs=qdiscs)
+            tc_after = read_port_counters(live)
+        finally:
+            qdiscs.close()
+    assert tc_before == tc_after, "something crossed the fabric between the readings"
+    assert netlink == tc_before
+    assert sum(c.tx_packets for c in netlink.values()) >= 2 * 48 * PER_FLOW
     mismatched = {sport: pair for sport, pair in taken.items() if pair[0] != pair[1]}
     assert not mismatched, f"kernel ECMP differed from Topology.path: {mismatched}"
     combinations = {tuple(seen) for seen, _ in taken.values()}

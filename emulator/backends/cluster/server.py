@@ -248,6 +248,7 @@ class EngineServer:
         from emulator.backends.engine.sampling import Sampler
         from emulator.progress import ProgressLine, ProgressState
         from fabrics.counters import read_port_counters
+        from fabrics.qdisc_stats import QdiscStats
         from fabrics.spec import DutSpec
         from fabrics.topology import HOST_IFNAME
 
@@ -264,10 +265,11 @@ class EngineServer:
             sources = {
                 r: NetlinkCounters(HOST_IFNAME, live.rank_netns(r)) for r in live.local_ranks
             }
+        qdiscs = self._qdiscs = QdiscStats()  # closed by stop_sampling, as the NICs' sockets
         self.sampler = Sampler(
             self._samples,
             NicSampler(sources),
-            None if dut else lambda: list(read_port_counters(live).values()),
+            None if dut else lambda: list(read_port_counters(live, qdiscs=qdiscs).values()),
             interval_s,
             tdf,
             ProgressLine(1, 0, 0.0, enabled=False),
@@ -296,6 +298,7 @@ class EngineServer:
         sampler.stop()
         for source in self._nic_sources.values():
             source.close()
+        self._qdiscs.close()
         return list(sampler.errors)
 
     # -- teardown -------------------------------------------------------------------------

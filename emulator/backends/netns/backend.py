@@ -113,9 +113,14 @@ class NetnsSession(EngineSession):
 
     def ports_reader(self) -> Callable[[], list[Any]] | None:
         from fabrics.counters import read_port_counters
+        from fabrics.qdisc_stats import QdiscStats
 
         live = self.live
-        return lambda: list(read_port_counters(live).values())
+        # a netlink socket per switch namespace, closed before the fabric is torn down (the
+        # context's stack: registered after it)
+        qdiscs = QdiscStats()
+        self.context.stack.callback(qdiscs.close)
+        return lambda: list(read_port_counters(live, qdiscs=qdiscs).values())
 
     def links_reader(self) -> Callable[[], dict[Any, Any]] | None:
         from fabrics.link_watch import read_links

@@ -1,0 +1,125 @@
+"""fabrics.qdisc_stats decodes rtnetlink qdisc and link dumps as the kernel lays them out
+(include/uapi/linux/rtnetlink.h, pkt_sched.h, gen_stats.h): built replies here; the system test
+(tests/system/test_qdisc_stats.py) holds the decoding to tc's own output on a live port."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from emulator.errors import EnvironmentProblem
+from fabrics.qdisc_stats import (
+    GNET_BASIC,
+    GNET_QUEUE,
+    IFINFOMSG,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSGHDR,
+    RED_XSTATS,
+    RTM_GETQDISC,
+    RTM_NEWLINK,
+    RTM_NEWQDISC,
+    TC_H_ROOT,
+    TCMSG,
+    dump_request,
+    handle_text,
+    messages,
+    parse_link_name,
+    parse_qdisc,
+)
+
+NLA_F_NESTED = 1 << 15
+
+
+def _attr(kind: int, payload: bytes) -> bytes:
+    raw = struct.pack("=HH", 4 + len(payload), kind) + payload
+    return raw + bytes(-len(raw) % 4)
+
+
+def _message(kind: int, seq: int, body: bytes) -> bytes:
+    raw = NLMSGHDR.pack(NLMSGHDR.size + len(body), kind, 2, seq, 0) + body
+    return raw + bytes(-len(raw) % 4)
+
+
+def _qdisc(ifindex: int, handle: int, parent: int, kind: str, *, red: bool = False) -> bytes:
+    stats = (
+        _attr(1, GNET_BASIC.pack(123_456_789_012, 4242) + bytes(4))  # padded as the kernel does
+        + _attr(3, GNET_QUEUE.pack(7, 9000, 11, 1, 5))
+        + _attr(8, struct.pack("=Q", 5_000_000_000))  # packets past 32 bits
+    )
+    if red:
+        stats += _attr(4, RED_XSTATS.pack(2, 3, 4, 99))
+    return TCMSG.pack(0, 0, 0, ifindex, handle, parent, 1) + (
+        _attr(1, kind.encode() + b"\0") + _attr(2, b"opts") + _attr(7 | NLA_F_NESTED, stats)
+    )
+
+
+def test_a_qdisc_reads_as_tc_prints_it() -> None:
+    body = _qdisc(3, 0x100000, 0x10020, "red", red=True)
+    data = _message(RTM_NEWQDISC, 9, body)
+    [(kind, start, end)] = list(messages(data, 9))
+    assert kind == RTM_NEWQDISC
+    index, q = parse_qdisc(data, start, end)
+    assert index == 3
+    assert q == {
+        "kind": "red",
+        "handle": "10:",
+        "parent": "1:20",
+        "bytes": 123_456_789_012,
+        "packets": 5_000_000_000,
+        "qlen": 7,
+        "backlog": 9000,
+        "drops": 11,
+        "requeues": 1,
+        "overlimits": 5,
+        "early": 2,
+        "pdrop": 3,
+        "other": 4,
+        "marked": 99,
+    }
+    _, root = parse_qdisc(*_one(_message(RTM_NEWQDISC, 1, _qdisc(2, 0x10000, TC_H_ROOT, "htb"))))
+    assert root["root"] is True and "parent" not in root and root["handle"] == "1:"
+    assert "marked" not in root  # extended statistics are read for RED only
+
+
+def _one(data: bytes) -> tuple[bytes, int, int]:
+    [(_, start, end)] = list(messages(data, 1))
+    return data, start, end
+
+
+def test_handles_print_as_tc_prints_them() -> None:
+    assert handle_text(0) == "0:"
+    assert handle_text(0xFFFF0000) == "ffff:"
+    assert handle_text(0xFFFFFFF1) == "ffff:fff1"
+    assert handle_text(0x10020) == "1:20"
+
+
+def test_a_read_holds_several_messages_and_skips_other_requests() -> None:
+    link = IFINFOMSG.pack(0, 1, 4, 0, 0) + _attr(3, b"swp4\0") + _attr(4, struct.pack("=I", 9000))
+    data = (
+        _message(RTM_NEWQDISC, 6, _qdisc(1, 0, TC_H_ROOT, "noqueue"))  # an abandoned request's
+        + _message(RTM_NEWLINK, 7, link)
+        + _message(NLMSG_DONE, 7, struct.pack("=i", 0))
+    )
+    got = list(messages(data, 7))
+    assert [k for k, _, _ in got] == [RTM_NEWLINK, NLMSG_DONE]
+    assert parse_link_name(data, got[0][1], got[0][2]) == (4, "swp4")
+
+
+def test_an_error_reply_is_a_clear_error_and_a_truncated_one_too() -> None:
+    error = _message(NLMSG_ERROR, 3, struct.pack("=i", -1) + bytes(16))
+    with pytest.raises(EnvironmentProblem, match="dump failed: Operation not permitted"):
+        list(messages(error, 3))
+    ack = _message(NLMSG_ERROR, 3, struct.pack("=i", 0) + bytes(16))
+    assert [k for k, _, _ in messages(ack, 3)] == [NLMSG_ERROR]  # errno 0: an acknowledgement
+    whole = _message(RTM_NEWQDISC, 3, _qdisc(1, 0, TC_H_ROOT, "noqueue"))
+    with pytest.raises(EnvironmentProblem, match="truncated"):
+        list(messages(whole[:-8], 3))
+
+
+def test_a_dump_request_is_what_the_kernel_reads() -> None:
+    req = dump_request(RTM_GETQDISC, 5)
+    length, kind, flags, seq, _ = NLMSGHDR.unpack_from(req, 0)
+    assert (length, kind, flags, seq) == (len(req), RTM_GETQDISC, 0x301, 5)
+    assert len(req) == NLMSGHDR.size + TCMSG.size
