@@ -3,9 +3,10 @@
 line, every `metrics.sample_interval_s` of wall time.
 
 Samples are stamped with target time (wall time since the engine's common start / TDF) and fed
-to the recorder, which is thread-safe per batch. Port counters come from `tc -s` in each switch
-namespace, which costs a few milliseconds per switch, so they are read at most every
-PORT_INTERVAL_MIN_S. Nothing is sampled before the engine's start instant but the baseline, read when the
+to the recorder, which is thread-safe per batch. Port counters come from each switch
+namespace's qdiscs over rtnetlink and its markers' maps (fabrics/counters.py), read at most every
+PORT_INTERVAL_MIN_S: each reading of a port with per-class counters adds a row per class to the
+attribution table. Nothing is sampled before the engine's start instant but the baseline, read when the
 workers are ready and stamped 0.
 """
 
