@@ -59,6 +59,8 @@ class EngineFailure(EmulatorError):
 class RunOutcome:
     """What a run produced: collectors events (target timescale) and the run's metadata."""
 
+    # the events, when no on_events consumer took them as they came (else empty: a run's
+    # recorder has them, and a long run's would otherwise pile up here unread)
     events: list[RunEvent]
     metadata: dict[str, Any]
     finished: dict[int, FlowFinished] = field(default_factory=dict)
@@ -465,8 +467,9 @@ class Coordinator:
             target = self.workers[index]
             if not target.gone:
                 target.pipe.send(("deps_done", ids))
-        self.events.extend(new)
-        if self.on_events is not None and new:
+        if self.on_events is None:
+            self.events.extend(new)  # nobody takes them as they come: the outcome holds them
+        elif new:
             self.on_events(new)
 
     def _join(self, key: tuple[int, int], new: list[RunEvent]) -> None:

@@ -4,12 +4,13 @@ the workers whose flows depend on them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from emulator.engine.coordinator import Coordinator, _WorkerHandle
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import EngineFlow, RankEndpoint
-from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample
+from emulator.events import FlowFinished, FlowStarted, NicSample, RateSample, RunEvent
 
 
 class _Pipe:
@@ -20,13 +21,15 @@ class _Pipe:
         self.sent.append(msg)
 
 
-def _coordinator() -> tuple[Coordinator, list[_Pipe]]:
+def _coordinator(
+    on_events: Callable[[list[RunEvent]], None] | None = None,
+) -> tuple[Coordinator, list[_Pipe]]:
     ranks = [RankEndpoint(r, f"10.0.0.{r + 1}") for r in range(2)]
     flows = [
         EngineFlow(1, 0, 1, 0, 50000, 4096),
         EngineFlow(2, 1, 0, 0, 50001, 4096, deps=(1,)),  # rank 1's worker waits for flow 1
     ]
-    c = Coordinator(ranks, flows, engine=EngineParams(workers=2, tdf=1000.0))
+    c = Coordinator(ranks, flows, engine=EngineParams(workers=2, tdf=1000.0), on_events=on_events)
     pipes = [_Pipe(), _Pipe()]
     handles: list[Any] = [(i, None, pipes[i], (i,)) for i in range(2)]
     c.workers = [_WorkerHandle(*h) for h in handles]
@@ -61,3 +64,16 @@ def test_reports_join_by_connection_and_message_order() -> None:
     c._take([("rx", conn, 0, 1.0, 4096, 0, 0, 0.0, 0)])
     c._take([("done", 2, 1.1, 1, 0, 0, conn, 0, 0.0, 0.0)])
     assert c.finished[2].time_s == 1.1 and c.finished[2].ce_marks == 0
+
+
+def test_events_a_consumer_takes_as_they_come_are_not_kept_too() -> None:
+    """A run's recorder takes every batch as it comes: the coordinator keeps none of them (a
+    long run's would pile up unread); with no consumer the outcome holds them all."""
+    got: list[RunEvent] = []
+    c, _ = _coordinator(on_events=got.extend)
+    c._take([("started", 1, 0.1), ("rate", 1, 9, 0.2, 5e9)])
+    assert got == [FlowStarted(1, 0.1), RateSample(0.2, 1, 9, 5e9)]
+    assert c.events == []
+    alone, _ = _coordinator()
+    alone._take([("started", 1, 0.1), ("rate", 1, 9, 0.2, 5e9)])
+    assert alone.events == got
