@@ -111,7 +111,7 @@ class MarkRow:
 
 class PortShare(NamedTuple):
     """What a window row adds to the live per-port, per-collective-type totals
-    (collectors.live.LiveState.add_attribution)."""
+    (collectors.live.LiveMetrics.add_attribution)."""
 
     switch: str
     port: str
