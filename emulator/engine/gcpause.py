@@ -1,7 +1,8 @@
-"""The worker's garbage-collector pauses, measured through gc.callbacks and reported with the
-worker's stats: a collection stops the worker and delays its next tick. (Measured in moe_mix at
-TDF 1600: about 50 collections per worker, the longest 4.5 ms, 16 ms in all, so the collector
-is not what makes ticks late there; the run records it so that a run where it is can tell.)
+"""Garbage-collector pauses, measured through gc.callbacks: a worker's, reported with its stats
+(a collection stops the worker and delays its next tick; measured in moe_mix at TDF 1600: about
+50 collections per worker, the longest 4.5 ms, 16 ms in all, so the collector is not what makes
+ticks late there; the run records it so that a run where it is can tell), and the coordinator's
+during a run (summary.json engine.coordinator_gc_pauses).
 """
 
 from __future__ import annotations

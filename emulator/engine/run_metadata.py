@@ -25,6 +25,7 @@ def run_metadata(
     dependency_latency: dict[str, Any],
     latency_by_class: dict[int, LatencyHistogram],
     receive_wait: dict[str, Any] | None = None,
+    coordinator_gc_pauses: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Per worker its `infos` ("ready") and `stats` (its last report), in worker order;
     `wall_s` from the coordinator's creation, `run_wall_s` from the common start."""
@@ -79,6 +80,8 @@ def run_metadata(
         "worker_pacing": [stat.get("pacing") for stat in stats],
         # per worker: garbage-collector runs per generation, total and longest pause
         "worker_gc_pauses": [stat.get("gc_pauses") for stat in stats],
+        # the coordinator's (its heap frozen at the start: emulator/engine/coordinator.py)
+        "coordinator_gc_pauses": coordinator_gc_pauses,
         "wall_s": wall_s,
         "replay_wall_s": round(run_wall_s, 3),  # from the common start to the end
         # from a flow's completion at its sender to the arrival of the flows it released
