@@ -223,64 +223,51 @@ class AttributionTable:
         instance_of: Callable[[int], int],
         job_of: Callable[[int], str] = lambda instance: "",
     ) -> list[PortShare]:
-        """A simulated port's window: a row per instance, a mark row per marked packet, kept
-        as columns with no row built (a run has one per port, window and instance, and one per
-        mark). Returns what each instance's row adds to the live totals."""
+        """A simulated port's window: a row per instance, a mark row per marked packet, given to
+        the columns as values with no row built (a run has one per port, window and instance,
+        and one per mark). Returns what each instance's row adds to the live totals."""
         self.measured = True
         shares: list[PortShare] = []
+        t, interval, switch, port = event.time_s, event.interval_s, event.switch, event.port
         by = event.by_instance
-        t, switch, port = event.time_s, event.switch, event.port
         if by:
-            n = len(by)
-            instances = [e[0] for e in by]
-            types = [type_of(i) for i in instances]
-            jobs = [job_of(i) for i in instances]
-            byte_s = [e[5] for e in by]
             # PFC held the port's queue for paused_s of the window: charged to the instances by
             # their share of the queue's byte-time in the window
-            held = sum(byte_s)
+            held = sum(e[5] for e in by)
             paused = event.paused_s
-            pauses = [paused * b / held for b in byte_s] if held and paused > 0 else [None] * n
-            tx = [e[2] for e in by]
-            marks = [e[3] for e in by]
-            self.row_columns.extend_columns(
-                n,
-                {
-                    "time_s": [t] * n,
-                    "interval_s": [event.interval_s] * n,
-                    "switch": [switch] * n,
-                    "port": [port] * n,
-                    "collective_id": instances,
-                    "collective_type": types,
-                    "queue_bytes": [e[1] for e in by],
-                    "tx_bytes": tx,
-                    "ecn_marks": marks,
-                    "drops": [e[4] for e in by],
-                    "queue_byte_s": byte_s,
-                    "pause_s": pauses,
-                    "job": jobs,
-                },
-            )
-            shares = [
-                PortShare(switch, port, *share)
-                for share in zip(types, jobs, tx, marks, byte_s, pauses, strict=True)
-            ]
-        flows = event.marked_flows
-        if flows:
-            n = len(flows)
-            instances = [instance_of(f) for f in flows]
-            self.mark_columns.extend_columns(
-                n,
-                {
-                    "time_s": [t] * n,
-                    "switch": [switch] * n,
-                    "port": [port] * n,
-                    "flow_id": flows,
-                    "collective_id": instances,
-                    "collective_type": [type_of(i) for i in instances],
-                    "job": [job_of(i) for i in instances],
-                },
-            )
+            append = self.row_columns.append_values
+            for instance, queued, tx, marks, drops, byte_s in by:
+                ctype, job = type_of(instance), job_of(instance)
+                pause = paused * byte_s / held if held and paused > 0 else None
+                # AttributionRow's fields in order (tests/unit/test_columns.py holds it)
+                append(
+                    (
+                        t,
+                        interval,
+                        switch,
+                        port,
+                        instance,
+                        ctype,
+                        queued,
+                        tx,
+                        marks,
+                        drops,
+                        None,
+                        byte_s,
+                        pause,
+                        None,
+                        None,
+                        SIMULATED,
+                        job,
+                    )
+                )
+                shares.append(PortShare(switch, port, ctype, job, tx, marks, byte_s, pause))
+        if event.marked_flows:
+            append = self.mark_columns.append_values
+            for flow_id in event.marked_flows:
+                instance = instance_of(flow_id)
+                # MarkRow's fields in order
+                append((t, switch, port, flow_id, instance, type_of(instance), job_of(instance)))
         return shares
 
 

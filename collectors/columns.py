@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -26,6 +26,7 @@ _ARRAY_CODES = {"int": "q", "float": "d", "bool": "b", "str": "i"}  # str: codes
 
 R = TypeVar("R")
 ROWS_PER_BATCH = 16_384  # rows `rows` converts to Python objects at a time
+ROWS_PER_FLUSH = 4096  # records append_values keeps aside before writing them to the columns
 
 
 def field_types(cls: type) -> list[tuple[str, str, bool]]:
@@ -65,15 +66,17 @@ class RecordColumns(Generic[R]):
             {} if base == "str" else None for _, base, _ in self._fields
         ]
         self._len = 0
+        self._pending: list[tuple[Any, ...]] = []  # append_values' records, not yet in columns
         self._plan: list[tuple[str, array[Any], bytearray | None, dict[str, int] | None, Any]] = [
             (name, self._data[i], self._valid[i], self._codes[i], self._names[i])
             for i, (name, _, _) in enumerate(self._fields)
         ]
 
     def __len__(self) -> int:
-        return self._len
+        return self._len + len(self._pending)
 
     def append(self, record: R) -> None:
+        self._flush()
         # per field: its name, values, validity bytes (None: not nullable), string codes
         for name, data, valid, codes, names in self._plan:
             value = getattr(record, name)
@@ -96,19 +99,28 @@ class RecordColumns(Generic[R]):
         for record in records:
             self.append(record)
 
-    def extend_columns(self, n: int, columns: Mapping[str, Sequence[Any]]) -> None:
-        """`n` records given as their columns (each a sequence of `n` values), the same as
-        appending them one by one with no instance built: a field left out takes its default
-        for every record."""
-        unknown = columns.keys() - {name for name, _, _ in self._fields}
-        if unknown:
-            raise TypeError(f"{self.cls.__name__} has no field {sorted(unknown)[0]!r}")
-        for name, data, valid, codes, names in self._plan:
-            values = columns.get(name)
-            if values is None:
-                values = [self._default(name)] * n
-            elif len(values) != n:
-                raise ValueError(f"{self.cls.__name__}.{name}: {len(values)} values, not {n}")
+    def append_values(self, values: tuple[Any, ...]) -> None:
+        """One record as its fields' values in field order (what dataclasses.astuple gives),
+        with no instance built: kept aside, and written to the columns a batch at a time (a
+        field at a time: the per-field work of `append` paid once per batch)."""
+        if len(values) != len(self._plan):
+            raise ValueError(
+                f"{self.cls.__name__}: {len(values)} values for {len(self._plan)} fields"
+            )
+        self._pending.append(values)
+        if len(self._pending) >= ROWS_PER_FLUSH:
+            self._flush()
+
+    def _flush(self) -> None:
+        """The records append_values kept aside, into the columns (before anything reads them
+        or appends otherwise)."""
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        for (_, data, valid, codes, names), values in zip(
+            self._plan, zip(*pending, strict=True), strict=True
+        ):
             if valid is not None:
                 valid.extend(v is not None for v in values)
             if codes is not None:
@@ -127,17 +139,10 @@ class RecordColumns(Generic[R]):
                 data.extend([0 if v is None else v for v in values])
             else:
                 data.extend(values)
-        self._len += n
-
-    def _default(self, name: str) -> Any:
-        for f in dataclasses.fields(self.cls):  # type: ignore[arg-type]
-            if f.name == name:
-                if f.default is dataclasses.MISSING:
-                    raise TypeError(f"{self.cls.__name__}.{name} has no default: give its column")
-                return f.default
-        raise AssertionError(name)
+        self._len += len(pending)
 
     def _column(self, i: int, start: int = 0, stop: int | None = None) -> list[Any]:
+        self._flush()
         stop = self._len if stop is None else stop
         values: list[Any] = self._data[i][start:stop].tolist()
         names = self._names[i]
@@ -156,6 +161,7 @@ class RecordColumns(Generic[R]):
         return [self.cls(*values) for values in zip(*columns, strict=True)]
 
     def table(self) -> pa.Table:
+        self._flush()
         arrays = []
         for i, (field, (_, base, _)) in enumerate(zip(self.schema, self._fields, strict=True)):
             data = self._data[i]

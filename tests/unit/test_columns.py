@@ -3,6 +3,7 @@ same records, and give the records back."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -111,43 +112,89 @@ def test_attribution_and_mark_rows_round_trip() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(mixed, max_size=40), st.lists(st.integers(0, 7), max_size=12), st.booleans())
-def test_records_given_as_columns_are_the_records_appended(
-    records: list[Mixed], cuts: list[int], leave_out_defaults: bool
+@given(st.lists(mixed, max_size=40), st.lists(st.booleans(), max_size=40), st.integers(1, 9))
+def test_records_given_as_values_are_the_records_appended(
+    records: list[Mixed], as_values: list[bool], flush_every: int
 ) -> None:
-    """extend_columns, chunk by chunk between appends, keeps what append keeps (strings coded in
-    first-seen order, nulls, bools), and a field left out takes its default."""
-    if leave_out_defaults:  # records whose defaulted fields hold their defaults
-        records = [Mixed(r.when_s, r.name, r.count, r.flag) for r in records]
+    """append_values, mixed with append and batched (flushed every few records, and before
+    anything reads), keeps what append keeps: strings coded in first-seen order, nulls, bools."""
     appended = RecordColumns(Mixed)
     for r in records:
         appended.append(r)
-    given_as_columns = RecordColumns(Mixed)
-    i = 0
-    for k, cut in enumerate([*cuts, len(records)]):
-        chunk = records[i : i + cut]
-        i += len(chunk)
-        if k % 2:  # alternate: one at a time, then as columns
-            for r in chunk:
-                given_as_columns.append(r)
-            continue
-        names = ["when_s", "name", "count", "flag"]
-        if not leave_out_defaults:
-            names += ["maybe_count", "maybe_name", "maybe_flag", "maybe_s"]
-        given_as_columns.extend_columns(
-            len(chunk), {n: [getattr(r, n) for r in chunk] for n in names}
-        )
-    assert len(given_as_columns) == len(records)
-    assert given_as_columns.table().equals(appended.table())
-    assert given_as_columns.table().equals(to_table(records, Mixed))
-    assert given_as_columns.rows() == records
+    given = RecordColumns(Mixed)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("collectors.columns.ROWS_PER_FLUSH", flush_every)
+        for i, r in enumerate(records):
+            if i < len(as_values) and as_values[i]:
+                given.append_values(dataclasses.astuple(r))
+            else:
+                given.append(r)
+            assert len(given) == i + 1
+    assert given.table().equals(appended.table())
+    assert given.table().equals(to_table(records, Mixed))
+    assert given.rows() == records
 
 
-def test_columns_that_do_not_fit_the_record_are_refused() -> None:
-    columns = RecordColumns(Mixed)
-    with pytest.raises(TypeError, match="no field 'nope'"):
-        columns.extend_columns(1, {"nope": [1]})
-    with pytest.raises(ValueError, match=r"Mixed\.name: 2 values, not 1"):
-        columns.extend_columns(1, {"when_s": [0.0], "name": ["a", "b"]})
-    with pytest.raises(TypeError, match=r"Mixed\.count has no default"):
-        columns.extend_columns(1, {"when_s": [0.0], "name": ["a"], "flag": [True]})
+def test_values_that_do_not_fit_the_record_are_refused() -> None:
+    with pytest.raises(ValueError, match="Mixed: 3 values for 8 fields"):
+        RecordColumns(Mixed).append_values((0.0, "a", 1))
+
+
+def test_attribution_and_mark_rows_given_as_values_are_their_records() -> None:
+    """AttributionTable.add gives the simulator's rows as values in field order: the order the
+    records' fields have."""
+    from collectors.attribution import AttributionTable
+    from emulator.events import PortAttribution
+
+    table = AttributionTable()
+    shares = table.add(
+        PortAttribution(
+            0.002,
+            0.001,
+            "l0",
+            "l0-s0",
+            ((3, 4096, 8192, 1, 2, 1e-6), (5, 0, 10, 0, 0, 3e-6)),
+            (12, 13),
+            0.5e-3,
+        ),
+        type_of=lambda i: f"T{i}",
+        instance_of=lambda f: f - 10,
+        job_of=lambda i: f"j{i}",
+    )
+    assert table.rows == [
+        AttributionRow(
+            0.002,
+            0.001,
+            "l0",
+            "l0-s0",
+            3,
+            "T3",
+            4096,
+            8192,
+            1,
+            2,
+            queue_byte_s=1e-6,
+            pause_s=0.5e-3 * 1e-6 / 4e-6,
+            job="j3",
+        ),
+        AttributionRow(
+            0.002,
+            0.001,
+            "l0",
+            "l0-s0",
+            5,
+            "T5",
+            0,
+            10,
+            0,
+            0,
+            queue_byte_s=3e-6,
+            pause_s=0.5e-3 * 3e-6 / 4e-6,
+            job="j5",
+        ),
+    ]
+    assert table.marks == [
+        MarkRow(0.002, "l0", "l0-s0", 12, 2, "T2", "j2"),
+        MarkRow(0.002, "l0", "l0-s0", 13, 3, "T3", "j3"),
+    ]
+    assert [s.tx_bytes for s in shares] == [8192, 10]
