@@ -59,6 +59,10 @@ class NativeSimulator:
         self._next_packet = 0
         self._out = self.ffi.new("fab_out_t *")
         self._budget = self.ffi.new("int64_t *")
+        # fab_attr_take's answers, for every port's sample in turn
+        self._attr_items = self.ffi.new("fab_attr_t **")
+        self._attr_marked = self.ffi.new("int64_t **")
+        self._attr_n_marked = self.ffi.new("int32_t *")
         self._dead = self.ffi.new("int64_t **")
         # receivers whose in-order packets C takes (native_rqp.py), and the flags it reads
         self.rx = ReceiveOffload(self.ffi, self.lib, self.fab)
@@ -373,9 +377,7 @@ class NativePort:
         sim = self.sim
         ffi, lib = sim.ffi, sim.lib
         assert self._p.attribution
-        items = ffi.new("fab_attr_t **")
-        marked = ffi.new("int64_t **")
-        n_marked = ffi.new("int32_t *")
+        items, marked, n_marked = sim._attr_items, sim._attr_marked, sim._attr_n_marked
         n = lib.fab_attr_take(sim.fab, self.index, items, marked, n_marked)
         held = tuple(
             (e.tag, e.q, e.tx, e.marks, e.drops, e.byte_s)
