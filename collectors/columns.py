@@ -9,8 +9,9 @@ same Arrow table to_table would build from the instances.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -26,7 +27,7 @@ _ARRAY_CODES = {"int": "q", "float": "d", "bool": "b", "str": "i"}  # str: codes
 
 R = TypeVar("R")
 ROWS_PER_BATCH = 16_384  # rows `rows` converts to Python objects at a time
-ROWS_PER_FLUSH = 4096  # records append_values keeps aside before writing them to the columns
+ROWS_PER_FLUSH = 4096  # records kept aside before they are written to the columns
 
 
 def field_types(cls: type) -> list[tuple[str, str, bool]]:
@@ -67,6 +68,11 @@ class RecordColumns(Generic[R]):
         ]
         self._len = 0
         self._pending: list[tuple[Any, ...]] = []  # append_values' records, not yet in columns
+        getter = operator.attrgetter(*(name for name, _, _ in self._fields))
+        # attrgetter of one name gives the value, not a tuple of it
+        self._values_of: Callable[[Any], tuple[Any, ...]] = (
+            getter if len(self._fields) > 1 else lambda record: (getter(record),)
+        )
         self._plan: list[tuple[str, array[Any], bytearray | None, dict[str, int] | None, Any]] = [
             (name, self._data[i], self._valid[i], self._codes[i], self._names[i])
             for i, (name, _, _) in enumerate(self._fields)
@@ -76,24 +82,10 @@ class RecordColumns(Generic[R]):
         return self._len + len(self._pending)
 
     def append(self, record: R) -> None:
-        self._flush()
-        # per field: its name, values, validity bytes (None: not nullable), string codes
-        for name, data, valid, codes, names in self._plan:
-            value = getattr(record, name)
-            if valid is not None:
-                valid.append(value is not None)
-                if value is None:
-                    data.append(0)
-                    continue
-            if codes is not None:
-                code = codes.get(value)
-                if code is None:
-                    code = codes[value] = len(codes)
-                    names.append(value)
-                data.append(code)
-            else:
-                data.append(value)
-        self._len += 1
+        # its fields' values, written with the other records kept aside (one writer of both)
+        self._pending.append(self._values_of(record))
+        if len(self._pending) >= ROWS_PER_FLUSH:
+            self._flush()
 
     def extend(self, records: Iterable[R]) -> None:
         for record in records:
@@ -112,8 +104,8 @@ class RecordColumns(Generic[R]):
             self._flush()
 
     def _flush(self) -> None:
-        """The records append_values kept aside, into the columns (before anything reads them
-        or appends otherwise)."""
+        """The records append and append_values kept aside, into the columns (before anything
+        reads them)."""
         pending = self._pending
         if not pending:
             return
