@@ -8,9 +8,6 @@ the caller passes in (the collectors never read a clock themselves).
 
 from __future__ import annotations
 
-import os
-import socket
-import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -18,6 +15,7 @@ from typing import Protocol
 
 from emulator.errors import EnvironmentProblem
 from emulator.events import NicSample
+from emulator.rtnetlink import RouteSocket
 
 
 class CounterSource(Protocol):
@@ -44,59 +42,11 @@ class SysfsCounters:
         return tx, rx
 
 
-# rtnetlink (include/uapi/linux/netlink.h, rtnetlink.h, if_link.h)
-_RTM_GETLINK, _NLMSG_ERROR, _NLM_F_REQUEST = 18, 2, 1
-_IFLA_STATS, _IFLA_STATS64 = 1, 23
-_NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
-_IFINFOMSG = struct.Struct("=BxHiII")  # family, pad, type, index, flags, change
-_RTATTR = struct.Struct("=HH")  # length, type
-
-
-def link_stats_request(index: int, seq: int) -> bytes:
-    """An RTM_GETLINK request for one interface index."""
-    length = _NLMSGHDR.size + _IFINFOMSG.size
-    return _NLMSGHDR.pack(length, _RTM_GETLINK, _NLM_F_REQUEST, seq, 0) + _IFINFOMSG.pack(
-        0, 0, index, 0, 0
-    )
-
-
-def parse_link_stats(data: bytes, seq: int) -> tuple[int, int] | None:
-    """(tx_bytes, rx_bytes) from an RTM_NEWLINK reply with sequence `seq` (None: another
-    message); raises EnvironmentProblem for an error reply or one without statistics.
-    rtnl_link_stats64 starts rx_packets, tx_packets, rx_bytes, tx_bytes (u64; u32 in the older
-    IFLA_STATS)."""
-    if len(data) < _NLMSGHDR.size:
-        raise EnvironmentProblem("rtnetlink: short reply")
-    length, kind, _flags, got_seq, _pid = _NLMSGHDR.unpack_from(data, 0)
-    if got_seq != seq:
-        return None
-    if kind == _NLMSG_ERROR:
-        (errno,) = struct.unpack_from("=i", data, _NLMSGHDR.size)
-        raise EnvironmentProblem(f"rtnetlink: RTM_GETLINK failed: {os.strerror(-errno)}")
-    end = min(length, len(data))
-    off = _NLMSGHDR.size + _IFINFOMSG.size
-    fallback = None
-    while off + _RTATTR.size <= end:
-        size, kind = _RTATTR.unpack_from(data, off)
-        if size < _RTATTR.size or off + size > end:
-            break
-        if kind == _IFLA_STATS64 and size >= _RTATTR.size + 32:
-            _rxp, _txp, rx, tx = struct.unpack_from("=QQQQ", data, off + _RTATTR.size)
-            return tx, rx
-        if kind == _IFLA_STATS and size >= _RTATTR.size + 16:
-            _rxp, _txp, rx, tx = struct.unpack_from("=IIII", data, off + _RTATTR.size)
-            fallback = (tx, rx)
-        off += (size + 3) & ~3
-    if fallback is not None:
-        return fallback
-    raise EnvironmentProblem("rtnetlink: the interface reports no statistics")
-
-
 class NetlinkCounters:
-    """IFLA_STATS64 of one interface over rtnetlink, in the named network namespace (None: the
-    current one). pyroute2 finds the interface once; each read is then one RTM_GETLINK request on
-    a raw NETLINK_ROUTE socket created inside the namespace (a socket stays in the namespace it
-    was made in), decoded by hand: about 5 us a read against pyroute2's 250 us, and the sampler
+    """The byte counters of one interface over rtnetlink (emulator.rtnetlink), in the named
+    network namespace (None: the current one): found once in a dump of the namespace's links,
+    then each read is one RTM_GETLINK request for its index on a socket made inside the
+    namespace, decoded by hand: about 5 us a read against pyroute2's 250 us, and the sampler
     reads every rank ten times a second on the run's own CPU (profiled: pyroute2's reads were
     most of the coordinator's CPU in a 16-rank run, competing with the engine's workers).
 
@@ -104,44 +54,33 @@ class NetlinkCounters:
     """
 
     def __init__(self, ifname: str, netns: str | None = None) -> None:
-        from pyroute2 import IPRoute
-        from pyroute2.netns import popns, pushns
-
         self.ifname = ifname
         self.netns = netns
-        self._seq = 0
-        if netns:
-            pushns(netns)
+        route = RouteSocket(netns)
         try:
-            with IPRoute() as ipr:
-                indexes = ipr.link_lookup(ifname=ifname)
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        finally:
-            if netns:
-                popns()
-        if not indexes:
-            sock.close()
-            where = f"namespace {netns}" if netns else "this namespace"
-            raise EnvironmentProblem(f"no interface {ifname} in {where}")
-        sock.bind((0, 0))
-        sock.settimeout(2.0)
-        self._sock = sock
-        self._index = int(indexes[0])
+            found = [i for i, link in route.links().items() if link.name == ifname]
+            if not found:
+                raise EnvironmentProblem(f"no interface {ifname} in {route.where}")
+        except OSError as exc:
+            route.close()
+            raise EnvironmentProblem(f"interface {ifname}: rtnetlink read: {exc}") from exc
+        except BaseException:
+            route.close()
+            raise
+        self._route = route
+        self._index = found[0]
 
     def read(self) -> tuple[int, int]:
-        self._seq = (self._seq + 1) & 0xFFFFFFFF
         try:
-            self._sock.send(link_stats_request(self._index, self._seq))
-            for _ in range(16):  # skip replies to requests an earlier timeout abandoned
-                stats = parse_link_stats(self._sock.recv(65536), self._seq)
-                if stats is not None:
-                    return stats
+            link = self._route.link(self._index)
         except OSError as exc:
             raise EnvironmentProblem(f"interface {self.ifname}: rtnetlink read: {exc}") from exc
-        raise EnvironmentProblem(f"interface {self.ifname}: no rtnetlink reply to its request")
+        if not link.stats:
+            raise EnvironmentProblem(f"interface {self.ifname}: rtnetlink reports no statistics")
+        return link.tx_bytes, link.rx_bytes
 
     def close(self) -> None:
-        self._sock.close()
+        self._route.close()
 
 
 class FixtureCounters:

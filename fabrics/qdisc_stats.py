@@ -1,65 +1,40 @@
 """Every qdisc's counters in a network namespace over rtnetlink, as `tc -s -j qdisc show` gives
-them (the fields fabrics.counters and the markers read), without a process per reading.
+them (the fields fabrics.counters and the markers read), and its interfaces' counters as
+`ip -s -j link show` does, without a process per reading.
 
 A `tc` process per switch namespace cost about 6 ms of CPU (fork, exec, JSON) each second of a
 run, all at once on the run's own two cores: the engine's workers lost their CPU for that long
-at every port sample. Here one raw NETLINK_ROUTE socket per namespace, made inside it (a socket
-stays in the namespace it was made in), asks for an RTM_GETQDISC dump; the replies are decoded
-by hand (include/uapi/linux/rtnetlink.h, pkt_sched.h, gen_stats.h). The interface names come
-from an RTM_GETLINK dump on the same socket, asked again when a qdisc names an index not seen.
+at every port sample. Here one NETLINK_ROUTE socket per namespace, made inside it
+(emulator.rtnetlink), asks for an RTM_GETQDISC dump; the replies are decoded by hand
+(include/uapi/linux/pkt_sched.h, gen_stats.h). The interface names come from an RTM_GETLINK dump
+on the same socket, asked again when a qdisc names an index not seen.
 
 Holds a socket per namespace read: close() releases them (a socket keeps its namespace alive).
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import struct
-from collections.abc import Iterator
 from typing import Any
 
 from emulator.errors import EnvironmentProblem
+from emulator.rtnetlink import (
+    RTM_GETQDISC,
+    RTM_NEWQDISC,
+    TCMSG,
+    LinkStats,
+    RouteSocket,
+    attributes,
+)
 
-# netlink.h, rtnetlink.h
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
-RTM_NEWLINK, RTM_GETLINK, RTM_NEWQDISC, RTM_GETQDISC = 16, 18, 36, 38
-IFLA_IFNAME = 3
 # pkt_sched.h / rtnetlink.h: a qdisc's attributes; gen_stats.h: TCA_STATS2's nested ones
 TCA_KIND, TCA_STATS2, TCA_XSTATS = 1, 7, 4
 TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_APP, TCA_STATS_PKT64 = 1, 3, 4, 8
 TC_H_ROOT = 0xFFFFFFFF
 
-NLMSGHDR = struct.Struct("=IHHII")  # length, type, flags, sequence, port id
-TCMSG = struct.Struct("=BBHiIII")  # family, pad, pad, ifindex, handle, parent, info
-IFINFOMSG = struct.Struct("=BxHiII")  # family, pad, type, index, flags, change
-RTATTR = struct.Struct("=HH")  # length, type
 GNET_BASIC = struct.Struct("=QI")  # bytes, packets
 GNET_QUEUE = struct.Struct("=IIIII")  # qlen, backlog, drops, requeues, overlimits
 RED_XSTATS = struct.Struct("=IIII")  # early, pdrop, other, marked (tc_red_xstats)
-
-
-def _align(n: int) -> int:
-    return (n + 3) & ~3
-
-
-def dump_request(kind: int, seq: int) -> bytes:
-    """An RTM_GETQDISC or RTM_GETLINK dump request (every qdisc, every link)."""
-    body = (
-        TCMSG.pack(0, 0, 0, 0, 0, 0, 0) if kind == RTM_GETQDISC else IFINFOMSG.pack(0, 0, 0, 0, 0)
-    )
-    return NLMSGHDR.pack(NLMSGHDR.size + len(body), kind, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
-
-
-def attributes(data: bytes | memoryview, off: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(type, start, end) of each rtattr from `off` to `end`."""
-    while off + RTATTR.size <= end:
-        size, kind = RTATTR.unpack_from(data, off)
-        if size < RTATTR.size or off + size > end:
-            return
-        yield kind & 0x3FFF, off + RTATTR.size, off + size  # NLA_F_NESTED etc. masked off
-        off += _align(size)
 
 
 def handle_text(handle: int) -> str:
@@ -104,96 +79,45 @@ def parse_qdisc(data: bytes | memoryview, off: int, end: int) -> tuple[int, dict
     return ifindex, q
 
 
-def parse_link_name(data: bytes | memoryview, off: int, end: int) -> tuple[int, str | None]:
-    """(index, name) of one RTM_NEWLINK message's body."""
-    _family, _type, index, _flags, _change = IFINFOMSG.unpack_from(data, off)
-    for kind, start, stop in attributes(data, off + IFINFOMSG.size, end):
-        if kind == IFLA_IFNAME:
-            return index, bytes(data[start:stop]).split(b"\0", 1)[0].decode()
-    return index, None
-
-
-def messages(data: bytes, seq: int) -> Iterator[tuple[int, int, int]]:
-    """(type, body start, body end) of each netlink message in one read that answers `seq`
-    (others, left from an abandoned request, are skipped); raises on an error reply."""
-    off = 0
-    while off + NLMSGHDR.size <= len(data):
-        length, kind, _flags, got_seq, _pid = NLMSGHDR.unpack_from(data, off)
-        if length < NLMSGHDR.size or off + length > len(data):
-            raise EnvironmentProblem("rtnetlink: a truncated reply")
-        if got_seq == seq:
-            if kind == NLMSG_ERROR:
-                (errno,) = struct.unpack_from("=i", data, off + NLMSGHDR.size)
-                if errno:
-                    raise EnvironmentProblem(f"rtnetlink: dump failed: {os.strerror(-errno)}")
-            yield kind, off + NLMSGHDR.size, off + length
-        off += _align(length)
-
-
 class _Namespace:
     """One namespace's socket and its interfaces' names."""
 
     def __init__(self, netns: str | None) -> None:
-        from pyroute2.netns import popns, pushns
-
-        self.netns = netns
-        if netns:
-            pushns(netns)
-        try:
-            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        finally:
-            if netns:
-                popns()
-        try:
-            sock.bind((0, 0))
-            sock.settimeout(2.0)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-        self.seq = 0
+        self.route = RouteSocket(netns)
         self.names: dict[int, str] = {}
 
-    def dump(self, kind: int) -> Iterator[tuple[bytes, int, int, int]]:
-        """(reply, type, body start, body end) of every message of one dump."""
-        self.seq = (self.seq + 1) & 0xFFFFFFFF
-        seq = self.seq
-        self.sock.send(dump_request(kind, seq))
-        while True:
-            data = self.sock.recv(1 << 16)
-            for mtype, start, end in messages(data, seq):
-                if mtype == NLMSG_DONE:
-                    return
-                yield data, mtype, start, end
-
-    def links(self) -> None:
-        names = {}
-        for data, mtype, start, end in self.dump(RTM_GETLINK):
-            if mtype == RTM_NEWLINK:
-                index, name = parse_link_name(data, start, end)
-                if name is not None:
-                    names[index] = name
-        self.names = names
+    def links(self) -> dict[int, LinkStats]:
+        links = self.route.links()
+        self.names = {i: link.name for i, link in links.items() if link.name is not None}
+        return links
 
 
 class QdiscStats:
-    """Reads every qdisc of a namespace, keyed by interface name (tc's JSON fields)."""
+    """Reads every qdisc (and interface) of a namespace, keyed by interface name."""
 
     def __init__(self) -> None:
         self._ns: dict[str | None, _Namespace] = {}
+
+    def _namespace(self, netns: str | None) -> _Namespace:
+        ns = self._ns.get(netns)
+        if ns is None:
+            ns = _Namespace(netns)
+            try:
+                ns.links()
+            except BaseException:
+                ns.route.close()
+                raise
+            self._ns[netns] = ns
+        return ns
 
     def read(self, netns: str | None) -> list[dict[str, Any]]:
         """Every qdisc in `netns` (None: this one) as `tc -s -j qdisc show` lists them: dev,
         kind, handle, root or parent, bytes, packets, drops, backlog, qlen, requeues,
         overlimits, and RED's early, pdrop, other and marked."""
-        ns = self._ns.get(netns)
         try:
-            if ns is None:
-                ns = self._ns[netns] = _Namespace(netns)
-                ns.links()
+            ns = self._namespace(netns)
             out: list[tuple[int, dict[str, Any]]] = []
-            for data, mtype, start, end in ns.dump(RTM_GETQDISC):
+            for data, mtype, start, end in ns.route.dump(RTM_GETQDISC):
                 if mtype == RTM_NEWQDISC:
                     out.append(parse_qdisc(data, start, end))
             if any(index not in ns.names for index, _ in out):
@@ -205,7 +129,16 @@ class QdiscStats:
             q["dev"] = ns.names.get(index, f"if{index}")
         return [q for _, q in out]
 
+    def links(self, netns: str | None) -> dict[str, LinkStats]:
+        """Every named interface in `netns` and its counters (`ip -s -j link show`'s stats64)."""
+        try:
+            links = self._namespace(netns).links()
+        except OSError as exc:
+            where = f"namespace {netns}" if netns else "this namespace"
+            raise EnvironmentProblem(f"rtnetlink: reading the links of {where}: {exc}") from exc
+        return {link.name: link for link in links.values() if link.name is not None}
+
     def close(self) -> None:
         for ns in self._ns.values():
-            ns.sock.close()
+            ns.route.close()
         self._ns.clear()

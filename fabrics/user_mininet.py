@@ -31,6 +31,7 @@ from fabrics.ecn.markers import EbpfMarker, Marker, NoMarker
 from fabrics.iproute import Cmd, ip, run, run_batch, run_grouped, tc
 from fabrics.netns import NETNS_DIR
 from fabrics.ownership import Ledger
+from fabrics.qdisc_stats import QdiscStats
 from fabrics.queues import EcnThresholds, EgressPort
 from fabrics.spec import MininetSpec
 
@@ -340,17 +341,24 @@ def _offload_changes(
     ]
 
 
-def read_ports(live: LiveMininet) -> list[Any]:
+def read_ports(live: LiveMininet, stats: QdiscStats | None = None) -> list[Any]:
     """The read switch ports' counters (fabrics.counters.PortCounters): bytes and packets sent
     from the interface, drops from its root qdisc and the interface, the root qdisc's backlog,
-    the marker's marks and phantom queue."""
+    the marker's marks and phantom queue. Over rtnetlink with `stats` (a sampler's, read every
+    second: fabrics/qdisc_stats.py), else from an `ip` and a `tc` process per namespace."""
     from fabrics.counters import port_counters
 
     by_ns: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     out = []
     for port in live.ports:
         if port.netns not in by_ns:
-            by_ns[port.netns] = (_link_stats(port.netns), _root_qdiscs(port.netns))
+            if stats is None:
+                by_ns[port.netns] = (_link_stats(port.netns), _root_qdiscs(port.netns))
+            else:
+                by_ns[port.netns] = (
+                    _netlink_link_stats(stats, port.netns),
+                    _roots(stats.read(port.netns)),
+                )
         links, qdiscs = by_ns[port.netns]
         link = links.get(port.dev, {})
         root = qdiscs.get(port.dev, {})
@@ -376,6 +384,18 @@ def _link_stats(ns: str) -> dict[str, dict[str, Any]]:
     }
 
 
+def _netlink_link_stats(stats: QdiscStats, ns: str) -> dict[str, dict[str, Any]]:
+    """_link_stats over rtnetlink: the transmit side of `ip -s -j link show`'s stats64."""
+    return {
+        name: {"bytes": link.tx_bytes, "packets": link.tx_packets, "dropped": link.tx_dropped}
+        for name, link in stats.links(ns).items()
+        if link.stats
+    }
+
+
 def _root_qdiscs(ns: str) -> dict[str, dict[str, Any]]:
-    qdiscs = json.loads(run(tc("-s", "-j", "qdisc", "show", netns=ns)) or "[]")
+    return _roots(json.loads(run(tc("-s", "-j", "qdisc", "show", netns=ns)) or "[]"))
+
+
+def _roots(qdiscs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {str(q["dev"]): q for q in qdiscs if q.get("root") and "dev" in q}

@@ -231,6 +231,47 @@ def test_a_users_mininet_network_runs_a_scenario(
     assert not (tmp_path / "state.json").exists()
 
 
+def test_the_routers_ports_read_over_netlink_as_ip_and_tc_print_them(
+    two_routers: Any, fabric_env: str, tmp_path: Path
+) -> None:
+    """The sampler's reading of a user's routers (rtnetlink, fabrics/qdisc_stats.py) against the
+    `ip -s -j link` and `tc -s -j qdisc` processes it replaced, port by port, with traffic
+    crossing r1-r2 between the readings: netlink, processes, netlink, each counter of the
+    processes' reading between the two of netlink's."""
+    from fabrics.qdisc_stats import QdiscStats
+    from fabrics.user_mininet import attach, read_ports
+
+    net = two_routers
+    path = tmp_path / "scenario.yaml"
+    path.write_text(two_routers_example().SCENARIO)
+    spec = load_scenario(path).fabric
+    stats = QdiscStats()
+    with attach(net, spec, 1000.0, prefix=fabric_env) as live:
+        try:
+            ping = net["h1"].popen(["ping", "-i", "0.01", "-s", "1000", "-c", "100", "10.2.3.10"])
+            try:
+                time.sleep(0.2)
+                before = read_ports(live, stats)
+                time.sleep(0.1)
+                middle = read_ports(live)
+                time.sleep(0.1)
+                after = read_ports(live, stats)
+            finally:
+                ping.terminate()  # its own child, waited for
+                ping.wait(timeout=10)
+        finally:
+            stats.close()
+    assert [(p.node, p.dev) for p in before] == [(p.node, p.dev) for p in middle]
+    assert {p.node for p in middle} == {"r1", "r2"}
+    for a, b, c in zip(before, middle, after, strict=True):
+        for field in ("tx_bytes", "tx_packets", "drops", "ecn_marks"):
+            low, mid, high = getattr(a, field), getattr(b, field), getattr(c, field)
+            assert low <= mid <= high, (a.node, a.dev, field, low, mid, high)
+        assert b.backlog_bytes >= 0
+    moved = [(a.dev, c.tx_bytes - a.tx_bytes) for a, c in zip(before, after, strict=True)]
+    assert any(dev == "r1-r2" and grew > 0 for dev, grew in moved), moved
+
+
 def test_a_host_the_network_does_not_have_is_refused_in_one_line(
     two_routers: Any, fabric_env: str, tmp_path: Path
 ) -> None:

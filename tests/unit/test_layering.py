@@ -4,7 +4,7 @@ Data flows one way (docs/architecture.md): trace -> schedule -> transport -> bac
 collectors -> studies. The run (emulator.run) sits above the seam (emulator.backends.base) and
 never behind it. So a lower layer never imports a higher one:
 
-- the base modules (errors, config, netns, events, latency, signals) import no other project module but
+- the base modules (errors, config, netns, events, latency, signals, rtnetlink) import no other project module but
   each other;
 - the transport (the sans-I/O core) imports only itself and the base;
 - the engine imports no collector and nothing that runs it (backends, run pipeline, commands,
@@ -38,6 +38,7 @@ BASE = (
     "emulator.events",
     "emulator.latency",
     "emulator.signals",
+    "emulator.rtnetlink",
 )
 
 

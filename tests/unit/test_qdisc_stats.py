@@ -1,31 +1,19 @@
-"""fabrics.qdisc_stats decodes rtnetlink qdisc and link dumps as the kernel lays them out
-(include/uapi/linux/rtnetlink.h, pkt_sched.h, gen_stats.h): built replies here; the system test
-(tests/system/test_qdisc_stats.py) holds the decoding to tc's own output on a live port."""
+"""fabrics.qdisc_stats decodes rtnetlink qdisc dumps as the kernel lays them out
+(include/uapi/linux/pkt_sched.h, gen_stats.h): built replies here; the system test
+(tests/system/test_qdisc_stats.py) holds the decoding to tc's own output on a live port. The
+netlink messages around them: tests/unit/test_rtnetlink.py."""
 
 from __future__ import annotations
 
 import struct
 
-import pytest
-
-from emulator.errors import EnvironmentProblem
+from emulator.rtnetlink import NLMSGHDR, RTM_NEWQDISC, TCMSG, messages
 from fabrics.qdisc_stats import (
     GNET_BASIC,
     GNET_QUEUE,
-    IFINFOMSG,
-    NLMSG_DONE,
-    NLMSG_ERROR,
-    NLMSGHDR,
     RED_XSTATS,
-    RTM_GETQDISC,
-    RTM_NEWLINK,
-    RTM_NEWQDISC,
     TC_H_ROOT,
-    TCMSG,
-    dump_request,
     handle_text,
-    messages,
-    parse_link_name,
     parse_qdisc,
 )
 
@@ -93,33 +81,3 @@ def test_handles_print_as_tc_prints_them() -> None:
     assert handle_text(0xFFFF0000) == "ffff:"
     assert handle_text(0xFFFFFFF1) == "ffff:fff1"
     assert handle_text(0x10020) == "1:20"
-
-
-def test_a_read_holds_several_messages_and_skips_other_requests() -> None:
-    link = IFINFOMSG.pack(0, 1, 4, 0, 0) + _attr(3, b"swp4\0") + _attr(4, struct.pack("=I", 9000))
-    data = (
-        _message(RTM_NEWQDISC, 6, _qdisc(1, 0, TC_H_ROOT, "noqueue"))  # an abandoned request's
-        + _message(RTM_NEWLINK, 7, link)
-        + _message(NLMSG_DONE, 7, struct.pack("=i", 0))
-    )
-    got = list(messages(data, 7))
-    assert [k for k, _, _ in got] == [RTM_NEWLINK, NLMSG_DONE]
-    assert parse_link_name(data, got[0][1], got[0][2]) == (4, "swp4")
-
-
-def test_an_error_reply_is_a_clear_error_and_a_truncated_one_too() -> None:
-    error = _message(NLMSG_ERROR, 3, struct.pack("=i", -1) + bytes(16))
-    with pytest.raises(EnvironmentProblem, match="dump failed: Operation not permitted"):
-        list(messages(error, 3))
-    ack = _message(NLMSG_ERROR, 3, struct.pack("=i", 0) + bytes(16))
-    assert [k for k, _, _ in messages(ack, 3)] == [NLMSG_ERROR]  # errno 0: an acknowledgement
-    whole = _message(RTM_NEWQDISC, 3, _qdisc(1, 0, TC_H_ROOT, "noqueue"))
-    with pytest.raises(EnvironmentProblem, match="truncated"):
-        list(messages(whole[:-8], 3))
-
-
-def test_a_dump_request_is_what_the_kernel_reads() -> None:
-    req = dump_request(RTM_GETQDISC, 5)
-    length, kind, flags, seq, _ = NLMSGHDR.unpack_from(req, 0)
-    assert (length, kind, flags, seq) == (len(req), RTM_GETQDISC, 0x301, 5)
-    assert len(req) == NLMSGHDR.size + TCMSG.size

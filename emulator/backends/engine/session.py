@@ -87,6 +87,7 @@ class EngineSession(Session):
             context.stack.callback(c.close)
         self.pfc_readings = PfcReadings(live)
         self.engine_metadata: dict[str, Any] = {}
+        self._ports_reader: Callable[[], list[Any]] | None = None  # ports_reader's, made once
 
     # -- what differs between the emulated fabric and a DUT ----------------------------------
     def _nic_counters(self) -> dict[int, NetlinkCounters]:

@@ -77,12 +77,19 @@ class MininetSession(EngineSession):
         return bool(self.marker_name == "ebpf")
 
     def ports_reader(self) -> Callable[[], list[Any]] | None:
+        from fabrics.qdisc_stats import QdiscStats
         from fabrics.user_mininet import read_ports
 
         if not self.live.ports:
             return None
-        live = self.live
-        return lambda: read_ports(live)
+        if self._ports_reader is None:
+            live = self.live
+            # a netlink socket per switch namespace, closed before the network is let go (the
+            # context's stack: registered after it)
+            stats = QdiscStats()
+            self.context.stack.callback(stats.close)
+            self._ports_reader = lambda: read_ports(live, stats)
+        return self._ports_reader
 
     def _not_applicable(self) -> tuple[str, ...]:
         # the network is the user's: its drops are what it does, not this machine's doing
