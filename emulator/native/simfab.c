@@ -501,9 +501,33 @@ static int switch_forward(core_t *f, int32_t sw, int32_t fi, fab_out_t *out) {
     return 0;
 }
 
-/* the ACK a receive queue pair's common path answers a data frame with (receiver.py _ack, sent
- * as nodes.py Host.receive sends a reply: with the data frame's collective `tag` and `flow`) */
-static void rqp_ack(core_t *f, int32_t qpn, int64_t tag, int64_t flow) {
+/* raise a transport event (fab_event_t) at now: the first while Python's list is empty
+ * schedules its handler, as the list's first append does (emulator/sim/replay.py _Events) */
+static void raise_event(core_t *f, int32_t kind, int32_t qpn) {
+    if (f->pub.n_events == f->cap_events) {
+        int64_t cap = f->cap_events ? f->cap_events * 2 : 256;
+        fab_event_t *events = realloc(f->events, (size_t)cap * sizeof(fab_event_t));
+        if (!events) {
+            f->oom = 1;
+            return;
+        }
+        f->events = events;
+        f->cap_events = cap;
+    }
+    if (!f->pub.events_listed) {
+        f->pub.events_listed = 1;
+        push(f, f->pub.now, EV_PY, 0, EVENTS_HANDLE);
+    }
+    fab_event_t *ev = &f->events[f->pub.n_events++];
+    ev->kind = kind;
+    ev->qpn = qpn;
+    ev->now_s = f->pub.now;
+}
+
+/* an answer of a receive queue pair's common path to a data frame, sent as nodes.py
+ * Host.receive sends a reply (with the data frame's collective `tag` and `flow`): its ACK
+ * (receiver.py _ack) or its CNP (the CnpPacket on_data answers a CE mark with) */
+static void rqp_reply(core_t *f, int32_t qpn, int32_t cnp, int64_t tag, int64_t flow) {
     fab_rqp_t *q = rqp_slot(&f->rqp, qpn);
     int32_t fi = frame_new(f); /* it may move the frames: the data frame's fields are passed */
     if (fi < 0) return;
@@ -511,20 +535,20 @@ static void rqp_ack(core_t *f, int32_t qpn, int64_t tag, int64_t flow) {
     fr->src = q->ack_src;
     fr->dst = q->ack_dst;
     fr->sport = q->ack_sport;
-    fr->size = q->ack_size;
-    fr->ecn = q->ack_ecn;
+    fr->size = cnp ? q->cnp_size : q->ack_size;
+    fr->ecn = cnp ? q->cnp_ecn : q->ack_ecn;
     fr->control = 1;
-    fr->priority = q->ack_priority;
+    fr->priority = cnp ? q->cnp_priority : q->ack_priority;
     fr->dport = 4791;
     fr->mhash = q->ack_mhash;
     fr->handle = -1;
     fr->qpn = -1;
-    fr->psn = (q->expected_psn - 1) & 0xFFFFFF;
+    fr->psn = cnp ? 0 : (q->expected_psn - 1) & 0xFFFFFF;
     fr->data_flags = fr->payload_bytes = 0;
-    fr->opcode = 0x11; /* RC ACKNOWLEDGE */
+    fr->opcode = cnp ? 0x81 : 0x11; /* RoCEv2 CNP, RC ACKNOWLEDGE */
     fr->offset = fr->msg_bytes = 0;
     fr->dest_qp = q->ack_dest_qp;
-    fr->msn = q->msn;
+    fr->msn = cnp ? 0 : q->msn;
     fr->marked_here = 0;
     fr->ingress = -1;
     fr->next = -1;
@@ -545,9 +569,17 @@ static int deliver(core_t *f, int32_t port, int32_t fi, fab_out_t *out) {
     if (p->peer_host >= 0) {
         if (fr->qpn >= 0) {
             int took = rqp_take(&f->rqp, fr->qpn, p->peer_host, fr->psn, fr->data_flags,
-                                fr->ecn == 3, fr->payload_bytes);
-            if (took == 2) /* it asked for an ACK: the receiver's answer */
-                rqp_ack(f, fr->qpn, fr->tag, fr->flow);
+                                fr->ecn == 3, fr->payload_bytes, f->pub.now);
+            if (took > 0 && (took & (RQP_ACK | RQP_CNP))) {
+                int32_t qpn = fr->qpn; /* the replies' frames may move this one */
+                int64_t tag = fr->tag, flow = fr->flow;
+                if (took & RQP_CNP) { /* the notification point's: the event, then the CNP */
+                    raise_event(f, EVT_CNP_SENT, qpn);
+                    rqp_reply(f, qpn, 1, tag, flow);
+                }
+                if (took & RQP_ACK) rqp_reply(f, qpn, 0, tag, flow);
+                fr = &f->frames[fi];
+            }
             if (took > 0) {
                 f->pub.rx_taken++;
                 frame_gone(f, fi);
@@ -659,6 +691,7 @@ void fab_free(fab_t *pub) {
     free(f->heap);
     free(f->frames);
     free(f->dead);
+    free(f->events);
     rqp_free(&f->rqp);
     sqp_free(f);
     free(f);
@@ -801,12 +834,22 @@ void fab_dead_clear(fab_t *pub) { ((core_t *)pub)->n_dead = 0; }
  * new one is claimed by no host */
 fab_rqp_t *fab_rqp(fab_t *pub, int32_t qpn) { return rqp_slot(&((core_t *)pub)->rqp, qpn); }
 
-/* what deliver asks of a data frame for `host`: 1 if the queue pair took it (tests drive the
- * common path through this without a fabric), 0 if Python must, -1 out of memory */
+/* what deliver asks of a data frame for `host` at `now`: rqp_take's RQP_* flags if the queue
+ * pair took it (tests drive the common path through this without a fabric), 0 if Python must,
+ * -1 out of memory */
 int fab_rqp_offer(fab_t *pub, int32_t qpn, int32_t host, uint32_t psn, int32_t data_flags,
-                  int32_t ce, int32_t payload_bytes) {
-    return rqp_take(&((core_t *)pub)->rqp, qpn, host, psn, data_flags, ce, payload_bytes);
+                  int32_t ce, int32_t payload_bytes, double now) {
+    return rqp_take(&((core_t *)pub)->rqp, qpn, host, psn, data_flags, ce, payload_bytes, now);
 }
+
+/* the transport events raised since fab_events_clear, in order (Python appends them to its
+ * list before anything else runs, then clears them) */
+int64_t fab_events(fab_t *pub, fab_event_t **events) {
+    *events = ((core_t *)pub)->events;
+    return pub->n_events;
+}
+
+void fab_events_clear(fab_t *pub) { pub->n_events = 0; }
 
 /* the queue pairs that took packets since fab_rqp_dirty_clear (each once; Python reads those
  * with packets still unread, then clears the list and their listed marks) */

@@ -63,6 +63,9 @@ typedef struct {
 /* A receive queue pair whose common path C takes (simfab_rqp.c): what it must know of the
  * Python receiver's state, and what it took since Python last read it. A data frame's flags: */
 enum { DATA_ACK_REQ = 1, DATA_FIRST = 2, DATA_LAST = 4 };
+/* what the common path did with a packet (fab_rqp_offer): took it; and it asked for an ACK;
+ * and its CE mark asks for a CNP */
+enum { RQP_TOOK = 1, RQP_ACK = 2, RQP_CNP = 4 };
 
 typedef struct {
     int32_t host;       /* the host it receives at; -1: none, -2: two hosts claim the number */
@@ -78,7 +81,27 @@ typedef struct {
     int32_t ack_ready, ack_port, ack_src, ack_dst, ack_sport, ack_ecn, ack_priority, ack_size;
     int32_t ack_dest_qp;
     int64_t ack_mhash, msn, acks;
+    /* A CE-marked one is taken too once Python set how the host sends a CNP (cnp_ready: the
+     * same route as the ACK, a CNP's ECN, priority and size) and the receiver's events are the
+     * replay's (fab_events): its notification point (dcqcn.py NotificationPoint: one CNP per
+     * cnp_interval_s, the last at last_cnp_s) answers with a CNP before the ACK, and a CnpSent
+     * event; ce_packets and cnps count those since Python last read them. */
+    int32_t cnp_ready, cnp_ecn, cnp_priority, cnp_size;
+    double cnp_interval_s, last_cnp_s;
+    int64_t ce_packets, cnps;
 } fab_rqp_t;
+
+/* An event of the transport's that C raised (emulator/transport/events.py; Python appends
+ * them to the replay's list, in order, before it runs anything else): EVT_CNP_SENT is
+ * CnpSent(qpn, now_s). The first one while that list is empty (events_listed 0) schedules its
+ * handler as Python's first append does: a callback at now with the handle EVENTS_HANDLE. */
+enum { EVT_CNP_SENT = 1 };
+enum { EVENTS_HANDLE = -2 };
+
+typedef struct {
+    int32_t kind, qpn;
+    double now_s;
+} fab_event_t;
 
 /* A host whose NIC arbiter runs here (simfab_sqp.c: emulator/sim/nodes.py Host._pull's round
  * robin over its active send queue pairs, and its wake-ups). */
@@ -132,6 +155,8 @@ typedef struct {
     int64_t rx_taken; /* data packets a receive queue pair took in C, never handed to Python */
     int64_t tx_granted; /* data packets a send queue pair's grant sent in C */
     int64_t n_sqp_dirty; /* send queue pairs with packets sent since Python last folded them */
+    int64_t n_events; /* events raised since Python last took them (fab_events) */
+    int32_t events_listed; /* Python's: its event list holds events (their handler is due) */
     int32_t n_ports, n_switches, n_ingress, n_pools;
     fab_port_t *ports;
     fab_switch_t *switches;
@@ -164,9 +189,11 @@ void fab_dead_clear(fab_t *f);
 int fab_run(fab_t *f, double until_s, int64_t *budget, fab_out_t *out);
 fab_rqp_t *fab_rqp(fab_t *f, int32_t qpn);
 int fab_rqp_offer(fab_t *f, int32_t qpn, int32_t host, uint32_t psn, int32_t data_flags,
-                  int32_t ce, int32_t payload_bytes);
+                  int32_t ce, int32_t payload_bytes, double now);
 int64_t fab_rqp_dirty(fab_t *f, int32_t **qpns);
 void fab_rqp_dirty_clear(fab_t *f);
+int64_t fab_events(fab_t *f, fab_event_t **events);
+void fab_events_clear(fab_t *f);
 int fab_hosts(fab_t *f, int32_t n);
 fab_host_t *fab_host(fab_t *f, int32_t host);
 fab_sqp_t *fab_sqp(fab_t *f, int32_t id);

@@ -63,6 +63,8 @@ typedef struct {
     struct sqp_table *sqp; /* hosts and send queue pairs (simfab_sqp.c); NULL until fab_hosts */
     int64_t *dead;
     int64_t n_dead, cap_dead;
+    fab_event_t *events; /* pub.n_events of them raised since Python took them */
+    int64_t cap_events;
     int32_t oom;
     /* what to finish on the next fab_run before the heap: a frame to deliver after a host's
      * idle callback (DONE_DELIVER), or a switch's frame waiting for its route */

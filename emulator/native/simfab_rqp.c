@@ -1,7 +1,9 @@
-/* A receive queue pair's common path in C: a data packet that arrives in order, ends no message
- * and carries no CE mark changes the responder's state and, if it asks for one, answers with an
- * ACK (its PSN, the message sequence number), and nothing else: no event (emulator/transport/
- * receiver.py, on_data's first branch and _accept; _ack). The fabric takes such packets at the
+/* A receive queue pair's common path in C: a data packet that arrives in order and ends no
+ * message changes the responder's state and, if it asks for one, answers with an ACK (its PSN,
+ * the message sequence number), and nothing else: no event (emulator/transport/receiver.py,
+ * on_data's first branch and _accept; _ack). A CE-marked one also goes through the notification
+ * point, which may answer with a CNP first and raise CnpSent (the caller sends and raises them),
+ * once Python has said how (cnp_ready). The fabric takes such packets at the
  * host without handing them to Python (simfab.c rqp_ack sends the ACK); Python reads what they
  * changed (the counters and PSNs here) before its receiver handles any other packet of the
  * queue pair, and at the end of every run call (emulator/sim/native_rqp.py). Every packet that
@@ -38,13 +40,15 @@ fab_rqp_t *rqp_slot(rqp_table_t *t, int32_t qpn) {
     return &t->q[qpn];
 }
 
-/* 1: the packet took the common path here; 2: so did it, and it asked for the ACK the caller
- * sends; 0: Python's receiver must handle it; -1: out of memory (nothing changed) */
+/* RQP_TOOK (with RQP_ACK: it asked for the ACK the caller sends; with RQP_CNP: the CNP the
+ * caller sends first) when the packet took the common path here; 0: Python's receiver must
+ * handle it; -1: out of memory (nothing changed) */
 int rqp_take(rqp_table_t *t, int32_t qpn, int32_t host, uint32_t psn, int32_t data_flags,
-             int32_t ce, int32_t payload_bytes) {
+             int32_t ce, int32_t payload_bytes, double now) {
     if (qpn < 0 || qpn >= t->n) return 0;
     fab_rqp_t *q = &t->q[qpn];
-    if (q->host != host || !q->eligible || ce || (data_flags & DATA_LAST)) return 0;
+    if (q->host != host || !q->eligible || (ce && !q->cnp_ready) || (data_flags & DATA_LAST))
+        return 0;
     if ((data_flags & DATA_ACK_REQ) && !q->ack_ready) return 0;
     if (((data_flags & DATA_FIRST) != 0) == (q->in_message != 0)) return 0; /* malformed */
     if (psn != q->expected_psn) return 0;
@@ -66,11 +70,21 @@ int rqp_take(rqp_table_t *t, int32_t qpn, int32_t host, uint32_t psn, int32_t da
     q->in_message = 1;
     q->packets++;
     q->bytes += payload_bytes;
-    if (data_flags & DATA_ACK_REQ) {
-        q->acks++; /* the caller sends it (simfab.c rqp_ack) */
-        return 2;
+    int took = RQP_TOOK;
+    if (ce) {
+        q->ce_packets++;
+        /* dcqcn.py NotificationPoint.on_ce, the same arithmetic: at most one CNP an interval */
+        if (!(now - q->last_cnp_s + 1e-12 < q->cnp_interval_s)) {
+            q->last_cnp_s = now;
+            q->cnps++;
+            took |= RQP_CNP; /* the caller sends it and raises CnpSent (simfab.c rqp_reply) */
+        }
     }
-    return 1;
+    if (data_flags & DATA_ACK_REQ) {
+        q->acks++; /* the caller sends it (simfab.c rqp_reply) */
+        took |= RQP_ACK;
+    }
+    return took;
 }
 
 void rqp_free(rqp_table_t *t) {

@@ -9,5 +9,5 @@ typedef struct {
 
 fab_rqp_t *rqp_slot(rqp_table_t *t, int32_t qpn);
 int rqp_take(rqp_table_t *t, int32_t qpn, int32_t host, uint32_t psn, int32_t data_flags,
-             int32_t ce, int32_t payload_bytes);
+             int32_t ce, int32_t payload_bytes, double now);
 void rqp_free(rqp_table_t *t);

@@ -22,6 +22,7 @@ from emulator.native import load
 from emulator.sim.native_rqp import ReceiveOffload, data_flags_table
 from emulator.sim.native_sqp import SendOffload
 from emulator.sim.port import Frame, SharedBuffer, _set_ce
+from emulator.transport.events import CnpSent, TransportEvent
 from emulator.transport.packets import ROCEV2_UDP_PORT, DataPacket
 from emulator.transport.params import EcnMarkingParams
 from emulator.transport.wire import ECN_CE
@@ -64,6 +65,11 @@ class NativeSimulator:
         self._attr_marked = self.ffi.new("int64_t **")
         self._attr_n_marked = self.ffi.new("int32_t *")
         self._dead = self.ffi.new("int64_t **")
+        # the transport's event list C raises events into, and its handler (bind_events)
+        self.events: list[TransportEvent] | None = None
+        self._events_handler: Callable[[], None] = lambda: None
+        self._raised = self.ffi.new("fab_event_t **")
+        self._event_kinds = {self.lib.EVT_CNP_SENT: CnpSent}
         # receivers whose in-order packets C takes (native_rqp.py), and the flags it reads
         self.rx = ReceiveOffload(self.ffi, self.lib, self.fab)
         self.data_flags = data_flags_table(self.lib)
@@ -91,6 +97,25 @@ class NativeSimulator:
         self._calls[handle] = (fn, args)
         self.lib.fab_at(self.fab, when_s, handle)
 
+    def bind_events(self, events: list[TransportEvent], handler: Callable[[], None]) -> None:
+        """The replay's event list (an _Events: its first append schedules `handler` at that
+        instant) and its handler: C raises events into it as the Python transport would append
+        them, and schedules the handler as that first append does (simfab.c raise_event), so
+        a receiver whose events go there may have its CE marks answered in C (native_rqp.py)."""
+        self.events = events
+        self._events_handler = handler
+        self.rx.events = events
+
+    def _take_events(self) -> None:
+        """The events C raised, appended in order (their handler is already scheduled)."""
+        n = self.lib.fab_events(self.fab, self._raised)
+        events = self.events
+        assert events is not None
+        kinds = self._event_kinds
+        for ev in self.ffi.unpack(self._raised[0], n):
+            list.append(events, kinds[ev.kind](ev.qpn, ev.now_s))  # no second scheduling
+        self.lib.fab_events_clear(self.fab)
+
     def packet_handle(self, packet: Any) -> int:
         handle = self._next_packet
         self._next_packet = handle + 1
@@ -112,15 +137,25 @@ class NativeSimulator:
         run = lib.fab_run
         calls = self._calls
         tx = self.tx
+        events = self.events
         try:
             while True:
+                if events is not None:
+                    # whether a first event C raises schedules the handler (_Events.append)
+                    fab.events_listed = 1 if events else 0
                 kind = run(fab, until_s, budget, out)
+                if fab.n_events:
+                    self._take_events()  # before anything Python runs: they happened first
                 if kind == done:
                     break
                 self.now = fab.now
                 if kind == py:
-                    fn, args = calls.pop(out.handle)
-                    fn(*args)
+                    handle = out.handle
+                    if handle >= 0:
+                        fn, args = calls.pop(handle)
+                        fn(*args)
+                    else:  # EVENTS_HANDLE: C raised the first event of an instant
+                        self._events_handler()
                 elif kind == rx:
                     self._receive(out)
                 elif kind == idle:
@@ -136,6 +171,8 @@ class NativeSimulator:
                 else:
                     raise MemoryError("the native simulated fabric: out of memory")
         finally:
+            if fab.n_events:
+                self._take_events()
             self._forget()
             self.rx.read_all()
             if tx is not None:

@@ -1,10 +1,12 @@
 """The receive queue pairs whose common path the C fabric takes (emulator/native/simfab_rqp.c).
 
-A data packet that arrives in order, ends no message and carries no CE mark changes its
-responder's state and nothing else but, if it asks for one, an ACK (receiver.py: on_data's first
-branch, _accept and _ack): no event, nothing scheduled. The C fabric takes such a packet at the
-host and never hands it to Python, and sends the ACK as the host would (the frame Host.receive
-sends; native.py builds its AckPacket where a Python sender takes it). The Python
+A data packet that arrives in order and ends no message changes its responder's state and
+nothing else but, if it asks for one, an ACK (receiver.py: on_data's first branch, _accept and
+_ack), and with a CE mark the notification point's CNP and its CnpSent event. The C fabric takes
+such a packet at the host and never hands it to Python, sends the CNP and the ACK as the host
+would (the frames Host.receive sends; native.py builds their packets where a Python sender takes
+them), and raises the event into the replay's list as its first append would (native.py
+bind_events): a CE-marked packet is taken only for a receiver whose events go there. The Python
 ReceiveQueuePair stays the queue pair: C keeps a copy of the few fields that decide the common
 path and counts what it took; this side folds those counts into the receiver (`read`) before the
 receiver handles any other packet of its own, and for every queue pair at the end of each run
@@ -22,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from emulator.native.rqp_slot import fold_taken, write_state
-from emulator.transport.packets import FIRST_OPCODES, LAST_OPCODES, AckPacket
+from emulator.transport.packets import FIRST_OPCODES, LAST_OPCODES, AckPacket, CnpPacket
 from emulator.transport.receiver import ReceiveQueuePair
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
 
@@ -42,6 +44,8 @@ class ReceiveOffload:
     def __init__(self, ffi: Any, lib: Any, fab: Any) -> None:
         self.ffi, self.lib, self.fab = ffi, lib, fab
         self.host_index: dict[str, int] = {}  # set by NativeSimulator.connect
+        # where C raises events (NativeSimulator.bind_events; None: nowhere, CE stays Python's)
+        self.events: list[Any] | None = None
         assert lib.DATA_ACK_REQ == 1  # NativePort.send ORs a packet's ack_req (a bool) in
         # qpn -> the receiver; its state in C is lib.fab_rqp(fab, qpn), looked up each time:
         # the table moves when it grows, so a pointer into it is not kept
@@ -88,6 +92,12 @@ class ReceiveOffload:
         slot.ack_size = ack.udp_payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
         slot.ack_dest_qp = qp.remote_qp
         slot.ack_ready = 1
+        # its CNP on the same route (Host._frame of a CnpPacket), from its notification point
+        if self.events is not None and qp.events is self.events:
+            slot.cnp_ecn, slot.cnp_priority = host._ecn[2], host._priority[2]
+            slot.cnp_size = CnpPacket(qp.remote_qp).udp_payload_bytes + IPV4_FRAME_OVERHEAD_BYTES
+            slot.cnp_interval_s = qp.notification_point.interval_s
+            slot.cnp_ready = 1
 
     def _sync(self, qpn: int) -> None:
         self.read(qpn)
@@ -100,14 +110,20 @@ class ReceiveOffload:
         slot = self.lib.fab_rqp(self.fab, qpn)
         if not slot.packets:
             return
-        fold_taken(self.receivers[qpn], slot)
+        receiver = self.receivers[qpn]
+        if slot.ce_packets:
+            receiver.took_marked(int(slot.ce_packets), int(slot.cnps), float(slot.last_cnp_s))
+            slot.ce_packets = slot.cnps = 0
+        fold_taken(receiver, slot)
 
     def write(self, qpn: int) -> None:
         """Copy the receiver's state to C after Python handled one of its packets."""
         receiver = self.receivers.get(qpn)
         if receiver is None:
             return
-        write_state(receiver, self.lib.fab_rqp(self.fab, qpn))
+        slot = self.lib.fab_rqp(self.fab, qpn)
+        write_state(receiver, slot)
+        slot.last_cnp_s = receiver.notification_point.last_cnp_s
 
     def read_all(self) -> None:
         """Every receiver C took packets for since the last call, brought up to date."""

@@ -29,10 +29,18 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from emulator.transport.grant import SendGrant, fold, grant
-from emulator.transport.packets import AETH_ACK, RETH_OPCODES, AckPacket, DataPacket, Opcode
+from emulator.transport.packets import (
+    AETH_ACK,
+    RETH_OPCODES,
+    AckPacket,
+    CnpPacket,
+    DataPacket,
+    Opcode,
+)
 from emulator.transport.sender import IPV4_FRAME_OVERHEAD_BYTES
 
 ACKNOWLEDGE = int(Opcode.ACKNOWLEDGE)
+CNP = int(Opcode.CNP)
 
 if TYPE_CHECKING:
     from emulator.sim.nodes import Host
@@ -214,11 +222,14 @@ class SendOffload:
 
     # -- a granted packet a Python receiver takes ---------------------------------------------
     @staticmethod
-    def packet(out: Any) -> DataPacket | AckPacket:
+    def packet(out: Any) -> DataPacket | AckPacket | CnpPacket:
         """The packet of a frame C built: a grant's DataPacket (its fields as
-        SendQueuePair._packet sets them), or a receive queue pair's ACK (native_rqp.py)."""
-        if out.opcode == ACKNOWLEDGE:
+        SendQueuePair._packet sets them), or a receive queue pair's ACK or CNP (native_rqp.py)."""
+        opcode = out.opcode
+        if opcode == ACKNOWLEDGE:
             return AckPacket(out.dest_qp, out.psn, AETH_ACK, out.msn)
+        if opcode == CNP:
+            return CnpPacket(out.dest_qp)
         ack_req = bool(out.data_flags & 1)  # DATA_ACK_REQ
         if out.opcode in RETH_OPCODES:
             return DataPacket(

@@ -128,6 +128,8 @@ class SimReplay:
         self.rate_sample_s = rate_sample_s
         self.events = events
         events.on_first = self._schedule_events
+        # the C fabric raises some events itself (native.py): into this list, with this handler
+        self.sim.bind_events(events, self._handle_events)
         self.connections: dict[tuple[int, int, int, int], Connection] = {}
         self.by_qpn: dict[int, Connection] = {}
         self.released: set[int] = set()

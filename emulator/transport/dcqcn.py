@@ -236,15 +236,17 @@ class ReactionPoint:
 
 
 class NotificationPoint:
-    """Per-QP CNP pacing of a receiver."""
+    """Per-QP CNP pacing of a receiver. `last_cnp_s` is its whole state: another
+    implementation of on_ce (the simulator's C fabric, emulator/native/simfab_rqp.c) reads and
+    writes it."""
 
     def __init__(self, params: DcqcnParams) -> None:
-        self._interval_s = params.min_time_between_cnps_us * 1e-6
-        self._last_cnp_s = -math.inf
+        self.interval_s = params.min_time_between_cnps_us * 1e-6
+        self.last_cnp_s = -math.inf
 
     def on_ce(self, *, now: float) -> bool:
         """A CE-marked packet arrived; True when a CNP must be sent now."""
-        if now - self._last_cnp_s + 1e-12 < self._interval_s:
+        if now - self.last_cnp_s + 1e-12 < self.interval_s:
             return False
-        self._last_cnp_s = now
+        self.last_cnp_s = now
         return True

@@ -309,6 +309,14 @@ class ReceiveQueuePair:
         self._in_message = True
         self._nak_sent = False
 
+    def took_marked(self, ce_packets: int, cnps: int, last_cnp_s: float) -> None:
+        """What on_data adds for `ce_packets` CE-marked packets on its common path that another
+        implementation took (their notification point's state and CNPs; their CnpSent events
+        it raised itself)."""
+        self.ce_packets += ce_packets
+        self.cnps_sent += cnps
+        self.notification_point.last_cnp_s = last_cnp_s
+
     def on_data_run(
         self,
         *,

@@ -17,8 +17,17 @@ from hypothesis import strategies as st
 
 from emulator.sim import native
 from emulator.sim.native_rqp import ReceiveOffload, data_flags_table
-from emulator.transport.events import TransportEvent
-from emulator.transport.packets import AETH_ACK, PSN_MASK, AckPacket, DataPacket, Opcode
+from emulator.transport.dcqcn_params import DcqcnParams
+from emulator.transport.events import CnpSent, TransportEvent
+from emulator.transport.packets import (
+    AETH_ACK,
+    PSN_MASK,
+    AckPacket,
+    CnpPacket,
+    DataPacket,
+    Opcode,
+    Packet,
+)
 from emulator.transport.params import TransportParams
 from emulator.transport.receiver import ReceiveQueuePair
 
@@ -81,16 +90,24 @@ def state(r: ReceiveQueuePair) -> dict[str, Any]:
 
 @needs_native
 @settings(max_examples=300, deadline=None)
-@given(arrivals(), st.booleans())
+@given(arrivals(), st.booleans(), st.booleans(), st.sampled_from([0.0, 1.5, 4.0, 50.0]))
 def test_the_c_common_path_leaves_the_python_receivers_state(
-    case: tuple[list[tuple[DataPacket, bool]], str], answers: bool
+    case: tuple[list[tuple[DataPacket, bool]], str],
+    answers: bool,
+    marks: bool,
+    cnp_gap_us: float,
 ) -> None:
-    """`answers`: C answers the packets that ask for an ACK (as with a host to send from)."""
+    """`answers`: C answers the packets that ask for an ACK (as with a host to send from);
+    `marks`: and CE-marked ones with its notification point (as with the replay's events to
+    raise CnpSent into), one CNP per `cnp_gap_us` at most (packets arrive 1 us apart)."""
     assert MODULE is not None
     ffi, lib = MODULE.ffi, MODULE.lib
     fab = ffi.gc(lib.fab_new(1, 0, 0, 0), lib.fab_free)
     packets, reliability = case
-    params = TransportParams(reliability=reliability)  # type: ignore[arg-type]
+    params = TransportParams(
+        reliability=reliability,  # type: ignore[arg-type]
+        dcqcn=DcqcnParams(min_time_between_cnps_us=cnp_gap_us),
+    )
     first = packets[0][0].psn if packets else 0
     ours_events: list[TransportEvent] = []
     plain = ReceiveQueuePair(qpn=QPN, remote_qp=QPN, params=params, initial_psn=first)
@@ -101,8 +118,10 @@ def test_the_c_common_path_leaves_the_python_receivers_state(
     assert offload.take(HOST, ours)
     slot = lib.fab_rqp(fab, QPN)
     slot.ack_ready = int(answers)
+    slot.cnp_ready = int(marks)  # what ReceiveOffload.take sets for a host with bound events
+    slot.cnp_interval_s = ours.notification_point.interval_s
     flags = data_flags_table(lib)
-    taken = answered = 0
+    taken = answered = marked = 0
     for i, (packet, ce) in enumerate(packets):
         now = i * 1e-6
         expected = plain.on_data(now=now, packet=packet, ce=ce)
@@ -115,15 +134,21 @@ def test_the_c_common_path_leaves_the_python_receivers_state(
             flags[packet.opcode] | packet.ack_req,
             ce,
             packet.payload_bytes,
+            now,
         )
         assert took >= 0
         if took:
+            assert took & lib.RQP_TOOK
             taken += 1
-            replies = []
-            if took == 2:  # the ACK simfab.c rqp_ack builds from the slot
+            marked += ce
+            replies: list[Packet] = []
+            if took & lib.RQP_CNP:  # simfab.c raises CnpSent and sends the CNP first
+                ours_events.append(CnpSent(QPN, now))
+                replies.append(CnpPacket(QPN))
+            if took & lib.RQP_ACK:  # the ACK simfab.c rqp_reply builds from the slot
                 answered += 1
                 psn = (lib.fab_rqp(fab, QPN).expected_psn - 1) & PSN_MASK
-                replies = [AckPacket(QPN, psn, AETH_ACK, lib.fab_rqp(fab, QPN).msn)]
+                replies.append(AckPacket(QPN, psn, AETH_ACK, lib.fab_rqp(fab, QPN).msn))
         else:
             offload.read(QPN)
             replies = ours.on_data(now=now, packet=packet, ce=ce)
@@ -133,9 +158,10 @@ def test_the_c_common_path_leaves_the_python_receivers_state(
     offload.read_all()
     assert state(ours) == state(plain)
     # a packet the common path took is one that needed nothing from Python (no event, and no
-    # reply but an ACK when C answers)
-    assert taken - answered <= sum(1 for p, ce in packets if not ce and not p.ack_req)
+    # reply but an ACK when C answers, and a CNP when it marks)
+    assert taken - answered <= sum(1 for p, ce in packets if (marks or not ce) and not p.ack_req)
     assert answers or not answered
+    assert marks or not marked
 
 
 @needs_native
@@ -149,7 +175,7 @@ def test_in_order_middles_are_taken_and_everything_else_is_not() -> None:
     first, middle, last = lib.DATA_FIRST, 0, lib.DATA_LAST
 
     def offer(psn: int, data_flags: int, *, ce: bool = False, host: int = HOST) -> int:
-        return int(lib.fab_rqp_offer(fab, QPN, host, psn, data_flags, ce, 1000))
+        return int(lib.fab_rqp_offer(fab, QPN, host, psn, data_flags, ce, 1000, 0.0))
 
     assert offer(0, first) == 1  # a FIRST opens a message
     assert offer(1, middle) == 1
@@ -192,10 +218,48 @@ def test_a_receiver_taken_before_the_table_grew_is_still_in_step() -> None:
         )
     # in step after the growth: the FIRST goes through Python, which writes its state back
     packet = DataPacket(QPN, 0, Opcode.SEND_FIRST, True, 1000)
-    assert lib.fab_rqp_offer(fab, QPN, HOST, 0, lib.DATA_FIRST | lib.DATA_ACK_REQ, 0, 1000) == 0
+    assert (
+        lib.fab_rqp_offer(fab, QPN, HOST, 0, lib.DATA_FIRST | lib.DATA_ACK_REQ, 0, 1000, 0.0) == 0
+    )
     offload.read(QPN)
     first.on_data(now=0.0, packet=packet, ce=False)
     offload.write(QPN)
-    assert lib.fab_rqp_offer(fab, QPN, HOST, 1, 0, 0, 1000) == 1
+    assert lib.fab_rqp_offer(fab, QPN, HOST, 1, 0, 0, 1000, 0.0) == 1
     offload.read_all()
     assert (first.packets_received, first.delivered_bytes, first.expected_psn) == (2, 2000, 2)
+
+
+@needs_native
+def test_a_ce_mark_is_answered_in_c_once_the_host_can_send_its_cnp() -> None:
+    """One CNP per min_time_between_cnps (dcqcn.py NotificationPoint), the receiver's counts
+    and its notification point's state folded in, and that state written back to C."""
+    assert MODULE is not None
+    ffi, lib = MODULE.ffi, MODULE.lib
+    fab = ffi.gc(lib.fab_new(1, 0, 0, 0), lib.fab_free)
+    params = TransportParams(dcqcn=DcqcnParams(min_time_between_cnps_us=4.0))
+    r = ReceiveQueuePair(qpn=QPN, remote_qp=QPN, params=params)
+    offload = ReceiveOffload(ffi, lib, fab)
+    assert offload.take(HOST, r)
+    slot = lib.fab_rqp(fab, QPN)
+    slot.cnp_ready, slot.cnp_interval_s = 1, r.notification_point.interval_s
+    took, cnp = lib.RQP_TOOK, lib.RQP_TOOK | lib.RQP_CNP
+
+    def offer(psn: int, data_flags: int, now_us: float) -> int:
+        return int(lib.fab_rqp_offer(fab, QPN, HOST, psn, data_flags, 1, 1000, now_us * 1e-6))
+
+    assert offer(0, lib.DATA_FIRST, 0.0) == cnp  # the first mark: a CNP
+    assert offer(1, 0, 3.0) == took  # within 4 us of it: none
+    assert offer(2, 0, 4.0) == cnp  # 4 us on: the next
+    assert offer(3, lib.DATA_ACK_REQ, 9.0) == 0  # no host to send the ACK from: Python's
+    offload.read(QPN)
+    assert (r.packets_received, r.ce_packets, r.cnps_sent) == (3, 3, 2)
+    assert r.notification_point.last_cnp_s == 4e-6
+    # Python takes the next one (its ACK) and its CNP; C then goes on from Python's state
+    replies = r.on_data(
+        now=9e-6, packet=DataPacket(QPN, 3, Opcode.SEND_MIDDLE, True, 1000), ce=True
+    )
+    assert [type(p).__name__ for p in replies] == ["CnpPacket", "AckPacket"]
+    offload.write(QPN)
+    assert slot.last_cnp_s == 9e-6
+    assert offer(4, 0, 12.0) == took
+    assert offer(5, 0, 13.0) == cnp
