@@ -454,13 +454,17 @@ class Host:
             tx.revoke(qp)  # its grant counted on this timer staying armed
         self._timer_at[qp.qpn] = math.inf
         deadline = qp.next_timer_s()
-        if deadline is not None and deadline <= now + 1e-12:
+        fired = deadline is not None and deadline <= now + 1e-12
+        if fired:
             qp.on_timer(now=now)
             self._activate(qp)
-            self._kick()
+        # armed and granted again before the NIC is kicked, as after a packet (receive): a
+        # kick while it is revoked hands the C arbiter's whole pull to Python
         self._arm_timer(qp)
         if tx is not None:
             tx.grant(self, qp)
+        if fired:
+            self._kick()
 
     def drop_counts(self) -> Counter[str]:
         return self.endpoint.drop_counts()
