@@ -28,7 +28,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from emulator.transport.grant import SendGrant, fold, grant
+from emulator.transport.grant import Decision, decide, fold, next_psn, opcodes
 from emulator.transport.packets import (
     AETH_ACK,
     RETH_OPCODES,
@@ -151,45 +151,49 @@ class SendOffload:
 
     def grant(self, host: Host, qp: SendQueuePair) -> None:
         """Describe `qp` to C after Python changed it: the packets C may send for it, when it is
-        due, or that it has nothing to send."""
+        due, or that it has nothing to send (emulator.transport.grant: the fields of its
+        SendGrant, read from the queue pair itself)."""
         i, s = self._slot(qp)
         if s.sent:
             self._fold(i)
         count = 0
         # a capture records each packet's bytes, and per-packet entropy picks each one's port
         if host.capture is None and qp.qpn not in host._qp_entropy:
-            g = grant(qp, now=host.sim.now, timer_armed_s=host._timer_at.get(qp.qpn, math.inf))
-            count = g.granted
+            d = decide(qp, now=host.sim.now, timer_armed_s=host._timer_at.get(qp.qpn, math.inf))
+            count = d.granted
         if count:
-            self._write(host, qp, s, g)
-            s.after_idle = g.after_idle
+            self._write(host, qp, s, d)
+            s.after_idle = d.after_idle
         else:
             s.after_idle = qp.next_transmit_s() is None
         s.remaining = s.granted = count
         s.next_tx_s = qp.pacing_due_s
         s.state = self.granted
 
-    def _write(self, host: Host, qp: SendQueuePair, s: Any, g: SendGrant) -> None:
-        dst, _addr, sport, mhash, route_tag = host._qp_route[qp.qpn]
+    def _write(self, host: Host, qp: SendQueuePair, s: Any, d: Decision) -> None:
+        """The slot's fields as grant() would describe them (SendGrant's, the same order)."""
         if s.host < 0:  # what does not change from grant to grant, once
+            dst, _addr, sport, mhash, _tag = host._qp_route[qp.qpn]
+            ops = opcodes(qp)
             s.host = host.arbiter
             s.dst = self.host_index[dst]
             s.sport, s.mhash = sport, mhash
             s.ecn, s.priority = host._ecn[0], host._priority[0]
-            s.dest_qp, s.mtu = qp.dest_qp, g.mtu
-            s.opcodes = g.opcodes
-            s.reth_mask = sum(1 << j for j, r in enumerate(g.reth) if r)
+            s.dest_qp, s.mtu = qp.dest_qp, qp._mtu
+            s.opcodes = ops
+            s.reth_mask = sum(1 << j for j, op in enumerate(ops) if op in RETH_OPCODES)
             s.frame_overhead = IPV4_FRAME_OVERHEAD_BYTES
-            s.pace_overhead = g.pace_overhead_bytes
-            s.ack_every = g.ack_every
-            s.max_burst_s = g.max_burst_s
-        tag = host.message_tags.get(g.message_id)
-        s.tag = route_tag if tag is None else tag
-        s.flow = g.message_id
-        s.msg_packets, s.msg_bytes, s.k, s.psn = g.message_packets, g.message_bytes, g.k, g.psn
-        s.ack_next, s.ack_last = g.ack_next, g.ack_last
-        s.last_tx_s, s.last_tx_bits, s.rate_bps = g.last_tx_s, g.last_tx_bits, g.rate_bps
-        s.cc_deadline_s, s.cc_slack_s, s.byte_budget = g.cc_deadline_s, g.cc_slack_s, g.byte_budget
+            s.pace_overhead = qp._overhead
+            s.ack_every = qp._ack_every
+            s.max_burst_s = qp._max_burst_s
+        m = d.message
+        tag = host.message_tags.get(m.message_id)
+        s.tag = host._qp_route[qp.qpn][4] if tag is None else tag
+        s.flow = m.message_id
+        s.msg_packets, s.msg_bytes, s.k, s.psn = m.packets, m.size_bytes, m.sent, next_psn(qp)
+        s.ack_next, s.ack_last = d.ack_next, d.ack_last
+        s.last_tx_s, s.last_tx_bits, s.rate_bps = qp._last_tx_s, qp._last_tx_bits, qp.cc.rate_bps
+        s.cc_deadline_s, s.cc_slack_s, s.byte_budget = d.quiet
         s.granted_bytes = 0
 
     # -- folding -------------------------------------------------------------------------------

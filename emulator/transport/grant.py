@@ -21,7 +21,7 @@ uses it.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from emulator.transport.packets import PSN_MASK, RETH_OPCODES
 from emulator.transport.sender import SendQueuePair
@@ -58,52 +58,72 @@ class SendGrant(NamedTuple):
     byte_budget: int  # the run's paced bytes stay below this
 
 
-def grant(qp: SendQueuePair, *, now: float, timer_armed_s: float) -> SendGrant:
-    """What `qp` may have sent for it from `now` on; `timer_armed_s`: the caller's timer for it
-    (inf: none), which no granted packet may undercut."""
-    count = 0
-    m = None
+class Decision(NamedTuple):
+    """What `decide` found: `granted` packets of message `message` (None: none granted), the
+    first with AckReq by the every-Nth rule, whether the last asks for one, whether the queue
+    pair then has nothing to send, and its controller's quiet() bounds (granted > 0 only)."""
+
+    granted: int
+    message: Any
+    ack_next: int
+    ack_last: bool
+    after_idle: bool
+    quiet: tuple[float, float, int]
+
+
+NOTHING = Decision(0, None, 0, False, False, (math.inf, 0.0, 0))
+
+
+def decide(qp: SendQueuePair, *, now: float, timer_armed_s: float) -> Decision:
+    """grant's decision alone, without describing the queue pair (what a fabric that reads the
+    rest from the queue pair itself needs: emulator/sim/native_sqp.py); granted 0: NOTHING."""
     quiet = qp.cc.quiet()
     if (
-        quiet is not None
-        and qp._resend_seq is None
-        and (qp._board is None or not qp._board.resend_pending(qp._una_seq))
-        and qp._seg < len(qp._msgs)
-        and qp._next_seq != qp._una_seq
+        quiet is None
+        or qp._resend_seq is not None
+        or (qp._board is not None and qp._board.resend_pending(qp._una_seq))
+        or qp._seg >= len(qp._msgs)
+        or qp._next_seq == qp._una_seq
     ):
-        m = qp._msgs[qp._seg]
-        room = qp._window - (qp._next_seq - qp._una_seq)
-        if m.payload is None and room > 0:
-            count = min(m.packets - m.sent, room)
-    since = qp._since_ack_req
-    every = qp._ack_every
-    ack_next = every - 1 - since
-    ends_message = m is not None and m.sent + count == m.packets
+        return NOTHING
+    m = qp._msgs[qp._seg]
+    room = qp._window - (qp._next_seq - qp._una_seq)
+    if m.payload is not None or room <= 0:
+        return NOTHING
+    count = min(m.packets - m.sent, room)
+    if not count:
+        return NOTHING
+    ack_next = qp._ack_every - 1 - qp._since_ack_req
+    ends_message = m.sent + count == m.packets
     fills_window = qp._next_seq + count - qp._una_seq >= qp._window
-    if count and not _timer_stays(
-        qp, now, timer_armed_s, count, ack_next, ends_message or fills_window
-    ):
+    if not _timer_stays(qp, now, timer_armed_s, count, ack_next, ends_message or fills_window):
         # the packets before the run's first AckReq (by the every-Nth rule, else its last)
         # leave the retransmission deadline alone
         count = ack_next if ack_next < count else count - 1
         ends_message = fills_window = False  # that run ends short of both
-        if count and not _timer_stays(qp, now, timer_armed_s, count, count, False):
-            count = 0
-    if count:
-        assert m is not None
-        seg_after = qp._seg + (1 if ends_message else 0)
-        after_idle = not (seg_after < len(qp._msgs) and not fills_window)
-    else:
-        after_idle = qp.next_transmit_s() is None
+        if not count or not _timer_stays(qp, now, timer_armed_s, count, count, False):
+            return NOTHING
+    seg_after = qp._seg + (1 if ends_message else 0)
+    after_idle = not (seg_after < len(qp._msgs) and not fills_window)
+    return Decision(count, m, ack_next, ends_message or fills_window, after_idle, quiet)
+
+
+def grant(qp: SendQueuePair, *, now: float, timer_armed_s: float) -> SendGrant:
+    """What `qp` may have sent for it from `now` on; `timer_armed_s`: the caller's timer for it
+    (inf: none), which no granted packet may undercut."""
+    d = decide(qp, now=now, timer_armed_s=timer_armed_s)
+    count, m = d.granted, d.message
+    after_idle = d.after_idle if count else qp.next_transmit_s() is None
+    quiet = qp.cc.quiet()
     deadline, slack, budget = quiet if quiet is not None else (math.inf, 0.0, 0)
-    ops = (qp._op_first, qp._op_middle, qp._op_last, qp._op_only)
+    ops = opcodes(qp)
     return SendGrant(
         granted=count,
         message_id=m.message_id if m is not None else -1,
         message_bytes=m.size_bytes if m is not None else 0,
         message_packets=m.packets if m is not None else 0,
         k=m.sent if m is not None else 0,
-        psn=(qp._initial_psn + qp._next_seq) & PSN_MASK,
+        psn=next_psn(qp),
         mtu=qp._mtu,
         opcodes=ops,
         reth=(
@@ -113,9 +133,9 @@ def grant(qp: SendQueuePair, *, now: float, timer_armed_s: float) -> SendGrant:
             ops[3] in RETH_OPCODES,
         ),
         pace_overhead_bytes=qp._overhead,
-        ack_next=ack_next,
-        ack_every=every,
-        ack_last=count > 0 and (ends_message or fills_window),
+        ack_next=qp._ack_every - 1 - qp._since_ack_req,
+        ack_every=qp._ack_every,
+        ack_last=d.ack_last,
         after_idle=after_idle,
         next_tx_s=qp._next_tx_s,
         last_tx_s=qp._last_tx_s,
@@ -126,6 +146,16 @@ def grant(qp: SendQueuePair, *, now: float, timer_armed_s: float) -> SendGrant:
         cc_slack_s=slack,
         byte_budget=budget,
     )
+
+
+def opcodes(qp: SendQueuePair) -> tuple[int, int, int, int]:
+    """Its packets' opcodes by position: first, middle, last, only."""
+    return (qp._op_first, qp._op_middle, qp._op_last, qp._op_only)
+
+
+def next_psn(qp: SendQueuePair) -> int:
+    """The PSN of the next new packet."""
+    return (qp._initial_psn + qp._next_seq) & PSN_MASK
 
 
 def _timer_stays(
