@@ -104,7 +104,7 @@ class _Events(list[TransportEvent]):
     def append(self, event: TransportEvent) -> None:
         if not self:
             self.on_first()
-        super().append(event)
+        list.append(self, event)  # not super(): a transport appends an event per ACK or CNP
 
 
 class SimReplay:

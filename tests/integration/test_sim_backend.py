@@ -56,7 +56,14 @@ metrics:
 # summary.json keys that read the wall clock (how fast this machine simulated), nothing else
 WALL_KEYS = {
     "wall_time": None,
-    "engine": ("wall_s", "replay_wall_s", "cpu_s", "packet_hops_per_wall_s", "max_rss_kb"),
+    "engine": (
+        "wall_s",
+        "replay_wall_s",
+        "cpu_s",
+        "packet_hops_per_wall_s",
+        "max_rss_kb",
+        "gc_pauses",
+    ),
 }
 
 
@@ -267,3 +274,38 @@ def test_attribution_accounts_for_every_queued_byte_and_every_mark(
         assert sum(port["queue_share"].values()) == pytest.approx(1.0)
         assert port["top_interferer"] in port["queue_share"]
     assert (folder / "plots" / "attribution_queue.png").stat().st_size > 0
+
+
+def test_the_replay_runs_on_a_frozen_heap_thawed_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the run built before the replay is out of the collector's way during it (gc.freeze)
+    and back after; summary.json says what the replay's own collections cost. A heap someone
+    else froze stays frozen."""
+    import gc
+
+    import emulator.backends.sim.backend as sim_backend
+
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    during: list[int] = []
+    real = sim_backend.run_in_simulated_time
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        during.append(gc.get_freeze_count())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim_backend, "run_in_simulated_time", watched)
+    assert gc.get_freeze_count() == 0
+    summary = _run(tmp_path, 3, "a")
+    assert during and during[0] > 1000, "the heap was not frozen for the replay"
+    assert gc.get_freeze_count() == 0, "the heap stayed frozen after the run"
+    pauses = summary["engine"]["gc_pauses"]
+    assert pauses["frozen"] and len(pauses["collections"]) == 3
+    assert 0 <= pauses["max_s"] <= pauses["total_s"]
+    gc.freeze()  # a caller's own frozen heap: left to it
+    try:
+        summary = _run(tmp_path, 3, "b")
+        assert not summary["engine"]["gc_pauses"]["frozen"]
+        assert gc.get_freeze_count() > 0  # not thawed (frozen objects freed since leave it)
+    finally:
+        gc.unfreeze()

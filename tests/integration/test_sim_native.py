@@ -142,6 +142,7 @@ WALL = (
     "cpu_s",
     "packet_hops_per_wall_s",
     "max_rss_kb",
+    "gc_pauses",
     "fabric_code",
     "data_packets_taken_in_c",
     "data_packets_sent_in_c",
