@@ -923,6 +923,13 @@ int fab_run(fab_t *pub, double until_s, int64_t *budget, fab_out_t *out) {
                 return RET_IDLE;
             }
             break;
+        case EV_TIMER:
+            if (sqp_timer_due(f, ev.a)) {
+                out->kind = RET_TIMER;
+                out->handle = ev.a;
+                return RET_TIMER;
+            }
+            break;
         }
     }
     return f->oom ? RET_NOMEM : RET_DONE;

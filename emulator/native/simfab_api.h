@@ -4,7 +4,7 @@
  * defined. */
 
 enum { RET_DONE = 0, RET_PY = 1, RET_HOST_RX = 2, RET_IDLE = 3, RET_ROUTE = 4, RET_BUDGET = 5,
-       RET_NOMEM = 6 };
+       RET_NOMEM = 6, RET_TIMER = 7 /* a send queue pair's timer is due: `handle` is its slot */ };
 
 typedef struct {
     int32_t kind;
@@ -146,6 +146,8 @@ typedef struct {
     int32_t sent, ack_k;
     double ack_sent_s;
     int64_t sent_bytes;
+    /* Host._timer_at: its armed timer (INFINITY: none); timer events before it are stale */
+    double timer_at;
 } fab_sqp_t;
 
 /* the fabric's state Python reads (the rest is simfab.c's own) */
@@ -199,6 +201,7 @@ fab_host_t *fab_host(fab_t *f, int32_t host);
 fab_sqp_t *fab_sqp(fab_t *f, int32_t id);
 int fab_host_pull(fab_t *f, int32_t host);
 void fab_host_wake(fab_t *f, int32_t host, double when_s);
+void fab_sqp_timer(fab_t *f, int32_t id, double when_s);
 int32_t fab_ring_get(fab_t *f, int32_t host, int32_t **ids);
 int fab_ring_set(fab_t *f, int32_t host, const int32_t *ids, int32_t n);
 int fab_ring_append(fab_t *f, int32_t host, int32_t id);

@@ -6,7 +6,8 @@
 #include "simfab_rqp.h"
 
 enum { EV_PY = 0, EV_DONE = 1, EV_DONE_DELIVER = 2, EV_DELIVER = 3, EV_SEND = 4, EV_PAUSE = 5,
-       EV_WAKE = 6 /* a host NIC arbiter's wake-up (simfab_sqp.c) */ };
+       EV_WAKE = 6, /* a host NIC arbiter's wake-up (simfab_sqp.c) */
+       EV_TIMER = 7 /* a send queue pair's timer (Host._timer, simfab_sqp.c) */ };
 
 typedef struct {
     double t;
@@ -93,4 +94,5 @@ void port_send(core_t *f, int32_t port, int32_t fi);
 /* simfab_sqp.c's, for simfab.c */
 int sqp_host_idle(core_t *f, int32_t port);
 int sqp_wake(core_t *f, int32_t host);
+int sqp_timer_due(core_t *f, int32_t id);
 void sqp_free(core_t *f);

@@ -279,11 +279,26 @@ fab_sqp_t *fab_sqp(fab_t *pub, int32_t id) {
             for (int32_t j = 0; j < SQP_CHUNK; j++) {
                 chunks[i][j].host = -1;
                 chunks[i][j].ack_k = -1;
+                chunks[i][j].timer_at = INFINITY;
             }
             t->n_chunks = i + 1;
         }
     }
     return slot(t, id);
+}
+
+/* Host._arm_timer for queue pair `id` of a host whose arbiter runs here: its timer at when_s
+ * (Host._timer_at), numbered in the heap's sequence where sim.at would number it */
+void fab_sqp_timer(fab_t *pub, int32_t id, double when_s) {
+    core_t *f = (core_t *)pub;
+    slot(table(f), id)->timer_at = when_s;
+    push(f, when_s, EV_TIMER, id, 0);
+}
+
+/* a timer event of queue pair `id` is due (1: Python runs Host._timer) or stale (0: an earlier
+ * one replaced it, or it ran: Host._timer returns at once for it, so it is not handed over) */
+int sqp_timer_due(core_t *f, int32_t id) {
+    return !(f->pub.now + SLACK_S < slot(table(f), id)->timer_at);
 }
 
 /* Host._kick's pull of a host whose arbiter runs here: 0 done, 1 Python must pull */

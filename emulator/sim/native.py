@@ -127,12 +127,13 @@ class NativeSimulator:
         lib, fab, out, budget = self.lib, self.fab, self._out, self._budget
         budget[0] = max_events
         # fab_run's answers (simfab_api.h)
-        done, py, rx, idle, route = (
+        done, py, rx, idle, route, timer = (
             lib.RET_DONE,
             lib.RET_PY,
             lib.RET_HOST_RX,
             lib.RET_IDLE,
             lib.RET_ROUTE,
+            lib.RET_TIMER,
         )
         run = lib.fab_run
         calls = self._calls
@@ -158,6 +159,9 @@ class NativeSimulator:
                         self._events_handler()
                 elif kind == rx:
                     self._receive(out)
+                elif kind == timer:
+                    assert tx is not None
+                    tx.fire(out.handle)
                 elif kind == idle:
                     on_idle = self.ports[out.port].on_idle
                     if on_idle is not None:

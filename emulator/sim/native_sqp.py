@@ -58,6 +58,7 @@ class SendOffload:
             raise MemoryError("the native simulated fabric: out of memory")
         self.python, self.granted = lib.SQP_PYTHON, lib.SQP_GRANTED
         self.qps: list[SendQueuePair] = []  # by slot id
+        self.hosts: list[Host | None] = []  # the host that armed each one's timer
         self._slots: list[Any] = []  # the C slot of each (they never move)
         self._ids: dict[SendQueuePair, int] = {}
         self._ring = ffi.new("int32_t **")
@@ -85,6 +86,7 @@ class SendOffload:
                 raise MemoryError("the native simulated fabric: out of memory")
             self._ids[qp] = i
             self.qps.append(qp)
+            self.hosts.append(None)
             self._slots.append(s)
             return i, s
         return i, self._slots[i]
@@ -133,6 +135,25 @@ class SendOffload:
             and self.lib.fab_ring_append(self.fab, host.arbiter, i)
         ):
             raise MemoryError("the native simulated fabric: out of memory")
+
+    # -- timers ------------------------------------------------------------------------------
+    def arm(self, host: Host, qp: SendQueuePair, when_s: float) -> None:
+        """Host._arm_timer: `qp`'s timer at when_s, in the heap where sim.at would put it; C
+        runs it (`fire`) unless an earlier one replaced it or it ran (Host._timer's stale
+        check, made in C from the slot's timer_at, Host._timer_at's copy)."""
+        i, _ = self._slot(qp)
+        self.hosts[i] = host
+        self.lib.fab_sqp_timer(self.fab, i, when_s)
+
+    def disarm(self, qp: SendQueuePair) -> None:
+        """Host._timer ran `qp`'s timer: none armed until the next `arm`."""
+        self._slot(qp)[1].timer_at = math.inf
+
+    def fire(self, i: int) -> None:
+        """C found slot i's timer due (RET_TIMER)."""
+        host = self.hosts[i]
+        assert host is not None
+        host._timer(self.qps[i])
 
     # -- grants ------------------------------------------------------------------------------
     def settle(self, qp: SendQueuePair) -> None:

@@ -442,7 +442,11 @@ class Host:
         scheduled = self._timer_at.get(qp.qpn, math.inf)
         if deadline < scheduled - TIMER_SLACK_S:
             self._timer_at[qp.qpn] = deadline
-            self.sim.at(deadline, self._timer, qp)
+            tx = self.send_offload
+            if tx is None:
+                self.sim.at(deadline, self._timer, qp)
+            else:
+                tx.arm(self, qp, deadline)  # in C, which runs it only when not stale
 
     def _timer(self, qp: SendQueuePair) -> None:
         now = self.sim.now
@@ -453,6 +457,8 @@ class Host:
         if tx is not None:
             tx.revoke(qp)  # its grant counted on this timer staying armed
         self._timer_at[qp.qpn] = math.inf
+        if tx is not None:
+            tx.disarm(qp)
         deadline = qp.next_timer_s()
         fired = deadline is not None and deadline <= now + 1e-12
         if fired:

@@ -14,7 +14,7 @@ import shutil
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from emulator.native import HERE, built_path, stale
@@ -151,3 +151,82 @@ def test_port_columns_read_from_the_c_arrays_are_the_ports_own_readings(
         assert a.tolist() == b.tolist(), name
         # each column its own memory: not a view that keeps every port's whole struct alive
         assert a.flags.c_contiguous and a.base is None, name
+
+
+class _Qp:
+    def __init__(self, qpn: int) -> None:
+        self.qpn = qpn
+
+
+@needs_native
+@settings(max_examples=60, deadline=None)
+@given(
+    script=st.lists(
+        st.tuples(st.integers(0, 2), st.sampled_from([0.0, 1e-6, 2e-6, 3e-6]), st.booleans()),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_timers_armed_in_c_fire_as_the_hosts_own_and_skip_the_stale(
+    script: list[tuple[int, float, bool]],
+) -> None:
+    """Host._arm_timer and Host._timer's stale check (nodes.py) with the timers in C
+    (native_sqp.SendOffload.arm, fab_sqp_timer) against sim.at on engine.Simulator: the same
+    timers run at the same times in the same order among other callbacks, the stale ones (an
+    earlier timer replaced them, or theirs ran) never reach Python, and the heap counts the
+    same events. Each step arms queue pair q at t (from a callback at t, so at most as early
+    as then), and a fired timer may arm its queue pair again later."""
+    assert MODULE is not None
+    from emulator.sim.native_sqp import SendOffload
+
+    def trace(use_c: bool) -> tuple[list[tuple[str, int, float]], int]:
+        sim: Simulator | native.NativeSimulator = simulator() if use_c else Simulator()
+        tx = None
+        if use_c:
+            assert isinstance(sim, native.NativeSimulator)
+            tx = sim.tx = SendOffload(sim.ffi, sim.lib, sim.fab, {})
+        qps = [_Qp(q) for q in range(3)]
+        timer_at: dict[int, float] = {}
+        log: list[tuple[str, int, float]] = []
+
+        class Host:
+            def _timer(self, qp: _Qp) -> None:
+                now = sim.now
+                if now + 1e-12 < timer_at.get(qp.qpn, float("inf")):
+                    log.append(("stale", qp.qpn, now))
+                    return
+                timer_at[qp.qpn] = float("inf")
+                if tx is not None:
+                    tx.disarm(qp)  # type: ignore[arg-type]
+                log.append(("fire", qp.qpn, now))
+                if qp.qpn == 0 and now < 5e-6:
+                    arm(qp, now + 2e-6)
+
+        host = Host()
+
+        def arm(qp: _Qp, when: float) -> None:
+            if when < timer_at.get(qp.qpn, float("inf")) - 1e-12:
+                timer_at[qp.qpn] = when
+                if tx is None:
+                    sim.at(when, host._timer, qp)
+                else:
+                    tx.arm(host, qp, when)  # type: ignore[arg-type]
+
+        def step(q: int, delay: float, mark: bool) -> None:
+            log.append(("step", q, sim.now))
+            arm(qps[q], sim.now + delay)
+            if mark:
+                sim.at(sim.now, lambda: log.append(("mark", q, sim.now)))
+
+        for i, (q, delay, mark) in enumerate(script):
+            sim.at(i * 0.5e-6, step, q, delay, mark)
+        sim.run(until_s=1.0)
+        return log, sim.events_run
+
+    ours, ours_events = trace(True)
+    theirs, their_events = trace(False)
+    stale = sum(1 for e in theirs if e[0] == "stale")
+    event(f"stale timers: {min(stale, 3)}")
+    assert not [e for e in ours if e[0] == "stale"], "a stale timer reached Python"
+    assert ours == [e for e in theirs if e[0] != "stale"]
+    assert ours_events == their_events
