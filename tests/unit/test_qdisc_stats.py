@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 
-from emulator.rtnetlink import NLMSGHDR, RTM_NEWQDISC, TCMSG, messages
+from emulator.rtnetlink import RTM_NEWQDISC, TCMSG, messages
 from fabrics.qdisc_stats import (
     GNET_BASIC,
     GNET_QUEUE,
@@ -16,36 +16,27 @@ from fabrics.qdisc_stats import (
     handle_text,
     parse_qdisc,
 )
+from tests.unit.test_rtnetlink import attr, message
 
 NLA_F_NESTED = 1 << 15
 
 
-def _attr(kind: int, payload: bytes) -> bytes:
-    raw = struct.pack("=HH", 4 + len(payload), kind) + payload
-    return raw + bytes(-len(raw) % 4)
-
-
-def _message(kind: int, seq: int, body: bytes) -> bytes:
-    raw = NLMSGHDR.pack(NLMSGHDR.size + len(body), kind, 2, seq, 0) + body
-    return raw + bytes(-len(raw) % 4)
-
-
 def _qdisc(ifindex: int, handle: int, parent: int, kind: str, *, red: bool = False) -> bytes:
     stats = (
-        _attr(1, GNET_BASIC.pack(123_456_789_012, 4242) + bytes(4))  # padded as the kernel does
-        + _attr(3, GNET_QUEUE.pack(7, 9000, 11, 1, 5))
-        + _attr(8, struct.pack("=Q", 5_000_000_000))  # packets past 32 bits
+        attr(1, GNET_BASIC.pack(123_456_789_012, 4242) + bytes(4))  # padded as the kernel does
+        + attr(3, GNET_QUEUE.pack(7, 9000, 11, 1, 5))
+        + attr(8, struct.pack("=Q", 5_000_000_000))  # packets past 32 bits
     )
     if red:
-        stats += _attr(4, RED_XSTATS.pack(2, 3, 4, 99))
+        stats += attr(4, RED_XSTATS.pack(2, 3, 4, 99))
     return TCMSG.pack(0, 0, 0, ifindex, handle, parent, 1) + (
-        _attr(1, kind.encode() + b"\0") + _attr(2, b"opts") + _attr(7 | NLA_F_NESTED, stats)
+        attr(1, kind.encode() + b"\0") + attr(2, b"opts") + attr(7 | NLA_F_NESTED, stats)
     )
 
 
 def test_a_qdisc_reads_as_tc_prints_it() -> None:
     body = _qdisc(3, 0x100000, 0x10020, "red", red=True)
-    data = _message(RTM_NEWQDISC, 9, body)
+    data = message(RTM_NEWQDISC, 9, body)
     [(kind, start, end)] = list(messages(data, 9))
     assert kind == RTM_NEWQDISC
     index, q = parse_qdisc(data, start, end)
@@ -66,7 +57,7 @@ def test_a_qdisc_reads_as_tc_prints_it() -> None:
         "other": 4,
         "marked": 99,
     }
-    _, root = parse_qdisc(*_one(_message(RTM_NEWQDISC, 1, _qdisc(2, 0x10000, TC_H_ROOT, "htb"))))
+    _, root = parse_qdisc(*_one(message(RTM_NEWQDISC, 1, _qdisc(2, 0x10000, TC_H_ROOT, "htb"))))
     assert root["root"] is True and "parent" not in root and root["handle"] == "1:"
     assert "marked" not in root  # extended statistics are read for RED only
 

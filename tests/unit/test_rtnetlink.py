@@ -31,23 +31,25 @@ from emulator.rtnetlink import (
 )
 
 
-def _attr(kind: int, payload: bytes) -> bytes:
+def attr(kind: int, payload: bytes) -> bytes:
+    """One rtattr as the kernel lays it out (padded to 4 bytes)."""
     raw = struct.pack("=HH", 4 + len(payload), kind) + payload
     return raw + bytes(-len(raw) % 4)
 
 
-def _message(kind: int, seq: int, body: bytes) -> bytes:
+def message(kind: int, seq: int, body: bytes) -> bytes:
+    """One netlink message (padded to 4 bytes)."""
     raw = NLMSGHDR.pack(NLMSGHDR.size + len(body), kind, 2, seq, 0) + body
     return raw + bytes(-len(raw) % 4)
 
 
 def _link(index: int, name: str | None, *attrs: bytes) -> bytes:
-    named = _attr(3, name.encode() + b"\0") if name is not None else b""
+    named = attr(3, name.encode() + b"\0") if name is not None else b""
     return IFINFOMSG.pack(0, 1, index, 0, 0) + named + b"".join(attrs)
 
 
 def _qdisc_body() -> bytes:
-    return TCMSG.pack(0, 0, 0, 1, 0, 0xFFFFFFFF, 1) + _attr(1, b"noqueue\0")
+    return TCMSG.pack(0, 0, 0, 1, 0, 0xFFFFFFFF, 1) + attr(1, b"noqueue\0")
 
 
 def test_requests_are_what_the_kernel_reads() -> None:
@@ -63,11 +65,11 @@ def test_requests_are_what_the_kernel_reads() -> None:
 
 
 def test_a_read_holds_several_messages_and_skips_other_requests() -> None:
-    link = _link(4, "swp4", _attr(4, struct.pack("=I", 9000)))
+    link = _link(4, "swp4", attr(4, struct.pack("=I", 9000)))
     data = (
-        _message(RTM_NEWQDISC, 6, _qdisc_body())  # an abandoned request's
-        + _message(RTM_NEWLINK, 7, link)
-        + _message(NLMSG_DONE, 7, struct.pack("=i", 0))
+        message(RTM_NEWQDISC, 6, _qdisc_body())  # an abandoned request's
+        + message(RTM_NEWLINK, 7, link)
+        + message(NLMSG_DONE, 7, struct.pack("=i", 0))
     )
     got = list(messages(data, 7))
     assert [k for k, _, _ in got] == [RTM_NEWLINK, NLMSG_DONE]
@@ -75,12 +77,12 @@ def test_a_read_holds_several_messages_and_skips_other_requests() -> None:
 
 
 def test_an_error_reply_is_a_clear_error_and_a_truncated_one_too() -> None:
-    error = _message(NLMSG_ERROR, 3, struct.pack("=i", -1) + bytes(16))
+    error = message(NLMSG_ERROR, 3, struct.pack("=i", -1) + bytes(16))
     with pytest.raises(EnvironmentProblem, match="request failed: Operation not permitted"):
         list(messages(error, 3))
-    ack = _message(NLMSG_ERROR, 3, struct.pack("=i", 0) + bytes(16))
+    ack = message(NLMSG_ERROR, 3, struct.pack("=i", 0) + bytes(16))
     assert [k for k, _, _ in messages(ack, 3)] == [NLMSG_ERROR]  # errno 0: an acknowledgement
-    whole = _message(RTM_NEWQDISC, 3, _qdisc_body())
+    whole = message(RTM_NEWQDISC, 3, _qdisc_body())
     with pytest.raises(EnvironmentProblem, match="truncated"):
         list(messages(whole[:-8], 3))
 
@@ -89,16 +91,16 @@ def test_link_counters_read_64_bit_first_and_32_bit_else() -> None:
     wide = LINK_STATS64.pack(1, 2, 5_000_000_000_000, 6_000_000_000_000, 0, 0, 7, 8) + bytes(64)
     narrow = LINK_STATS32.pack(10, 20, 300, 400, 0, 0, 70, 80) + bytes(60)
     # the kernel sends IFLA_STATS before IFLA_STATS64: the wide one wins whatever the order
-    for attrs in ((_attr(1, narrow), _attr(23, wide)), (_attr(23, wide), _attr(1, narrow))):
-        data = _message(RTM_NEWLINK, 1, _link(2, "eth0", *attrs))
+    for attrs in ((attr(1, narrow), attr(23, wide)), (attr(23, wide), attr(1, narrow))):
+        data = message(RTM_NEWLINK, 1, _link(2, "eth0", *attrs))
         [(_, start, end)] = list(messages(data, 1))
         assert parse_link(data, start, end) == LinkStats(
             2, "eth0", True, 1, 2, 5_000_000_000_000, 6_000_000_000_000, 7, 8
         )
-    data = _message(RTM_NEWLINK, 1, _link(3, None, _attr(1, narrow)))
+    data = message(RTM_NEWLINK, 1, _link(3, None, attr(1, narrow)))
     [(_, start, end)] = list(messages(data, 1))
     assert parse_link(data, start, end) == LinkStats(3, None, True, 10, 20, 300, 400, 70, 80)
-    short = _message(RTM_NEWLINK, 1, _link(3, "x", _attr(23, wide[:16])))  # cut: not read
+    short = message(RTM_NEWLINK, 1, _link(3, "x", attr(23, wide[:16])))  # cut: not read
     [(_, start, end)] = list(messages(short, 1))
     assert parse_link(short, start, end) == LinkStats(3, "x", False)
 
@@ -132,15 +134,15 @@ def _route(reads: list[bytes]) -> RouteSocket:
 
 
 def test_a_link_request_skips_an_abandoned_requests_reply_and_gives_up_in_bounds() -> None:
-    stats = _attr(23, LINK_STATS64.pack(1, 2, 30, 40, 0, 0, 5, 6) + bytes(64))
+    stats = attr(23, LINK_STATS64.pack(1, 2, 30, 40, 0, 0, 5, 6) + bytes(64))
     route = _route(
         [
-            _message(RTM_NEWLINK, 99, _link(4, "a", stats)),  # an earlier request's, late
-            _message(RTM_NEWLINK, 1, _link(4, "a", stats)),
+            message(RTM_NEWLINK, 99, _link(4, "a", stats)),  # an earlier request's, late
+            message(RTM_NEWLINK, 1, _link(4, "a", stats)),
         ]
     )
     assert route.link(4) == LinkStats(4, "a", True, 1, 2, 30, 40, 5, 6)
-    stale = [_message(RTM_NEWLINK, 99, _link(4, "a", stats))] * 40
+    stale = [message(RTM_NEWLINK, 99, _link(4, "a", stats))] * 40
     with pytest.raises(EnvironmentProblem, match="no reply about interface 4 in namespace ns1"):
         _route(stale).link(4)
 
@@ -148,8 +150,8 @@ def test_a_link_request_skips_an_abandoned_requests_reply_and_gives_up_in_bounds
 def test_a_dump_reads_until_done_across_reads() -> None:
     route = _route(
         [
-            _message(RTM_NEWLINK, 1, _link(1, "lo")) + _message(RTM_NEWLINK, 1, _link(2, "a")),
-            _message(RTM_NEWLINK, 1, _link(3, "b")) + _message(NLMSG_DONE, 1, bytes(4)),
+            message(RTM_NEWLINK, 1, _link(1, "lo")) + message(RTM_NEWLINK, 1, _link(2, "a")),
+            message(RTM_NEWLINK, 1, _link(3, "b")) + message(NLMSG_DONE, 1, bytes(4)),
         ]
     )
     assert {i: link.name for i, link in route.links().items()} == {1: "lo", 2: "a", 3: "b"}
