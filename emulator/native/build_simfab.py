@@ -13,7 +13,12 @@ from pathlib import Path
 from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
-SOURCES = [HERE / "simfab.c", HERE / "simfab_rqp.c", HERE / "simfab_sqp.c"]
+SOURCES = [
+    HERE / "simfab.c",
+    HERE / "simfab_rqp.c",
+    HERE / "simfab_sqp.c",
+    HERE / "simfab_dcqcn.c",
+]
 API = HERE / "simfab_api.h"  # the declarations, read as they are: cdef and C cannot disagree
 
 ffibuilder = FFI()

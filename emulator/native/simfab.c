@@ -503,13 +503,13 @@ static int switch_forward(core_t *f, int32_t sw, int32_t fi, fab_out_t *out) {
 
 /* raise a transport event (fab_event_t) at now: the first while Python's list is empty
  * schedules its handler, as the list's first append does (emulator/sim/replay.py _Events) */
-static void raise_event(core_t *f, int32_t kind, int32_t qpn) {
+fab_event_t *raise_event(core_t *f, int32_t kind, int32_t qpn) {
     if (f->pub.n_events == f->cap_events) {
         int64_t cap = f->cap_events ? f->cap_events * 2 : 256;
         fab_event_t *events = realloc(f->events, (size_t)cap * sizeof(fab_event_t));
         if (!events) {
             f->oom = 1;
-            return;
+            return NULL;
         }
         f->events = events;
         f->cap_events = cap;
@@ -522,6 +522,7 @@ static void raise_event(core_t *f, int32_t kind, int32_t qpn) {
     ev->kind = kind;
     ev->qpn = qpn;
     ev->now_s = f->pub.now;
+    return ev;
 }
 
 /* an answer of a receive queue pair's common path to a data frame, sent as nodes.py
@@ -925,9 +926,8 @@ int fab_run(fab_t *pub, double until_s, int64_t *budget, fab_out_t *out) {
             break;
         case EV_TIMER:
             if (sqp_timer_due(f, ev.a)) {
-                out->kind = RET_TIMER;
-                out->handle = ev.a;
-                return RET_TIMER;
+                int r = sqp_timer(f, ev.a, out); /* in C, or Python's (RET_TIMER, RET_IDLE) */
+                if (r) return r;
             }
             break;
         }

@@ -95,13 +95,33 @@ typedef struct {
  * them to the replay's list, in order, before it runs anything else): EVT_CNP_SENT is
  * CnpSent(qpn, now_s). The first one while that list is empty (events_listed 0) schedules its
  * handler as Python's first append does: a callback at now with the handle EVENTS_HANDLE. */
-enum { EVT_CNP_SENT = 1 };
+enum { EVT_CNP_SENT = 1, EVT_RATE_CHANGED = 2 };
 enum { EVENTS_HANDLE = -2 };
 
 typedef struct {
     int32_t kind, qpn;
     double now_s;
+    double rate_bps, target_bps; /* EVT_RATE_CHANGED: RateChanged's, with its reason (RP_*) */
+    int32_t reason;
 } fab_event_t;
+
+/* DCQCN's reaction point of a send queue pair (simfab_dcqcn.c: dcqcn.py ReactionPoint, field by
+ * field; emulator/sim/native_dcqcn.py copies it both ways). last_reason: */
+enum { RP_NONE = 0, RP_FIRST_CNP = 1, RP_CNP = 2, RP_FAST_RECOVERY = 3, RP_ADDITIVE_INCREASE = 4,
+       RP_HYPER_INCREASE = 5 };
+
+typedef struct {
+    /* DcqcnParams as the doubles Python computes from them once */
+    double g, alpha_period_s, decrease_period_s, time_reset_s, hai_bps, ai_bps, min_dec_fac;
+    double min_rate_bps, first_cnp_rate_bps, initial_alpha, line_rate_bps;
+    int64_t byte_reset_bytes, threshold;
+    int32_t has_first_cnp_rate, clamp_tgt_rate, clamp_after_time_inc;
+    /* the state */
+    int32_t active, last_reason, cnp_in_period, increased_since_cut, counting;
+    double current_rate_bps, target_rate_bps, alpha, alpha_epoch_s, decrease_epoch_s;
+    double decrease_due_s, next_increase_s;
+    int64_t timer_events, byte_events, bytes_since_reset;
+} fab_rp_t;
 
 /* A host whose NIC arbiter runs here (simfab_sqp.c: emulator/sim/nodes.py Host._pull's round
  * robin over its active send queue pairs, and its wake-ups). */
@@ -148,6 +168,15 @@ typedef struct {
     int64_t sent_bytes;
     /* Host._timer_at: its armed timer (INFINITY: none); timer events before it are stale */
     double timer_at;
+    /* Its DCQCN reaction point runs here while it is granted (has_rp: its controller is
+     * DCQCN and its events go to the replay's list): a timer of its own that only the
+     * controller acts on runs in C (simfab_sqp.c sqp_timer); rp_dirty: C changed rp (and the
+     * pacing clock, the armed timer) since Python last read them. The retransmission timer as
+     * at the grant: running, from rto_base_s (max of the last AckReq's send time and the
+     * progress clock), rto_s long; an AckReq sent since (ack_k >= 0) restarts it. */
+    int32_t qpn, has_rp, rp_dirty, rto_running;
+    double rto_base_s, rto_s, last_progress_s;
+    fab_rp_t rp;
 } fab_sqp_t;
 
 /* the fabric's state Python reads (the rest is simfab.c's own) */
@@ -158,6 +187,7 @@ typedef struct {
     int64_t tx_granted; /* data packets a send queue pair's grant sent in C */
     int64_t n_sqp_dirty; /* send queue pairs with packets sent since Python last folded them */
     int64_t n_events; /* events raised since Python last took them (fab_events) */
+    int64_t timers_in_c; /* send queue pairs' DCQCN timers run in C, never handed to Python */
     int32_t events_listed; /* Python's: its event list holds events (their handler is due) */
     int32_t n_ports, n_switches, n_ingress, n_pools;
     fab_port_t *ports;
@@ -202,6 +232,13 @@ fab_sqp_t *fab_sqp(fab_t *f, int32_t id);
 int fab_host_pull(fab_t *f, int32_t host);
 void fab_host_wake(fab_t *f, int32_t host, double when_s);
 void fab_sqp_timer(fab_t *f, int32_t id, double when_s);
+int rp_on_cnp(fab_rp_t *rp, double now);
+int rp_on_timer(fab_rp_t *rp, double now);
+int rp_on_bytes_sent(fab_rp_t *rp, double now, int64_t size_bytes);
+double rp_alpha_at(fab_rp_t *rp, double now);
+double rp_next_deadline(const fab_rp_t *rp);
+void rp_quiet(const fab_rp_t *rp, double *deadline_s, double *slack_s, int64_t *budget);
+void rp_count_quiet_bytes(fab_rp_t *rp, int64_t size_bytes);
 int32_t fab_ring_get(fab_t *f, int32_t host, int32_t **ids);
 int fab_ring_set(fab_t *f, int32_t host, const int32_t *ids, int32_t n);
 int fab_ring_append(fab_t *f, int32_t host, int32_t id);

@@ -95,4 +95,6 @@ void port_send(core_t *f, int32_t port, int32_t fi);
 int sqp_host_idle(core_t *f, int32_t port);
 int sqp_wake(core_t *f, int32_t host);
 int sqp_timer_due(core_t *f, int32_t id);
+int sqp_timer(core_t *f, int32_t id, fab_out_t *out);
+fab_event_t *raise_event(core_t *f, int32_t kind, int32_t qpn);
 void sqp_free(core_t *f);

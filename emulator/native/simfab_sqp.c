@@ -156,6 +156,7 @@ static void send_granted(core_t *f, fab_host_t *h, int32_t id, fab_sqp_t *s) {
     s->sent++;
     s->sent_bytes += paced;
     s->granted_bytes += paced;
+    if (s->has_rp) rp_count_quiet_bytes(&s->rp, paced); /* its byte counter (quiet: no act) */
     f->pub.tx_granted++;
     list_dirty(f, id, s);
     port_send(f, h->nic, fi);
@@ -280,6 +281,7 @@ fab_sqp_t *fab_sqp(fab_t *pub, int32_t id) {
                 chunks[i][j].host = -1;
                 chunks[i][j].ack_k = -1;
                 chunks[i][j].timer_at = INFINITY;
+                chunks[i][j].qpn = -1; /* its reaction point not looked at yet */
             }
             t->n_chunks = i + 1;
         }
@@ -299,6 +301,78 @@ void fab_sqp_timer(fab_t *pub, int32_t id, double when_s) {
  * one replaced it, or it ran: Host._timer returns at once for it, so it is not handed over) */
 int sqp_timer_due(core_t *f, int32_t id) {
     return !(f->pub.now + SLACK_S < slot(table(f), id)->timer_at);
+}
+
+/* Python's min(a, b): the first unless the second is below it */
+static double py_min(double a, double b) { return b < a ? b : a; }
+
+/* sender.py _rto_deadline_s as the queue pair stands: restarted by an AckReq sent here since
+ * the grant, else as at the grant (INFINITY: not running) */
+static double rto_deadline(const fab_sqp_t *s) {
+    if (s->ack_k >= 0) {
+        double base = s->last_progress_s > s->ack_sent_s ? s->last_progress_s : s->ack_sent_s;
+        return base + s->rto_s;
+    }
+    return s->rto_running ? s->rto_base_s + s->rto_s : INFINITY;
+}
+
+/* Host._timer of a granted queue pair whose reaction point runs here, when only its controller
+ * acts: no retransmission due, the rate limiter not released, and the rest of its grant still
+ * leaving the timer it arms in place (grant.py _timer_stays). Then, in Host._timer's order:
+ * the controller's timers (SendQueuePair.on_timer, _rate_changed and its RateChanged event),
+ * the next timer armed, the grant's controller bounds, and the NIC kicked. Returns 0 done
+ * here; RET_IDLE done here and Python pulls (Host._kick); RET_TIMER nothing changed, Python
+ * runs Host._timer. */
+int sqp_timer(core_t *f, int32_t id, fab_out_t *out) {
+    sqp_table_t *t = table(f);
+    fab_sqp_t *s = slot(t, id);
+    double now = f->pub.now;
+    if (s->state != SQP_GRANTED || !s->has_rp || !s->in_ring || s->host < 0) goto python;
+    double rto = rto_deadline(s);
+    double deadline = py_min(rp_next_deadline(&s->rp), rto);
+    if (!(deadline <= now + SLACK_S) || now + SLACK_S >= rto) goto python;
+    fab_rp_t rp = s->rp; /* tried first: nothing changes unless C goes on */
+    int changed = rp_on_timer(&rp, now);
+    if (!rp.active) goto python; /* back at line rate: Python grants again */
+    double armed = py_min(rp_next_deadline(&rp), rto);
+    int ack_pending = s->remaining > 0 && (s->ack_next < s->granted || s->ack_last);
+    if (rto == INFINITY && ack_pending && !(now + s->rto_s >= armed - SLACK_S)) goto python;
+    s->rp = rp;
+    s->rp_dirty = 1;
+    f->pub.timers_in_c++;
+    list_dirty(f, id, s);
+    if (changed) { /* sender.py _rate_changed */
+        double rate = rp.current_rate_bps;
+        double spaced = s->last_tx_s + (double)s->last_tx_bits / rate;
+        double owed = s->next_tx_s < now ? s->next_tx_s : now;
+        s->next_tx_s = spaced > owed ? spaced : owed;
+        s->rate_bps = rate;
+        fab_event_t *ev = raise_event(f, EVT_RATE_CHANGED, s->qpn);
+        if (ev) {
+            ev->rate_bps = rate;
+            ev->target_bps = rp.target_rate_bps;
+            ev->reason = rp.last_reason;
+        }
+    }
+    fab_sqp_timer(&f->pub, id, armed); /* Host._arm_timer: its own timer ran, none armed */
+    double cc_deadline, cc_slack;
+    int64_t budget;
+    rp_quiet(&s->rp, &cc_deadline, &cc_slack, &budget);
+    s->cc_deadline_s = cc_deadline;
+    s->cc_slack_s = cc_slack;
+    s->byte_budget = s->granted_bytes + budget;
+    int32_t nic = t->hosts[s->host].nic;
+    if (!f->pub.ports[nic].busy && pull(f, s->host)) {
+        out->kind = RET_IDLE;
+        out->node = f->pub.ports[nic].idle_host;
+        out->port = nic;
+        return RET_IDLE;
+    }
+    return 0;
+python:
+    out->kind = RET_TIMER;
+    out->handle = id;
+    return RET_TIMER;
 }
 
 /* Host._kick's pull of a host whose arbiter runs here: 0 done, 1 Python must pull */

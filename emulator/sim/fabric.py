@@ -193,6 +193,13 @@ class SimFabric:
         tx = getattr(self.sim, "tx", None)
         return tx.sent if tx is not None else 0
 
+    @property
+    def dcqcn_timers_in_c(self) -> int:
+        """DCQCN timers the C fabric ran for granted queue pairs whose reaction point it holds,
+        never handed to Python (emulator/sim/native_sqp.py); 0 with the Python fabric."""
+        tx = getattr(self.sim, "tx", None)
+        return tx.timers if tx is not None else 0
+
     def host_address(self, rank: int) -> ipaddress.IPv4Address:
         return self.topology.host_address(self.hosts[rank].name)
 

@@ -19,10 +19,11 @@ from types import ModuleType
 from typing import Any
 
 from emulator.native import load
+from emulator.sim.native_dcqcn import REASONS
 from emulator.sim.native_rqp import ReceiveOffload, data_flags_table
 from emulator.sim.native_sqp import SendOffload
 from emulator.sim.port import Frame, SharedBuffer, _set_ce
-from emulator.transport.events import CnpSent, TransportEvent
+from emulator.transport.events import CnpSent, RateChanged, TransportEvent
 from emulator.transport.packets import ROCEV2_UDP_PORT, DataPacket
 from emulator.transport.params import EcnMarkingParams
 from emulator.transport.wire import ECN_CE
@@ -69,7 +70,7 @@ class NativeSimulator:
         self.events: list[TransportEvent] | None = None
         self._events_handler: Callable[[], None] = lambda: None
         self._raised = self.ffi.new("fab_event_t **")
-        self._event_kinds = {self.lib.EVT_CNP_SENT: CnpSent}
+        self._cnp_sent, self._rate_changed = self.lib.EVT_CNP_SENT, self.lib.EVT_RATE_CHANGED
         # receivers whose in-order packets C takes (native_rqp.py), and the flags it reads
         self.rx = ReceiveOffload(self.ffi, self.lib, self.fab)
         self.data_flags = data_flags_table(self.lib)
@@ -105,15 +106,21 @@ class NativeSimulator:
         self.events = events
         self._events_handler = handler
         self.rx.events = events
+        if self.tx is not None:
+            self.tx.events = events
 
     def _take_events(self) -> None:
         """The events C raised, appended in order (their handler is already scheduled)."""
         n = self.lib.fab_events(self.fab, self._raised)
         events = self.events
         assert events is not None
-        kinds = self._event_kinds
+        cnp_sent, reasons = self._cnp_sent, REASONS
         for ev in self.ffi.unpack(self._raised[0], n):
-            list.append(events, kinds[ev.kind](ev.qpn, ev.now_s))  # no second scheduling
+            if ev.kind == cnp_sent:
+                made: TransportEvent = CnpSent(ev.qpn, ev.now_s)
+            else:
+                made = RateChanged(ev.qpn, ev.now_s, ev.rate_bps, ev.target_bps, reasons[ev.reason])
+            list.append(events, made)  # no second scheduling
         self.lib.fab_events_clear(self.fab)
 
     def packet_handle(self, packet: Any) -> int:

@@ -28,6 +28,7 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from emulator.sim import native_dcqcn
 from emulator.transport.grant import Decision, decide, fold, next_psn, opcodes
 from emulator.transport.packets import (
     AETH_ACK,
@@ -59,6 +60,9 @@ class SendOffload:
         self.python, self.granted = lib.SQP_PYTHON, lib.SQP_GRANTED
         self.qps: list[SendQueuePair] = []  # by slot id
         self.hosts: list[Host | None] = []  # the host that armed each one's timer
+        # the replay's event list (NativeSimulator.bind_events): a queue pair whose events go
+        # there may have its DCQCN timers run in C (they raise RateChanged into it)
+        self.events: list[Any] | None = None
         self._slots: list[Any] = []  # the C slot of each (they never move)
         self._ids: dict[SendQueuePair, int] = {}
         self._ring = ffi.new("int32_t **")
@@ -68,6 +72,11 @@ class SendOffload:
     def sent(self) -> int:
         """Data packets C sent from grants."""
         return int(self.fab.tx_granted)
+
+    @property
+    def timers(self) -> int:
+        """DCQCN timers of granted queue pairs C ran (simfab_sqp.c sqp_timer)."""
+        return int(self.fab.timers_in_c)
 
     def arbitrate(self, host: Host, index: int, nic_index: int) -> None:
         """Run `host`'s round robin here (host number `index`, its NIC port `nic_index`)."""
@@ -107,7 +116,7 @@ class SendOffload:
         ids = self.ffi.unpack(self._ring[0], n)
         slots = self._slots
         for i in ids:
-            if slots[i].sent:
+            if slots[i].sent or slots[i].rp_dirty:
                 self._fold(i)
         qps = self.qps
         host._active = deque(qps[i] for i in ids)
@@ -150,22 +159,25 @@ class SendOffload:
         self._slot(qp)[1].timer_at = math.inf
 
     def fire(self, i: int) -> None:
-        """C found slot i's timer due (RET_TIMER)."""
+        """C found slot i's timer due and left it to Python (RET_TIMER)."""
         host = self.hosts[i]
         assert host is not None
+        s = self._slots[i]
+        if s.sent or s.rp_dirty:
+            self._fold(i)  # what C changed, before Host._timer reads it
         host._timer(self.qps[i])
 
     # -- grants ------------------------------------------------------------------------------
     def settle(self, qp: SendQueuePair) -> None:
         """Fold in what C sent for `qp` (Host.settle: a reader outside the host's own paths)."""
         i = self._ids.get(qp)
-        if i is not None and self._slots[i].sent:
+        if i is not None and (self._slots[i].sent or self._slots[i].rp_dirty):
             self._fold(i)
 
     def revoke(self, qp: SendQueuePair) -> None:
         """Python is about to change `qp`: C sends nothing more for it until `grant`."""
         i, s = self._slot(qp)
-        if s.sent:
+        if s.sent or s.rp_dirty:
             self._fold(i)
         s.state = self.python
         s.remaining = 0
@@ -175,8 +187,20 @@ class SendOffload:
         due, or that it has nothing to send (emulator.transport.grant: the fields of its
         SendGrant, read from the queue pair itself)."""
         i, s = self._slot(qp)
-        if s.sent:
+        if s.sent or s.rp_dirty:
             self._fold(i)
+        if s.qpn < 0:  # once: whether its reaction point moves to C (the slot holds it)
+            s.qpn = qp.qpn
+            cc: Any = qp.cc
+            rp = getattr(cc, "reaction_point", None)
+            if rp is not None and self.events is not None and qp.events is self.events:
+                address = self.ffi.addressof(s, "rp")
+                cc.reaction_point = native_dcqcn.NativeReactionPoint(
+                    rp, self.ffi, self.lib, address, self.fab
+                )
+                s.has_rp = 1
+        if s.has_rp:
+            self._rto_into(qp, s)
         count = 0
         # a capture records each packet's bytes, and per-packet entropy picks each one's port
         if host.capture is None and qp.qpn not in host._qp_entropy:
@@ -228,22 +252,42 @@ class SendOffload:
 
     def _fold(self, i: int) -> None:
         s = self._slots[i]
+        qp = self.qps[i]
         count = s.sent
-        if not count:
-            return
-        fold(
-            self.qps[i],
-            count=count,
-            paced_bytes=s.sent_bytes,
-            ack_k=s.ack_k,
-            ack_sent_s=s.ack_sent_s,
-            last_tx_s=s.last_tx_s,
-            last_tx_bits=s.last_tx_bits,
-            next_tx_s=s.next_tx_s,
-        )
-        s.sent = 0
-        s.sent_bytes = 0
-        s.ack_k = -1
+        if count:
+            fold(
+                qp,
+                count=count,
+                # a reaction point in C counted them itself (stored below)
+                paced_bytes=0 if s.has_rp else s.sent_bytes,
+                ack_k=s.ack_k,
+                ack_sent_s=s.ack_sent_s,
+                last_tx_s=s.last_tx_s,
+                last_tx_bits=s.last_tx_bits,
+                next_tx_s=s.next_tx_s,
+            )
+            if s.has_rp and s.ack_k >= 0:  # the retransmission timer it restarted
+                s.rto_running = 1
+                s.rto_base_s = max(s.ack_sent_s, s.last_progress_s)
+            s.sent = 0
+            s.sent_bytes = 0
+            s.ack_k = -1
+        if s.rp_dirty:  # a timer ran in C: the pacing clock and the timer it armed
+            qp._next_tx_s = s.next_tx_s
+            host = self.hosts[i]
+            assert host is not None
+            host._timer_at[qp.qpn] = s.timer_at
+            s.rp_dirty = 0
+
+    @staticmethod
+    def _rto_into(qp: SendQueuePair, s: Any) -> None:
+        """The retransmission timer as `qp` stands (C restarts it on the AckReq it sends)."""
+        running = qp._rto_deadline_s() is not None
+        s.rto_running = running
+        s.rto_s = qp._rto_s
+        s.last_progress_s = qp._last_progress_s
+        if running:
+            s.rto_base_s = max(qp._ack_req_sent_s, qp._last_progress_s)
 
     # -- a granted packet a Python receiver takes ---------------------------------------------
     @staticmethod

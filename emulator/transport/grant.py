@@ -199,4 +199,5 @@ def fold(
     qp._last_tx_s = last_tx_s
     qp._last_tx_bits = last_tx_bits
     qp._next_tx_s = next_tx_s
-    qp.cc.count_quiet_bytes(paced_bytes)
+    if paced_bytes:  # nothing to count for a controller that counted them itself
+        qp.cc.count_quiet_bytes(paced_bytes)

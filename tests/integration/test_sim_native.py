@@ -146,6 +146,7 @@ WALL = (
     "fabric_code",
     "data_packets_taken_in_c",
     "data_packets_sent_in_c",
+    "dcqcn_timers_in_c",
 )
 
 
@@ -195,6 +196,11 @@ def test_the_c_fabric_gives_the_python_fabrics_results_bit_for_bit(
     sent = ours["engine"]["data_packets_sent_in_c"]
     assert sent == 0 if case in ("capture_streams", "per_packet_entropy") else sent > 0
     assert theirs["engine"]["data_packets_sent_in_c"] == 0
+    # and the DCQCN timers of granted queue pairs, where DCQCN cut a rate
+    cuts = ours["engine"]["counters"].get("cnps_received", 0)
+    timers = ours["engine"]["dcqcn_timers_in_c"]
+    assert timers > 0 if cuts and sent else timers == 0, (cuts, timers)
+    assert theirs["engine"]["dcqcn_timers_in_c"] == 0
     assert ours["flows"]["finished"] == ours["flows"]["planned"] > 0
     assert ours["engine"]["packet_hops"] > 0
     tables = sorted(p.name for p in theirs_dir.glob("*.parquet") if p.name != "cpu.parquet")

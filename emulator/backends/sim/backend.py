@@ -378,6 +378,7 @@ class SimSession(Session):
             "fabric_code": fabric.code,
             "data_packets_taken_in_c": fabric.data_packets_taken_in_c,
             "data_packets_sent_in_c": fabric.data_packets_sent_in_c,
+            "dcqcn_timers_in_c": fabric.dcqcn_timers_in_c,
             "simulated_s": fabric.sim.now,
             "events": fabric.sim.events_run,
             "packet_hops": hops,
