@@ -20,6 +20,12 @@ test_sim_native.py: the C fabric's results against the Python fabric's, bit for 
 A host is arbitrated here unless it carries real encoded bytes; a queue pair gets packets
 granted only while its host captures nothing and its packets carry one source port (per-packet
 entropy picks one per packet in Python).
+
+Its timers are armed here (`arm`: in the heap where sim.at would put them), and C hands one to
+Python (`fire`: Host._timer) only when it is not stale. A DCQCN queue pair whose events go to the
+replay's list has its reaction point in its slot (native_dcqcn.NativeReactionPoint is its
+controller's from its first grant on), and C runs a timer only that controller acts on
+(simfab_sqp.c sqp_timer), which `fold` then reads back: the pacing clock and the timer armed.
 """
 
 from __future__ import annotations
@@ -258,7 +264,7 @@ class SendOffload:
             fold(
                 qp,
                 count=count,
-                # a reaction point in C counted them itself (stored below)
+                # a reaction point in C counted them itself (the slot holds its state)
                 paced_bytes=0 if s.has_rp else s.sent_bytes,
                 ack_k=s.ack_k,
                 ack_sent_s=s.ack_sent_s,
