@@ -123,6 +123,11 @@ def parse_link(data: bytes | memoryview, off: int, end: int) -> LinkStats:
     return LinkStats(index, name, True, rxp, txp, rxb, txb, rxd, txd)
 
 
+def where(netns: str | None) -> str:
+    """A namespace as an error names it."""
+    return f"namespace {netns}" if netns else "this namespace"
+
+
 class RouteSocket:
     """A NETLINK_ROUTE socket made inside `netns` (None: the caller's namespace)."""
 
@@ -142,7 +147,7 @@ class RouteSocket:
 
     @property
     def where(self) -> str:
-        return f"namespace {self.netns}" if self.netns else "this namespace"
+        return where(self.netns)
 
     def _next_seq(self) -> int:
         self.seq = (self.seq + 1) & 0xFFFFFFFF

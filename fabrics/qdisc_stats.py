@@ -25,6 +25,7 @@ from emulator.rtnetlink import (
     LinkStats,
     RouteSocket,
     attributes,
+    where,
 )
 
 # pkt_sched.h / rtnetlink.h: a qdisc's attributes; gen_stats.h: TCA_STATS2's nested ones
@@ -123,8 +124,9 @@ class QdiscStats:
             if any(index not in ns.names for index, _ in out):
                 ns.links()  # an interface made since: its name
         except OSError as exc:
-            where = f"namespace {netns}" if netns else "this namespace"
-            raise EnvironmentProblem(f"rtnetlink: reading the qdiscs of {where}: {exc}") from exc
+            raise EnvironmentProblem(
+                f"rtnetlink: reading the qdiscs of {where(netns)}: {exc}"
+            ) from exc
         for index, q in out:
             q["dev"] = ns.names.get(index, f"if{index}")
         return [q for _, q in out]
@@ -134,8 +136,9 @@ class QdiscStats:
         try:
             links = self._namespace(netns).links()
         except OSError as exc:
-            where = f"namespace {netns}" if netns else "this namespace"
-            raise EnvironmentProblem(f"rtnetlink: reading the links of {where}: {exc}") from exc
+            raise EnvironmentProblem(
+                f"rtnetlink: reading the links of {where(netns)}: {exc}"
+            ) from exc
         return {link.name: link for link in links.values() if link.name is not None}
 
     def close(self) -> None:

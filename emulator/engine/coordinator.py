@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import heapq
 import pickle
 import time
@@ -27,7 +26,7 @@ from typing import Any
 from emulator.engine.af_xdp_setup import AfXdpUnavailable
 from emulator.engine.clock import DilatedClock
 from emulator.engine.driver import DelayLike, FlowDriver, is_delay
-from emulator.engine.gcpause import GcPauses
+from emulator.engine.gcpause import GcPauses, frozen_heap
 from emulator.engine.launch import Launcher, LocalLauncher, WorkerProcess
 from emulator.engine.params import EngineParams
 from emulator.engine.plan import (
@@ -204,8 +203,6 @@ class Coordinator:
     # -- public ---------------------------------------------------------------------------
     def run(self) -> RunOutcome:
         wall0 = self._created_wall = time.perf_counter()
-        pauses: GcPauses | None = None
-        frozen = False
         try:
             self._spawn()
             self._wait_ready()
@@ -217,33 +214,26 @@ class Coordinator:
             # wall time, 3 s / TDF of target time at the first compute node.
             first = None if self.driver is None else list(self.driver.poll(0.0))
             # What this process holds by now (the trace, the plan, the schedule, the fabric's
-            # and the recorder's bookkeeping) lives for the run: out of the collector's way.
-            # Each full collection walked all of it: 8 in a main-job run at TDF 4600, up to
-            # 400 ms each with every thread here stopped (the dependencies' relay, the sampler)
-            # and a core taken from the workers.
-            gc.collect()
-            gc.freeze()
-            frozen = True
-            pauses = self._gc_pauses = GcPauses()  # the replay's collections
-            start = time.perf_counter() + START_MARGIN_S
-            self._start_wall = start
-            if self.on_start is not None:
-                self.on_start(start)
-            for w in self.workers:  # the instant in each worker's own clock
-                w.pipe.send(("go", start + self.launcher.clock_offset_s(w.index)))
-            if self.driver is None or first is None:
-                self._main_loop(start)
-            else:
-                self._drive(self.driver, start, first)
-            self._stop_all(graceful=True)
+            # and the recorder's bookkeeping) lives for the run: out of the collector's way
+            # (collected first, before the start instant). Each full collection walked all of
+            # it: 8 in a main-job run at TDF 4600, up to 400 ms each with every thread here
+            # stopped (the dependencies' relay, the sampler) and a core taken from the workers.
+            with frozen_heap(collect_first=True) as (_, pauses):
+                self._gc_pauses = pauses  # the replay's collections
+                start = time.perf_counter() + START_MARGIN_S
+                self._start_wall = start
+                if self.on_start is not None:
+                    self.on_start(start)
+                for w in self.workers:  # the instant in each worker's own clock
+                    w.pipe.send(("go", start + self.launcher.clock_offset_s(w.index)))
+                if self.driver is None or first is None:
+                    self._main_loop(start)
+                else:
+                    self._drive(self.driver, start, first)
+                self._stop_all(graceful=True)
         except BaseException:
             self._stop_all(graceful=False)
             raise
-        finally:
-            if frozen:
-                gc.unfreeze()
-            if pauses is not None:
-                pauses.close()
         return RunOutcome(
             self.events,
             self._metadata(time.perf_counter() - wall0),

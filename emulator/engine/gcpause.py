@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -36,3 +38,24 @@ class GcPauses:
 
     def to_json(self) -> dict[str, Any]:
         return {"collections": list(self.count), "total_s": self.total_s, "max_s": self.max_s}
+
+
+@contextmanager
+def frozen_heap(*, collect_first: bool) -> Iterator[tuple[bool, GcPauses]]:
+    """The block runs with what the process holds now frozen out of the collector's way
+    (gc.freeze), thawed after, and the block's own collections measured: (whether this froze
+    it, the pauses). `collect_first`: a full collection first (its garbage is not kept frozen,
+    at the cost of that collection). A heap someone else froze is left as it is: not frozen
+    again, not thawed."""
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        if collect_first:
+            gc.collect()
+        gc.freeze()
+    pauses = GcPauses()
+    try:
+        yield freeze, pauses
+    finally:
+        pauses.close()
+        if freeze:
+            gc.unfreeze()

@@ -622,7 +622,8 @@ static int deliver(core_t *f, int32_t port, int32_t fi, fab_out_t *out) {
     return switch_forward(f, p->peer_switch, fi, out);
 }
 
-static void idle(core_t *f, int32_t port, fab_out_t *out) {
+/* a host pulls: Python's on_idle of the host at the far end of `port` (RET_IDLE) */
+void idle_out(core_t *f, int32_t port, fab_out_t *out) {
     out->kind = RET_IDLE;
     out->node = f->pub.ports[port].idle_host;
     out->port = port;
@@ -892,7 +893,7 @@ int fab_run(fab_t *pub, double until_s, int64_t *budget, fab_out_t *out) {
             return RET_PY;
         case EV_DONE:
             if (port_done(f, ev.a) && sqp_host_idle(f, ev.a)) {
-                idle(f, ev.a, out);
+                idle_out(f, ev.a, out);
                 return RET_IDLE;
             }
             break;
@@ -901,7 +902,7 @@ int fab_run(fab_t *pub, double until_s, int64_t *budget, fab_out_t *out) {
                 f->pend_kind = PEND_DELIVER;
                 f->pend_a = ev.a;
                 f->pend_frame = (int32_t)ev.b;
-                idle(f, ev.a, out);
+                idle_out(f, ev.a, out);
                 return RET_IDLE;
             }
             if (deliver(f, ev.a, (int32_t)ev.b, out)) return out->kind;
@@ -914,13 +915,13 @@ int fab_run(fab_t *pub, double until_s, int64_t *budget, fab_out_t *out) {
             break;
         case EV_PAUSE:
             if (port_set_paused(f, ev.a, (int)ev.b) && sqp_host_idle(f, ev.a)) {
-                idle(f, ev.a, out);
+                idle_out(f, ev.a, out);
                 return RET_IDLE;
             }
             break;
         case EV_WAKE:
             if (sqp_wake(f, ev.a)) {
-                idle(f, f->sqp->hosts[ev.a].nic, out);
+                idle_out(f, f->sqp->hosts[ev.a].nic, out);
                 return RET_IDLE;
             }
             break;

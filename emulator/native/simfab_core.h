@@ -5,6 +5,11 @@
 
 #include "simfab_rqp.h"
 
+/* Python's max(a, b) and min(a, b): the first unless the second is strictly beyond it (the
+ * C code that mirrors Python's arithmetic picks as Python does) */
+static inline double py_max(double a, double b) { return b > a ? b : a; }
+static inline double py_min(double a, double b) { return b < a ? b : a; }
+
 enum { EV_PY = 0, EV_DONE = 1, EV_DONE_DELIVER = 2, EV_DELIVER = 3, EV_SEND = 4, EV_PAUSE = 5,
        EV_WAKE = 6, /* a host NIC arbiter's wake-up (simfab_sqp.c) */
        EV_TIMER = 7 /* a send queue pair's timer (Host._timer, simfab_sqp.c) */ };
@@ -90,11 +95,12 @@ typedef struct sqp_table {
 void push(core_t *f, double t, int32_t kind, int32_t a, int64_t b);
 int32_t frame_new(core_t *f);
 void port_send(core_t *f, int32_t port, int32_t fi);
+void idle_out(core_t *f, int32_t port, fab_out_t *out);
+fab_event_t *raise_event(core_t *f, int32_t kind, int32_t qpn);
 
 /* simfab_sqp.c's, for simfab.c */
 int sqp_host_idle(core_t *f, int32_t port);
 int sqp_wake(core_t *f, int32_t host);
 int sqp_timer_due(core_t *f, int32_t id);
 int sqp_timer(core_t *f, int32_t id, fab_out_t *out);
-fab_event_t *raise_event(core_t *f, int32_t kind, int32_t qpn);
 void sqp_free(core_t *f);

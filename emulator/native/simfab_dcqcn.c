@@ -8,14 +8,11 @@
 #include <stdint.h>
 
 #include "simfab_api.h"
+#include "simfab_core.h"
 
 #define EPS 1e-9                   /* dcqcn.py _EPS: float slack when counting whole periods */
 #define TIMER_SLACK_S (EPS * 1e-3) /* dcqcn.py _TIMER_SLACK_S */
 #define NO_BYTE_BUDGET ((int64_t)1 << 62)
-
-/* Python's max(a, b) and min(a, b): the first unless the second is strictly beyond it */
-static double py_max(double a, double b) { return b > a ? b : a; }
-static double py_min(double a, double b) { return b < a ? b : a; }
 
 static void advance_alpha(fab_rp_t *rp, double now) {
     int64_t periods = (int64_t)((now - rp->alpha_epoch_s) / rp->alpha_period_s + EPS);

@@ -4,7 +4,7 @@
  * on_data's first branch and _accept; _ack). A CE-marked one also goes through the notification
  * point, which may answer with a CNP first and raise CnpSent (the caller sends and raises them),
  * once Python has said how (cnp_ready). The fabric takes such packets at the
- * host without handing them to Python (simfab.c rqp_ack sends the ACK); Python reads what they
+ * host without handing them to Python (simfab.c rqp_reply sends the ACK and the CNP); Python reads what they
  * changed (the counters and PSNs here) before its receiver handles any other packet of the
  * queue pair, and at the end of every run call (emulator/sim/native_rqp.py). Every packet that
  * is not this common case, and every queue pair whose receiver holds or has seen packets ahead

@@ -303,16 +303,10 @@ int sqp_timer_due(core_t *f, int32_t id) {
     return !(f->pub.now + SLACK_S < slot(table(f), id)->timer_at);
 }
 
-/* Python's min(a, b): the first unless the second is below it */
-static double py_min(double a, double b) { return b < a ? b : a; }
-
 /* sender.py _rto_deadline_s as the queue pair stands: restarted by an AckReq sent here since
  * the grant, else as at the grant (INFINITY: not running) */
 static double rto_deadline(const fab_sqp_t *s) {
-    if (s->ack_k >= 0) {
-        double base = s->last_progress_s > s->ack_sent_s ? s->last_progress_s : s->ack_sent_s;
-        return base + s->rto_s;
-    }
+    if (s->ack_k >= 0) return py_max(s->ack_sent_s, s->last_progress_s) + s->rto_s;
     return s->rto_running ? s->rto_base_s + s->rto_s : INFINITY;
 }
 
@@ -363,9 +357,7 @@ int sqp_timer(core_t *f, int32_t id, fab_out_t *out) {
     s->byte_budget = s->granted_bytes + budget;
     int32_t nic = t->hosts[s->host].nic;
     if (!f->pub.ports[nic].busy && pull(f, s->host)) {
-        out->kind = RET_IDLE;
-        out->node = f->pub.ports[nic].idle_host;
-        out->port = nic;
+        idle_out(f, nic, out);
         return RET_IDLE;
     }
     return 0;

@@ -70,7 +70,7 @@ class NativeSimulator:
         self.events: list[TransportEvent] | None = None
         self._events_handler: Callable[[], None] = lambda: None
         self._raised = self.ffi.new("fab_event_t **")
-        self._cnp_sent, self._rate_changed = self.lib.EVT_CNP_SENT, self.lib.EVT_RATE_CHANGED
+        self._cnp_sent = self.lib.EVT_CNP_SENT  # the other kind raised: EVT_RATE_CHANGED
         # receivers whose in-order packets C takes (native_rqp.py), and the flags it reads
         self.rx = ReceiveOffload(self.ffi, self.lib, self.fab)
         self.data_flags = data_flags_table(self.lib)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from emulator.transport.dcqcn import ReactionPoint
+from emulator.transport.dcqcn import RP_INCREASE_REASONS, ReactionPoint
+from emulator.transport.dcqcn_params import ALPHA_SCALE
 
-REASONS = ("", "first_cnp", "cnp", "fast_recovery", "additive_increase", "hyper_increase")
+# ReactionPoint.last_reason by simfab_api.h's RP_* code
+REASONS = ("", "first_cnp", "cnp", *RP_INCREASE_REASONS)
 REASON_CODE = {name: code for code, name in enumerate(REASONS)}
 
 
@@ -30,7 +32,7 @@ def load(rp: ReactionPoint, c: Any) -> None:
     first = rp._first_cnp_rate_bps
     c.has_first_cnp_rate = first is not None
     c.first_cnp_rate_bps = first if first is not None else 0.0
-    c.initial_alpha = p.initial_alpha_value / 1024  # dcqcn_params.ALPHA_SCALE, as on_cnp does
+    c.initial_alpha = p.initial_alpha_value / ALPHA_SCALE  # as on_cnp does
     c.line_rate_bps = rp.line_rate_bps
     c.byte_reset_bytes = p.rpg_byte_reset_bytes
     c.threshold = p.rpg_threshold

@@ -87,7 +87,7 @@ class EngineSession(Session):
             context.stack.callback(c.close)
         self.pfc_readings = PfcReadings(live)
         self.engine_metadata: dict[str, Any] = {}
-        self._ports_reader: Callable[[], list[Any]] | None = None  # ports_reader's, made once
+        self._qdiscs: Any = None  # _qdisc_stats', made once
 
     # -- what differs between the emulated fabric and a DUT ----------------------------------
     def _nic_counters(self) -> dict[int, NetlinkCounters]:
@@ -113,6 +113,17 @@ class EngineSession(Session):
     def ports_reader(self) -> Callable[[], list[Any]] | None:
         """Reads the switch ports' counters (None: the fabric's switches are not ours to read)."""
         return None
+
+    def _qdisc_stats(self) -> Any:
+        """The session's one netlink reader of the switch namespaces (fabrics/qdisc_stats.py:
+        a socket per namespace, for the sampler and any reading after the run), closed before
+        the fabric is torn down (the context's stack: registered after it)."""
+        if self._qdiscs is None:
+            from fabrics.qdisc_stats import QdiscStats
+
+            self._qdiscs = QdiscStats()
+            self.context.stack.callback(self._qdiscs.close)
+        return self._qdiscs
 
     def links_reader(self) -> Callable[[], dict[Any, Any]] | None:
         """Reads every fabric interface's carrier changes and drops (fabrics/link_watch.py;

@@ -77,19 +77,12 @@ class MininetSession(EngineSession):
         return bool(self.marker_name == "ebpf")
 
     def ports_reader(self) -> Callable[[], list[Any]] | None:
-        from fabrics.qdisc_stats import QdiscStats
         from fabrics.user_mininet import read_ports
 
         if not self.live.ports:
             return None
-        if self._ports_reader is None:
-            live = self.live
-            # a netlink socket per switch namespace, closed before the network is let go (the
-            # context's stack: registered after it)
-            stats = QdiscStats()
-            self.context.stack.callback(stats.close)
-            self._ports_reader = lambda: read_ports(live, stats)
-        return self._ports_reader
+        live, stats = self.live, self._qdisc_stats()
+        return lambda: read_ports(live, stats)
 
     def _not_applicable(self) -> tuple[str, ...]:
         # the network is the user's: its drops are what it does, not this machine's doing

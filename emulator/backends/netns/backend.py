@@ -113,16 +113,9 @@ class NetnsSession(EngineSession):
 
     def ports_reader(self) -> Callable[[], list[Any]] | None:
         from fabrics.counters import read_port_counters
-        from fabrics.qdisc_stats import QdiscStats
 
-        if self._ports_reader is None:  # one for the sampler and the loss count after the run
-            live = self.live
-            # a netlink socket per switch namespace, closed before the fabric is torn down (the
-            # context's stack: registered after it)
-            qdiscs = QdiscStats()
-            self.context.stack.callback(qdiscs.close)
-            self._ports_reader = lambda: list(read_port_counters(live, qdiscs=qdiscs).values())
-        return self._ports_reader
+        live, qdiscs = self.live, self._qdisc_stats()
+        return lambda: list(read_port_counters(live, qdiscs=qdiscs).values())
 
     def links_reader(self) -> Callable[[], dict[Any, Any]] | None:
         from fabrics.link_watch import read_links

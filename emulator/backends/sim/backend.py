@@ -15,7 +15,6 @@ Determinism: every random draw comes from generators seeded by `run.seed` (salte
 
 from __future__ import annotations
 
-import gc
 import resource
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +36,7 @@ from emulator.backends.link_events import LinkEventRunner, flows_crossing
 from emulator.backends.link_events import resolve as resolve_link_events
 from emulator.backends.simulated_time import run_in_simulated_time
 from emulator.backends.streams import stream_extra, stream_sinks, stream_sources
-from emulator.engine.gcpause import GcPauses
+from emulator.engine.gcpause import frozen_heap
 from emulator.errors import ScenarioError
 from emulator.events import (
     Direction,
@@ -223,12 +222,8 @@ class SimSession(Session):
         # recorder) lives through it: frozen out of the collector's way and thawed after
         # (not collected first: that would cost the full collection it saves). Each full
         # collection in the replay walked all of it: the 8:1 incast's one took 60 ms of a
-        # 0.75 s replay. A heap someone else froze is left as it is.
-        freeze = gc.get_freeze_count() == 0
-        if freeze:
-            gc.freeze()
-        pauses = GcPauses()
-        try:
+        # 0.75 s replay.
+        with frozen_heap(collect_first=False) as (frozen, pauses):
             loop = run_in_simulated_time(
                 context,
                 job,
@@ -238,11 +233,7 @@ class SimSession(Session):
                 what="the simulation",
                 throughput_bps=self._throughput_bps,
             )
-        finally:
-            pauses.close()
-            if freeze:
-                gc.unfreeze()
-        self._gc_pauses = {"frozen": freeze, **pauses.to_json()}
+        self._gc_pauses = {"frozen": frozen, **pauses.to_json()}
         self.wall_s = loop.wall_s
         conns = replay.connections.values()
         return SessionReport(
